@@ -1,0 +1,83 @@
+# fl_add_component(<comp> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+#
+# Builds one component three ways from one set of objects:
+#   fl_<comp>_obj     OBJECT library (hidden visibility, PIC)
+#   fl_<comp>         SHARED library exporting only FL_API symbols (alias flotilla::<comp>)
+#   fl_<comp>_static  STATIC library that tests link to reach internals without exporting them
+# PUBLIC_DEPS name other components (without the fl_ prefix) or imported targets.
+function(fl_add_component comp)
+  cmake_parse_arguments(A "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  string(REPLACE "-" "_" name "${comp}")
+  set(obj fl_${name}_obj)
+  add_library(${obj} OBJECT ${A_SOURCES})
+  fl_target_defaults(${obj})
+  target_compile_features(${obj} PUBLIC c_std_11)
+  target_compile_definitions(${obj} PRIVATE FL_BUILDING_LIBRARY)
+  target_include_directories(${obj} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:include>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/core/src)
+
+  add_library(fl_${name} SHARED $<TARGET_OBJECTS:${obj}>)
+  add_library(fl_${name}_static STATIC $<TARGET_OBJECTS:${obj}>)
+  add_library(flotilla::${comp} ALIAS fl_${name})
+  set_target_properties(fl_${name} PROPERTIES OUTPUT_NAME flotilla-${comp}
+    VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
+  set_target_properties(fl_${name}_static PROPERTIES OUTPUT_NAME flotilla-${comp}-static)
+  foreach(t fl_${name} fl_${name}_static)
+    fl_target_defaults(${t})
+    target_include_directories(${t} PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+      $<INSTALL_INTERFACE:include>)
+    target_compile_features(${t} PUBLIC c_std_11)
+  endforeach()
+  # Internal include dirs for tests linking the static build.
+  target_include_directories(fl_${name}_static PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/src>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core/src>)
+
+  foreach(dep IN LISTS A_PUBLIC_DEPS)
+    string(REPLACE "-" "_" dn "${dep}")
+    if(TARGET fl_${dn}_obj)
+      target_link_libraries(${obj} PUBLIC fl_${dn}_obj)
+      target_link_libraries(fl_${name} PUBLIC fl_${dn})
+      target_link_libraries(fl_${name}_static PUBLIC fl_${dn}_static)
+    else()
+      target_link_libraries(${obj} PUBLIC ${dep})
+      target_link_libraries(fl_${name} PUBLIC ${dep})
+      target_link_libraries(fl_${name}_static PUBLIC ${dep})
+    endif()
+  endforeach()
+  foreach(dep IN LISTS A_PRIVATE_DEPS)
+    string(REPLACE "-" "_" dn "${dep}")
+    if(TARGET fl_${dn}_obj)
+      # Objects need the headers only; link the matching library flavour.
+      target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:fl_${dn}_obj,INTERFACE_INCLUDE_DIRECTORIES>)
+      target_link_libraries(fl_${name} PRIVATE fl_${dn})
+      target_link_libraries(fl_${name}_static PUBLIC fl_${dn}_static)
+    else()
+      target_link_libraries(${obj} PRIVATE ${dep})
+      target_link_libraries(fl_${name} PRIVATE ${dep})
+      target_link_libraries(fl_${name}_static PUBLIC ${dep})
+    endif()
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY FL_COMPONENTS ${comp})
+endfunction()
+
+# fl_add_test(<name> SOURCES ... [LIBS ...] [LABELS ...] [TIMEOUT s])
+# One cmocka executable = one ctest, labelled per component and kind.
+function(fl_add_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  fl_target_defaults(${name})
+  target_include_directories(${name} PRIVATE ${CMOCKA_INCLUDE_DIR} ${PROJECT_SOURCE_DIR}/tests/common)
+  target_link_libraries(${name} PRIVATE ${A_LIBS} ${CMOCKA_LIBRARY})
+  target_compile_definitions(${name} PRIVATE
+    FL_SOURCE_DIR="${PROJECT_SOURCE_DIR}" FL_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  add_test(NAME ${name} COMMAND ${name} ${A_ARGS})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+    ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=stdout")
+endfunction()
