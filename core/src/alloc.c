@@ -34,7 +34,7 @@ void *fl__alloc_array(const fl_allocator *a, size_t n, size_t size) {
 void *fl__calloc(const fl_allocator *a, size_t n, size_t size) {
     void *p = fl__alloc_array(a, n, size);
     if (p)
-        memset(p, 0, n * size ? n * size : 1);
+        memset(p, 0, (n * size) != 0 ? n * size : 1);
     return p;
 }
 

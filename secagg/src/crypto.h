@@ -1,0 +1,87 @@
+#ifndef FLOTILLA_SECAGG_CRYPTO_H
+#define FLOTILLA_SECAGG_CRYPTO_H
+
+/* Internal crypto interface of secagg: the protocol code calls only these, and each
+ * backend (libsodium+OpenSSL, mbedTLS) fills one table. Backends must agree byte for
+ * byte on every deterministic output (KAT vectors in tests/vectors/secagg/ check it).
+ * All functions return 0 on success, -1 on failure (no detail: no oracle). */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FL__SA_X25519_BYTES 32    /* X25519 public and secret keys, shared secret */
+#define FL__SA_ED25519_PK_BYTES 32
+#define FL__SA_ED25519_SK_BYTES 64 /* seed || public key, libsodium layout */
+#define FL__SA_ED25519_SIG_BYTES 64
+#define FL__SA_AEAD_KEY_BYTES 32  /* ChaCha20-Poly1305 IETF */
+#define FL__SA_AEAD_NONCE_BYTES 12
+#define FL__SA_AEAD_TAG_BYTES 16
+#define FL__SA_SHA256_BYTES 32
+#define FL__SA_SEED_BYTES 32      /* PRG seed (mask seeds, self-mask b_u) */
+
+enum fl__sa_backend_id {
+    FL__SA_BACKEND_SODIUM = 0,    /* libsodium + OpenSSL (AES-CTR PRG via EVP) */
+    FL__SA_BACKEND_MBEDTLS = 1    /* mbedTLS 2.28 alone */
+};
+
+struct fl__sa_crypto {
+    const char *name; /* "sodium-openssl" or "mbedtls" */
+
+    /* Fills out with n cryptographically secure random bytes. */
+    int (*random)(uint8_t *out, size_t n);
+
+    /* X25519 key pair from 32 bytes of secret randomness (clamped as RFC 7748). */
+    int (*x25519_keypair)(uint8_t pk[32], uint8_t sk[32]);
+    int (*x25519_public)(uint8_t pk[32], const uint8_t sk[32]);
+    /* Shared secret; fails on an all-zero result (small-order peer key). */
+    int (*x25519_shared)(uint8_t out[32], const uint8_t sk[32], const uint8_t peer_pk[32]);
+
+    /* HKDF-SHA256 (RFC 5869): extract with salt, expand with info to out_len bytes. */
+    int (*hkdf_sha256)(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
+                       const uint8_t *ikm, size_t ikm_len, const uint8_t *info, size_t info_len);
+
+    int (*sha256)(uint8_t out[32], const uint8_t *msg, size_t len);
+
+    /* ChaCha20-Poly1305 IETF (RFC 8439). seal writes len + 16 bytes (ct || tag). open
+     * verifies before writing any plaintext; fails on a bad tag. */
+    int (*aead_seal)(uint8_t *out, const uint8_t *msg, size_t len, const uint8_t *ad,
+                     size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]);
+    int (*aead_open)(uint8_t *out, const uint8_t *ct, size_t ct_len, const uint8_t *ad,
+                     size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]);
+
+    /* Ed25519 (RFC 8032). keypair from a 32-byte seed; sk = seed || pk. Backends that
+     * lack Ed25519 set these to NULL and the active mode reports FL_ERR_UNSUPPORTED. */
+    int (*ed25519_keypair)(uint8_t pk[32], uint8_t sk[64], const uint8_t seed[32]);
+    int (*ed25519_sign)(uint8_t sig[64], const uint8_t *msg, size_t len, const uint8_t sk[64]);
+    int (*ed25519_verify)(const uint8_t sig[64], const uint8_t *msg, size_t len,
+                          const uint8_t pk[32]);
+
+    /* Mask expansion PRG: AES-128-CTR keyed with the first 16 bytes of seed, IV = the
+     * next 16 bytes (big-endian counter), over an all-zero plaintext: writes n bytes of
+     * keystream starting at byte offset 0. Must be fast (the client's hot loop). */
+    int (*prg)(uint8_t *out, size_t n, const uint8_t seed[32]);
+};
+
+/* Returns the table for a backend, or NULL if it was not built. */
+const struct fl__sa_crypto *fl__sa_crypto_get(enum fl__sa_backend_id id);
+
+/* ---- Shamir secret sharing over the prime field p = 2^256 + 297 ----
+ * Secrets are 32 bytes (an integer < 2^256 < p, big-endian); a share is (x, y) with x a
+ * nonzero 32-bit index and y a 33-byte big-endian field element. Shares are made with
+ * coefficients from crypto->random, so backends differ only in randomness;
+ * reconstruction is deterministic and identical across backends. */
+#define FL__SA_SHARE_Y_BYTES 33
+
+struct fl__sa_share {
+    uint32_t x;
+    uint8_t y[FL__SA_SHARE_Y_BYTES];
+};
+
+/* Splits secret into n shares with threshold t (1 <= t <= n), at x = xs[i]. */
+int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, size_t t,
+                        const uint8_t secret[32], const struct fl__sa_crypto *crypto);
+/* Reconstructs from exactly the k >= t given shares (distinct nonzero x). Fails if the
+ * result does not fit in 32 bytes (a sign of wrong or tampered shares). */
+int fl__sa_shamir_combine(uint8_t secret[32], const struct fl__sa_share *shares, size_t k);
+
+#endif /* FLOTILLA_SECAGG_CRYPTO_H */
