@@ -65,6 +65,23 @@ struct fl__sa_crypto {
 /* Returns the table for a backend, or NULL if it was not built. */
 const struct fl__sa_crypto *fl__sa_crypto_get(enum fl__sa_backend_id id);
 
+/* ---- additions (crypto layer owner) ----
+ * Backend tables, defined by crypto_sodium.c / crypto_mbedtls.c. Use fl__sa_crypto_get(),
+ * which also performs the one-time library init (sodium_init); these are declared here only
+ * so the definitions have a prototype. fl__sa_crypto_mbedtls exists only in builds with
+ * FL_HAVE_MBEDTLS_BUILD.
+ *
+ * Behaviour notes common to both backends (tested):
+ *  - every function accepts NULL for a zero-length buffer and rejects NULL otherwise;
+ *  - x25519_keypair stores the clamped secret key; x25519_public/shared accept any
+ *    32 bytes (clamped internally) and mask the top bit of the peer's u-coordinate;
+ *  - hkdf_sha256 fails if out_len > 255 * 32 (RFC 5869);
+ *  - aead_open zeroes out (ct_len - 16 bytes) on failure; seal/open may run in place
+ *    (out == msg / out == ct);
+ *  - prg accepts any n; prg(n) is a prefix of prg(m) for n <= m. */
+extern const struct fl__sa_crypto fl__sa_crypto_sodium;
+extern const struct fl__sa_crypto fl__sa_crypto_mbedtls;
+
 /* ---- Shamir secret sharing over the prime field p = 2^256 + 297 ----
  * Secrets are 32 bytes (an integer < 2^256 < p, big-endian); a share is (x, y) with x a
  * nonzero 32-bit index and y a 33-byte big-endian field element. Shares are made with
