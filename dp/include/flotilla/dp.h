@@ -15,6 +15,350 @@ extern "C" {
 
 /* ==== mechanisms: clipping, samplers, central and distributed DP (dp-mechanisms) ==== */
 
+/* Conventions for this section. Vectors are passed as (pointer, length); outputs come first.
+ * Noise variances on the integer lattice are exact rationals sigma^2 = num/den (num, den >= 1)
+ * so that no floating-point number ever decides a noise sample. Functions that take an
+ * fl_dp_rng record failure detail on it (fl_dp_rng_errmsg); the others document their codes.
+ * Unless stated otherwise nothing here keeps global state: every function is thread-safe
+ * when its handles and buffers are not shared between threads. */
+
+/* ---- random source ----
+ * fl_dp_rng is a buffered source of uniform bytes behind every sampler. It reads a few KB at
+ * a time from a fill callback and hands out bits from the buffer. Built-ins: the OS CSPRNG
+ * (libsodium randombytes_buf) and a seeded ChaCha20 keystream for reproducible runs. One
+ * thread at a time per handle. A fill failure makes the handle failed (sticky) until it is
+ * destroyed: every later call returns the same code. Buffered random bytes are wiped when
+ * consumed in bulk, on refill and on destroy. */
+
+#define FL_DP_SEED_BYTES 32 /* seed of the ChaCha20 stream and of the rotation */
+#define FL_DP_RNG_BUFFER_BYTES 4096 /* bytes read from the source per refill */
+
+/* FL_DP_SEED_BYTES, for bindings. */
+FL_API size_t fl_dp_seed_bytes(void);
+
+/* Fill callback: write exactly n uniformly random bytes to buf and return FL_OK, or return
+ * an error code (the rng becomes failed with that code). n <= FL_DP_RNG_BUFFER_BYTES. */
+typedef fl_status (*fl_dp_rng_fill_fn)(void *user, uint8_t *buf, size_t n);
+
+/* A caller-supplied random source. The caller keeps `user` alive while the rng exists. */
+typedef struct fl_dp_rng_source {
+    size_t struct_size;     /* sizeof(fl_dp_rng_source) */
+    fl_dp_rng_fill_fn fill; /* required */
+    void *user;             /* passed to fill */
+} fl_dp_rng_source;
+
+typedef struct fl_dp_rng fl_dp_rng; /* opaque buffered random source */
+
+/* Creates an rng reading from `src` (copied). alloc: NULL = libc, copied.
+ * Returns FL_OK, FL_ERR_MISUSE (NULL out/src/fill, bad struct_size), FL_ERR_NOMEM. */
+FL_API fl_status fl_dp_rng_create(fl_dp_rng **out, const fl_dp_rng_source *src,
+                                  const fl_allocator *alloc);
+
+/* Creates an rng on the OS CSPRNG (libsodium randombytes_buf; sodium_init is called, which is
+ * idempotent and thread-safe). Use this for real noise.
+ * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_NOMEM, FL_ERR_CRYPTO (sodium_init failed). */
+FL_API fl_status fl_dp_rng_create_os(fl_dp_rng **out, const fl_allocator *alloc);
+
+/* Creates an rng on the ChaCha20 (IETF) keystream keyed by the FL_DP_SEED_BYTES `seed`: refill
+ * number i is the first FL_DP_RNG_BUFFER_BYTES bytes of the keystream under nonce = i as a
+ * 12-byte little-endian integer. The same seed gives the same samples on every platform.
+ * For tests and for public shared randomness only: a known seed gives no privacy. The seed
+ * is copied and wiped on destroy. Returns FL_OK, FL_ERR_MISUSE (NULL args, seed_len !=
+ * FL_DP_SEED_BYTES), FL_ERR_NOMEM, FL_ERR_CRYPTO (sodium_init failed). */
+FL_API fl_status fl_dp_rng_create_chacha20(fl_dp_rng **out, const uint8_t *seed, size_t seed_len,
+                                           const fl_allocator *alloc);
+
+/* Wipes and frees. NULL is a no-op. */
+FL_API void fl_dp_rng_destroy(fl_dp_rng *rng);
+
+/* Detail of the last failure on rng (owned by rng, valid until the next call on it). */
+FL_API const char *fl_dp_rng_errmsg(const fl_dp_rng *rng);
+
+/* Writes n uniformly random bytes to out. Returns FL_OK, FL_ERR_MISUSE, or the sticky fill
+ * error. */
+FL_API fl_status fl_dp_rng_bytes(fl_dp_rng *rng, uint8_t *out, size_t n);
+
+/* *out = a uniform integer in [0, bound), exactly (rejection sampling, no modulo bias).
+ * Returns FL_OK, FL_ERR_MISUSE (bound == 0, NULL args), or the sticky fill error. */
+FL_API fl_status fl_dp_rng_uniform(fl_dp_rng *rng, uint64_t *out, uint64_t bound);
+
+/* ---- exact samplers (Canonne, Kamath, Steinke 2020) ----
+ * Exact: every accept/reject is decided by integer comparisons against random bits, so the
+ * output distribution is exactly the stated one (given a uniform source). Running time is
+ * random and depends on the output (as in the paper): do not use where timing is observable
+ * by an adversary in a way that matters for your threat model. */
+
+/* Largest sigma2_num and sigma2_den accepted by the Gaussian sampler (2^40). */
+#define FL_DP_SIGMA2_MAX ((uint64_t)1 << 40)
+
+/* Writes n independent samples of the discrete Gaussian N_Z(0, sigma^2) to out, where
+ * sigma^2 = sigma2_num / sigma2_den: P(x) proportional to exp(-x^2 / (2 sigma^2)), x in Z.
+ * CKS20 Algorithm 3 with the discrete Laplace proposal of scale t = floor(sigma) + 1.
+ * 1 <= sigma2_num, sigma2_den <= FL_DP_SIGMA2_MAX (sigma between 2^-20 and 2^20).
+ * Returns FL_OK; FL_ERR_MISUSE (NULL rng, NULL out with n > 0, sigma^2 out of range);
+ * FL_ERR_RANGE if an intermediate overflows 128 bits, which needs a proposal beyond 2^40
+ * standard deviations (probability below 2^-1000); or the sticky fill error. On error the
+ * contents of out are unspecified. */
+FL_API fl_status fl_dp_discrete_gaussian(fl_dp_rng *rng, int64_t *out, size_t n,
+                                         uint64_t sigma2_num, uint64_t sigma2_den);
+
+/* Adds n discrete Gaussian samples (as above) to vec in place, failing with FL_ERR_RANGE
+ * (vec unchanged from that element on) if a sum would overflow int64_t. */
+FL_API fl_status fl_dp_discrete_gaussian_add(fl_dp_rng *rng, int64_t *vec, size_t n,
+                                             uint64_t sigma2_num, uint64_t sigma2_den);
+
+/* Writes n samples of the discrete Laplace distribution with scale b = scale_num / scale_den
+ * to out: P(x) proportional to exp(-|x| / b), x in Z (CKS20 Algorithm 2). 1 <= scale_num,
+ * scale_den <= 2^40. Returns FL_OK, FL_ERR_MISUSE, or the sticky fill error. */
+FL_API fl_status fl_dp_discrete_laplace(fl_dp_rng *rng, int64_t *out, size_t n,
+                                        uint64_t scale_num, uint64_t scale_den);
+
+/* Writes the rational sigma2_num / sigma2_den >= x (the smallest with denominator den, then
+ * reduced) so that a real-valued variance can be handed to the samplers without ever
+ * decreasing the noise. 1 <= den <= 2^20; x finite, > 0 and with x * den <= 2^40.
+ * Returns FL_OK or FL_ERR_MISUSE. */
+FL_API fl_status fl_dp_variance_to_rational(uint64_t *sigma2_num, uint64_t *sigma2_den, double x,
+                                            uint64_t den);
+
+/* ---- clipping ----
+ * L2 clipping of a float32 update: if ||v||_2 > clip, v <- v * clip / ||v||_2. Norms are
+ * computed in double. The input is checked first: a NaN or infinity anywhere returns
+ * FL_ERR_RANGE with v unchanged (never propagated). A zero vector is left as is (norm 0).
+ * Scaling is done in double and rounded to float, so the clipped norm may exceed clip by
+ * a relative 2^-23; privacy code downstream re-checks its own bounds on integers. */
+
+/* *norm_out = ||v||_2 (double accumulation). Returns FL_OK, FL_ERR_MISUSE (NULL v with n > 0,
+ * NULL norm_out), FL_ERR_RANGE (non-finite element). */
+FL_API fl_status fl_dp_l2_norm(double *norm_out, const float *v, size_t n);
+
+/* Clips v (n floats) to L2 norm <= clip in place. norm_out (optional) receives the pre-clip
+ * norm, for adaptive clipping. clip must be finite and > 0.
+ * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_RANGE (non-finite element: v unchanged). */
+FL_API fl_status fl_dp_clip_l2(float *v, size_t n, double clip, double *norm_out);
+
+/* Per-layer clipping: v is n_layers consecutive slices of layer_sizes[i] floats (summing to
+ * n); slice i is clipped to clips[i]. norms_out (optional, n_layers doubles) receives the
+ * pre-clip norms. The clipped update has L2 norm <= sqrt(sum clips[i]^2), which is the
+ * sensitivity to use (fl_dp_clip_layers_total). All slices are checked before any is
+ * modified. Returns FL_OK, FL_ERR_MISUSE (NULL arrays, sizes not summing to n, bad clip),
+ * FL_ERR_RANGE (non-finite element: v unchanged). */
+FL_API fl_status fl_dp_clip_l2_layers(float *v, size_t n, const size_t *layer_sizes,
+                                      const double *clips, size_t n_layers, double *norms_out);
+
+/* sqrt(sum clips[i]^2): the overall L2 bound after per-layer clipping. Returns 0 on bad
+ * input (NULL, a non-finite or non-positive clip). */
+FL_API double fl_dp_clip_layers_total(const double *clips, size_t n_layers);
+
+/* ---- adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy 2021) ----
+ * The clip norm C follows the target quantile gamma of the clients' update norms. Each
+ * client reports the bit b_i = [||update_i|| <= C] (fl_dp_adaptive_clip_bit); the server
+ * noises the count with a discrete Gaussian of variance bit_sigma2 and forms
+ * b_hat = (sum b_i + noise) / m, then C <- C * exp(-eta * (b_hat - gamma)) (geometric update).
+ * If more than a gamma fraction of clients is unclipped, C shrinks, else it grows. Only the
+ * noised count is released; the update itself uses floating point, which is post-processing. */
+
+typedef struct fl_dp_adaptive_clip_config {
+    size_t struct_size;        /* sizeof(fl_dp_adaptive_clip_config) */
+    double initial_clip;       /* C_0 > 0, model units; default 0.1 */
+    double target_quantile;    /* gamma in (0, 1); default 0.5 */
+    double learning_rate;      /* eta_C > 0; default 0.2 */
+    uint64_t bit_sigma2_num;   /* variance of the noise on the bit count = num/den (count */
+    uint64_t bit_sigma2_den;   /*   units, >= 1 each); default 1/1 */
+    double min_clip;           /* lower bound on C (>= 0, 0 = none); default 0 */
+    double max_clip;           /* upper bound on C (0 = none); default 0 */
+} fl_dp_adaptive_clip_config;
+
+/* Adaptive clipping state; caller-owned, fields read-only for the caller. */
+typedef struct fl_dp_adaptive_clip {
+    fl_dp_adaptive_clip_config cfg; /* validated copy */
+    double clip;                    /* current clip norm C, model units */
+    double last_fraction;           /* last noised fraction b_hat (may be outside [0, 1]) */
+    uint64_t rounds;                /* updates applied */
+} fl_dp_adaptive_clip;
+
+/* Fills the documented defaults. */
+FL_API void fl_dp_adaptive_clip_config_init(fl_dp_adaptive_clip_config *cfg);
+
+/* Validates cfg and sets st->clip = initial_clip. Returns FL_OK or FL_ERR_MISUSE. */
+FL_API fl_status fl_dp_adaptive_clip_init(fl_dp_adaptive_clip *st,
+                                          const fl_dp_adaptive_clip_config *cfg);
+
+/* Client side: 1 if update_norm <= clip, else 0 (a NaN norm gives 0). */
+FL_API int fl_dp_adaptive_clip_bit(double update_norm, double clip);
+
+/* Server side, central noise: adds N_Z(0, bit_sigma2) to bit_sum (the plain count of 1-bits
+ * from n_clients clients), then applies the geometric update. *noised_sum_out (optional)
+ * gets the released noised count. Returns FL_OK, FL_ERR_MISUSE (bit_sum > n_clients,
+ * n_clients == 0), or the rng's error (state unchanged on error). */
+FL_API fl_status fl_dp_adaptive_clip_update(fl_dp_adaptive_clip *st, fl_dp_rng *rng,
+                                            uint64_t bit_sum, uint64_t n_clients,
+                                            int64_t *noised_sum_out);
+
+/* Server side when the count is already noised (e.g. the bits went through distributed DP
+ * and secure aggregation): applies the geometric update with b_hat = noised_sum / n_clients.
+ * Returns FL_OK or FL_ERR_MISUSE (n_clients == 0). */
+FL_API fl_status fl_dp_adaptive_clip_update_noised(fl_dp_adaptive_clip *st, int64_t noised_sum,
+                                                   uint64_t n_clients);
+
+/* AMR21 Section 3: when a total noise multiplier z is split between the bit count (noise
+ * std sigma_b on the count) and the update sum, the update sum must use
+ * z_delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) to keep the same overall privacy. Writes z_delta.
+ * Returns FL_OK, or FL_ERR_MISUSE if z <= 0, sigma_b <= 0 or 2 sigma_b <= z (the bit noise
+ * alone would use up the budget). */
+FL_API fl_status fl_dp_adaptive_clip_update_multiplier(double *z_delta, double z, double sigma_b);
+
+/* ---- lattice helpers ----
+ * Map floats to the integer lattice gamma*Z and back. */
+
+/* out[i] = round(x[i] / granularity), ties to even (deterministic; ||out - x/gamma||_inf <= 1/2).
+ * Returns FL_OK, FL_ERR_MISUSE (NULL with n > 0, granularity not finite > 0), FL_ERR_RANGE
+ * (non-finite x[i], or |x[i] / granularity| >= 2^62). */
+FL_API fl_status fl_dp_lattice_encode(int64_t *out, const float *x, size_t n, double granularity);
+
+/* out[i] = (float)(q[i] * granularity). Returns FL_OK or FL_ERR_MISUSE. */
+FL_API fl_status fl_dp_lattice_decode(float *out, const int64_t *q, size_t n, double granularity);
+
+/* ---- central DP (DP-FedAvg, McMahan et al. 2018) ----
+ * Each client update is clipped to `clip`, scaled by 1/granularity and rounded with
+ * conditional randomized rounding (KLS21) so that the integer vector has
+ * ||q||_2^2 <= floor(l2_bound^2) (fl_dp_central_encode); the server sums the integer vectors,
+ * adds N_Z(0, sigma^2) to every coordinate (fl_dp_central_noise) and maps back
+ * (fl_dp_lattice_decode). The L2 sensitivity of the integer sum is the l2_bound of
+ * fl_dp_central_info. */
+
+typedef struct fl_dp_central_params {
+    size_t struct_size;  /* sizeof(fl_dp_central_params) */
+    double clip;         /* L2 clip c of one client's update, model units, > 0 */
+    double granularity;  /* lattice step gamma, model units, > 0 */
+    double beta;         /* conditional rounding bias in [0, 1); default exp(-1/2) */
+    uint64_t sigma2_num; /* noise variance on the summed lattice = num/den (lattice units^2) */
+    uint64_t sigma2_den;
+} fl_dp_central_params;
+
+/* What the accountant needs for one central round. */
+typedef struct fl_dp_central_info {
+    double l2_bound;      /* L2 sensitivity of the integer sum (lattice units), enforced */
+    double sigma;         /* noise std on each lattice coordinate, sqrt(num/den) */
+    double noise_multiplier; /* sigma / l2_bound: the z of the Gaussian RDP curve; CKS20 shows
+                                the discrete Gaussian's RDP is at most the continuous one's */
+} fl_dp_central_info;
+
+/* Fills defaults: clip 1, granularity 1e-3, beta exp(-1/2), sigma^2 1/1. */
+FL_API void fl_dp_central_params_init(fl_dp_central_params *p);
+
+/* Fills *info for p and dim. Returns FL_OK or FL_ERR_MISUSE (invalid params). */
+FL_API fl_status fl_dp_central_info_get(fl_dp_central_info *info, const fl_dp_central_params *p,
+                                        size_t dim);
+
+/* Client/server side: clips a copy of update (dim floats; not modified), scales by
+ * 1/granularity and rounds with conditional randomized rounding into out (dim int64). At most
+ * 1000 rounding attempts (failure probability per attempt <= beta). Returns FL_OK,
+ * FL_ERR_MISUSE, FL_ERR_RANGE (non-finite update, or the scaled values too large),
+ * FL_ERR_AGAIN (1000 attempts failed; astronomically unlikely for beta < 0.99), FL_ERR_NOMEM,
+ * or the rng's error. alloc: NULL = libc, for a dim-double workspace. */
+FL_API fl_status fl_dp_central_encode(fl_dp_rng *rng, int64_t *out, const float *update, size_t dim,
+                                      const fl_dp_central_params *p, double *norm_out,
+                                      const fl_allocator *alloc);
+
+/* Server side: adds N_Z(0, sigma^2) to every coordinate of the integer sum (dim int64) in place.
+ * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_RANGE (int64 overflow), or the rng's error. */
+FL_API fl_status fl_dp_central_noise(fl_dp_rng *rng, int64_t *sum, size_t dim,
+                                     const fl_dp_central_params *p);
+
+/* ---- distributed DP (Kairouz, Liu, Steinke 2021: distributed discrete Gaussian) ----
+ * Client: clip to c; scale by 1/gamma; pad to a power of two d' and rotate with the
+ * randomized Hadamard transform H D (D: random signs from the public rotation seed, H: the
+ * Walsh-Hadamard matrix divided by sqrt(d')); conditional randomized rounding, retried until
+ * ||x~||_2^2 <= floor(l2_bound^2) with
+ *   l2_bound^2 = min(c^2/gamma^2 + d'/4 + sqrt(2 ln(1/beta)) (c/gamma + sqrt(d')/2),
+ *                    (c/gamma + sqrt(d'))^2);
+ * add N_Z(0, sigma_c^2) per coordinate where sigma_c^2 = sigma2_num/sigma2_den is the
+ * per-client variance, chosen as sigma^2 / n_min so that any n >= n_min survivors still
+ * carry total variance >= sigma^2; reduce modulo 2^b. Server: the secure-aggregation sum
+ * modulo 2^b is mapped to [-2^(b-1), 2^(b-1)), multiplied by gamma and rotated back
+ * (D H^T), keeping the first d coordinates. */
+
+typedef struct fl_dp_distributed_params {
+    size_t struct_size;      /* sizeof(fl_dp_distributed_params) */
+    size_t dim;              /* model dimension d (floats per update) */
+    double clip;             /* L2 clip c, model units, > 0 */
+    double granularity;      /* gamma, model units per lattice step, > 0 */
+    double beta;             /* conditional rounding bias in [0, 1); default exp(-1/2) */
+    uint32_t modulus_bits;   /* b: the secure-aggregation field is Z_{2^b}, 2 <= b <= 62 */
+    uint32_t n_min;          /* minimum number of surviving clients, >= 1 */
+    uint64_t sigma2_num;     /* per-client noise variance sigma_c^2 = num/den, lattice units */
+    uint64_t sigma2_den;
+} fl_dp_distributed_params;
+
+/* Noise and sensitivity of one distributed round, for the accountant. KLS21 Theorem 1: with
+ * n survivors the round is (eps^2/2)-concentrated DP with
+ *   eps = min(sqrt(l2^2/(n sc2) + tau d'/2), l2/sqrt(n sc2) + tau sqrt(d')),
+ *   tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sc2 k/(k+1)), sc2 = per-client variance;
+ * rho = eps^2/2 is filled in for n = n_survivors. */
+typedef struct fl_dp_distributed_info {
+    size_t dim_padded;          /* d': power of two >= dim */
+    double l2_bound;            /* L2 sensitivity of one client after rounding (lattice units) */
+    double l1_bound;            /* L1 bound after rounding: min(l2^2, sqrt(d') l2) */
+    double client_variance;     /* sigma_c^2 = sigma2_num / sigma2_den */
+    double total_variance;      /* n_survivors * sigma_c^2: variance of the summed noise */
+    double tau;                 /* KLS21 tau for n_survivors */
+    double rho;                 /* zCDP rho for one round with n_survivors clients */
+    double noise_multiplier;    /* sqrt(total_variance) / l2_bound */
+    double modular_wrap_bound;  /* bound on P(any coordinate of the sum wraps mod 2^b) for
+                                   n_survivors clients (sub-Gaussian tail, see docs/dp.md) */
+} fl_dp_distributed_info;
+
+/* Fills defaults: dim 0, clip 1, granularity 1e-3, beta exp(-1/2), 20 bits, n_min 1,
+ * sigma^2 1/1. */
+FL_API void fl_dp_distributed_params_init(fl_dp_distributed_params *p);
+
+/* Chooses granularity and the per-client variance for a target: total noise std
+ * noise_multiplier * clip (model units) once n_min clients survive, at most n_max clients
+ * summed, modulus 2^modulus_bits, and a wrap-around probability <= wrap_prob. gamma is the
+ * smallest value for which the sub-Gaussian bound 2 d' exp(-2^(2b) / (8 v)) <= wrap_prob,
+ * v = (n_max c / gamma)^2 / d' + n_max / 4 + (n_max / n_min) (z c / gamma)^2, holds; the
+ * per-client variance (z c / gamma)^2 / n_min is rounded up to a rational. p->dim, clip,
+ * beta, modulus_bits, n_min are taken from *p and the rest filled in. Returns FL_OK,
+ * FL_ERR_MISUSE (bad arguments), FL_ERR_RANGE (no gamma works: more bits are needed). */
+FL_API fl_status fl_dp_distributed_choose(fl_dp_distributed_params *p, double noise_multiplier,
+                                          uint32_t n_max, double wrap_prob);
+
+/* Fills *info for n_survivors (>= n_min) clients. Returns FL_OK or FL_ERR_MISUSE. */
+FL_API fl_status fl_dp_distributed_info_get(fl_dp_distributed_info *info,
+                                            const fl_dp_distributed_params *p,
+                                            uint32_t n_survivors);
+
+/* d': the power of two >= dim (the length of encoded vectors), 0 if dim is 0 or too large. */
+FL_API size_t fl_dp_distributed_padded_dim(size_t dim);
+
+/* Client side. Encodes update (p->dim floats, not modified) into out (dim_padded words, each
+ * in [0, 2^b)), ready to be masked by secure aggregation. rotation_seed: the round's public
+ * FL_DP_SEED_BYTES seed, the same for all clients and the server. rng: private randomness
+ * (rounding and noise; use fl_dp_rng_create_os). norm_out (optional): pre-clip norm.
+ * alloc: NULL = libc, for a d'-double workspace. Returns FL_OK, FL_ERR_MISUSE, FL_ERR_RANGE
+ * (non-finite update), FL_ERR_AGAIN (1000 rounding attempts failed), FL_ERR_NOMEM, or the
+ * rng's error. */
+FL_API fl_status fl_dp_distributed_encode(fl_dp_rng *rng, uint64_t *out, size_t out_len,
+                                          const float *update, const fl_dp_distributed_params *p,
+                                          const uint8_t *rotation_seed, double *norm_out,
+                                          const fl_allocator *alloc);
+
+/* Server side. Decodes sum (dim_padded words, the secure-aggregation sum mod 2^b) into out
+ * (p->dim floats): centered lift, times gamma, inverse rotation. The result estimates the
+ * sum of the clipped updates plus noise. Returns FL_OK, FL_ERR_MISUSE (bad lengths, sum
+ * word >= 2^b), FL_ERR_NOMEM. */
+FL_API fl_status fl_dp_distributed_decode(float *out, const uint64_t *sum, size_t sum_len,
+                                          const fl_dp_distributed_params *p,
+                                          const uint8_t *rotation_seed, const fl_allocator *alloc);
+
+/* ---- randomized Hadamard rotation ----
+ * x <- H D x on n = power-of-two doubles (D: +-1 signs from the ChaCha20 stream of seed,
+ * H: Walsh-Hadamard / sqrt(n)); orthogonal, so norms are preserved up to rounding. The
+ * inverse is x <- D H x (H is symmetric and its own inverse). Returns FL_OK or FL_ERR_MISUSE
+ * (n not a power of two, NULL args); FL_ERR_NOMEM is not possible (no allocation). */
+FL_API fl_status fl_dp_rotation_forward(double *x, size_t n, const uint8_t *seed);
+FL_API fl_status fl_dp_rotation_inverse(double *x, size_t n, const uint8_t *seed);
+
 /* ==== end mechanisms ==== */
 
 /* ==== accounting: RDP accountant, conversion, budget (dp-accountant) ==== */
