@@ -1,0 +1,303 @@
+/* secagg crypto backend on mbedTLS 2.28 alone (embedded profile): CTR-DRBG, X25519 over
+ * mbedtls_ecp (Curve25519), HKDF, SHA-256, ChaCha20-Poly1305 and an AES-128-CTR PRG.
+ *
+ * Every deterministic output matches the sodium-openssl backend byte for byte (checked by
+ * tests/secagg/test_crypto_kat.c and test_crypto_cross.c).
+ *
+ * mbedTLS 2.28 has no Ed25519 and Debian packages no small vetted Ed25519 library (no
+ * Monocypher, no TweetNaCl), so the three Ed25519 pointers are NULL here: the active-
+ * adversary (signed) mode needs the sodium backend or a platform signer.
+ *
+ * Randomness: one process-wide CTR-DRBG (AES-256) seeded from mbedtls_entropy on first use
+ * (pthread_once). mbedtls_ctr_drbg_random locks the context's mutex (MBEDTLS_THREADING_C),
+ * so random() is thread-safe. Prediction resistance is on: every request reseeds from the
+ * OS entropy source, so a forked child never replays the parent's DRBG stream. */
+
+#include <pthread.h>
+#include <string.h>
+
+#include <mbedtls/aes.h>
+#include <mbedtls/chachapoly.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/ecp.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/hkdf.h>
+#include <mbedtls/md.h>
+#include <mbedtls/sha256.h>
+
+#include "crypto.h"
+#include "flotilla/common.h"
+
+#if !defined(MBEDTLS_THREADING_C)
+#error "the mbedtls secagg backend needs an mbedTLS built with MBEDTLS_THREADING_C"
+#endif
+
+static const uint8_t fl__sa_mbed_empty[1] = {0};
+
+/* ---- randomness: lazily seeded, process-wide CTR-DRBG ---- */
+
+static pthread_once_t fl__sa_mbed_once = PTHREAD_ONCE_INIT;
+static mbedtls_entropy_context fl__sa_mbed_entropy;
+static mbedtls_ctr_drbg_context fl__sa_mbed_drbg;
+static int fl__sa_mbed_drbg_ok; /* 1 once seeded; written only inside pthread_once */
+
+static void mbed_drbg_init(void) {
+    static const char pers[] = "flotilla-secagg-mbedtls";
+    mbedtls_entropy_init(&fl__sa_mbed_entropy);
+    mbedtls_ctr_drbg_init(&fl__sa_mbed_drbg);
+    if (mbedtls_ctr_drbg_seed(&fl__sa_mbed_drbg, mbedtls_entropy_func, &fl__sa_mbed_entropy,
+                              (const unsigned char *)pers, sizeof(pers) - 1) != 0)
+        return;
+    mbedtls_ctr_drbg_set_prediction_resistance(&fl__sa_mbed_drbg, MBEDTLS_CTR_DRBG_PR_ON);
+    fl__sa_mbed_drbg_ok = 1;
+}
+
+/* mbedTLS f_rng signature over the shared DRBG. */
+static int mbed_rng(void *unused, unsigned char *out, size_t n) {
+    (void)unused;
+    if (pthread_once(&fl__sa_mbed_once, mbed_drbg_init) != 0 || !fl__sa_mbed_drbg_ok)
+        return -1;
+    while (n > 0) {
+        size_t take = n < MBEDTLS_CTR_DRBG_MAX_REQUEST ? n : MBEDTLS_CTR_DRBG_MAX_REQUEST;
+        if (mbedtls_ctr_drbg_random(&fl__sa_mbed_drbg, out, take) != 0)
+            return -1;
+        out += take;
+        n -= take;
+    }
+    return 0;
+}
+
+static int mbed_random(uint8_t *out, size_t n) {
+    if (n == 0)
+        return 0;
+    if (!out)
+        return -1;
+    if (mbed_rng(NULL, out, n) != 0) {
+        fl_memzero(out, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- X25519 (RFC 7748) over mbedtls_ecp ----
+ * mbedTLS keeps Curve25519 scalars and u-coordinates as MPIs; RFC 7748 byte strings are
+ * little-endian, so they go through mbedtls_mpi_read_binary_le / point_{read,write}_binary
+ * (little-endian for Montgomery curves; read_binary also masks the top bit of u as RFC 7748
+ * section 5 requires). mbedtls_ecp_mul insists on a clamped scalar, so we clamp a copy. */
+
+static void mbed_x25519_clamp(uint8_t k[32]) {
+    k[0] &= 248;
+    k[31] &= 127;
+    k[31] |= 64;
+}
+
+/* out = X25519(sk, u); u == NULL means the base point 9. */
+static int mbed_x25519(uint8_t out[32], const uint8_t sk[32], const uint8_t *u) {
+    mbedtls_ecp_group grp;
+    mbedtls_ecp_point q, r;
+    mbedtls_mpi d;
+    uint8_t k[32];
+    size_t olen = 0;
+    int rc = -1;
+
+    mbedtls_ecp_group_init(&grp);
+    mbedtls_ecp_point_init(&q);
+    mbedtls_ecp_point_init(&r);
+    mbedtls_mpi_init(&d);
+    memcpy(k, sk, 32);
+    mbed_x25519_clamp(k);
+
+    if (mbedtls_ecp_group_load(&grp, MBEDTLS_ECP_DP_CURVE25519) != 0)
+        goto out_free;
+    if (mbedtls_mpi_read_binary_le(&d, k, sizeof(k)) != 0)
+        goto out_free;
+    if (u) {
+        if (mbedtls_ecp_point_read_binary(&grp, &q, u, 32) != 0)
+            goto out_free;
+    } else if (mbedtls_ecp_copy(&q, &grp.G) != 0) {
+        goto out_free;
+    }
+    /* mbedtls_ecp_mul rejects the known low-order u values and fails when the result is
+     * the point at infinity; the output check below covers any remaining all-zero case. */
+    if (mbedtls_ecp_mul(&grp, &r, &d, &q, mbed_rng, NULL) != 0)
+        goto out_free;
+    if (mbedtls_ecp_point_write_binary(&grp, &r, MBEDTLS_ECP_PF_UNCOMPRESSED, &olen, out, 32) !=
+            0 ||
+        olen != 32)
+        goto out_free;
+    {
+        uint8_t acc = 0;
+        for (size_t i = 0; i < 32; i++)
+            acc |= out[i];
+        if (acc == 0)
+            goto out_free;
+    }
+    rc = 0;
+out_free:
+    if (rc != 0)
+        fl_memzero(out, 32);
+    fl_memzero(k, sizeof(k));
+    mbedtls_mpi_free(&d); /* mbedtls_mpi_free zeroizes the limbs */
+    mbedtls_ecp_point_free(&q);
+    mbedtls_ecp_point_free(&r);
+    mbedtls_ecp_group_free(&grp);
+    return rc;
+}
+
+static int mbed_x25519_public(uint8_t pk[32], const uint8_t sk[32]) {
+    if (!pk || !sk)
+        return -1;
+    return mbed_x25519(pk, sk, NULL);
+}
+
+static int mbed_x25519_keypair(uint8_t pk[32], uint8_t sk[32]) {
+    if (!pk || !sk)
+        return -1;
+    if (mbed_random(sk, 32) != 0)
+        return -1;
+    mbed_x25519_clamp(sk);
+    if (mbed_x25519(pk, sk, NULL) != 0) {
+        fl_memzero(sk, 32);
+        return -1;
+    }
+    return 0;
+}
+
+static int mbed_x25519_shared(uint8_t out[32], const uint8_t sk[32], const uint8_t peer_pk[32]) {
+    if (!out || !sk || !peer_pk)
+        return -1;
+    return mbed_x25519(out, sk, peer_pk);
+}
+
+/* ---- HKDF-SHA256, SHA-256 ---- */
+
+static int mbed_hkdf_sha256(uint8_t *out, size_t out_len, const uint8_t *salt, size_t salt_len,
+                            const uint8_t *ikm, size_t ikm_len, const uint8_t *info,
+                            size_t info_len) {
+    if ((!out && out_len) || (!salt && salt_len) || (!ikm && ikm_len) || (!info && info_len))
+        return -1;
+    if (out_len > 255u * FL__SA_SHA256_BYTES)
+        return -1;
+    if (out_len == 0)
+        return 0;
+    /* A NULL salt makes mbedtls_hkdf use HashLen zero bytes, which equals the empty salt. */
+    int rc = mbedtls_hkdf(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), salt_len ? salt : NULL,
+                          salt_len, ikm ? ikm : fl__sa_mbed_empty, ikm_len,
+                          info ? info : fl__sa_mbed_empty, info_len, out, out_len);
+    if (rc != 0) {
+        fl_memzero(out, out_len);
+        return -1;
+    }
+    return 0;
+}
+
+static int mbed_sha256(uint8_t out[32], const uint8_t *msg, size_t len) {
+    if (!out || (!msg && len))
+        return -1;
+    return mbedtls_sha256_ret(msg ? msg : fl__sa_mbed_empty, len, out, 0) == 0 ? 0 : -1;
+}
+
+/* ---- ChaCha20-Poly1305 IETF (RFC 8439) ---- */
+
+static int mbed_aead_seal(uint8_t *out, const uint8_t *msg, size_t len, const uint8_t *ad,
+                          size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]) {
+    mbedtls_chachapoly_context ctx;
+    int rc = -1;
+    if (!out || (!msg && len) || (!ad && ad_len) || !nonce || !key)
+        return -1;
+    if (len > SIZE_MAX - FL__SA_AEAD_TAG_BYTES || (uint64_t)len > 274877906880ull)
+        return -1; /* RFC 8439: at most 2^32 - 1 blocks of 64 bytes */
+    mbedtls_chachapoly_init(&ctx);
+    if (mbedtls_chachapoly_setkey(&ctx, key) != 0)
+        goto out_free;
+    if (mbedtls_chachapoly_encrypt_and_tag(&ctx, len, nonce, ad ? ad : fl__sa_mbed_empty, ad_len,
+                                           msg ? msg : fl__sa_mbed_empty, out, out + len) != 0)
+        goto out_free;
+    rc = 0;
+out_free:
+    mbedtls_chachapoly_free(&ctx); /* zeroizes the key schedule */
+    return rc;
+}
+
+/* mbedtls_chachapoly_auth_decrypt MACs the ciphertext, decrypts, compares the tag in
+ * constant time and zeroizes the output on mismatch before returning: the caller never
+ * sees unverified plaintext, matching the sodium backend (which also zeroes out). */
+static int mbed_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, const uint8_t *ad,
+                          size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]) {
+    mbedtls_chachapoly_context ctx;
+    uint8_t sink[1];
+    int rc = -1;
+    if (!ct || (!ad && ad_len) || !nonce || !key || ct_len < FL__SA_AEAD_TAG_BYTES)
+        return -1;
+    size_t len = ct_len - FL__SA_AEAD_TAG_BYTES;
+    if (!out && len)
+        return -1;
+    mbedtls_chachapoly_init(&ctx);
+    if (mbedtls_chachapoly_setkey(&ctx, key) != 0)
+        goto out_free;
+    if (mbedtls_chachapoly_auth_decrypt(&ctx, len, nonce, ad ? ad : fl__sa_mbed_empty, ad_len,
+                                        ct + len, ct, out ? out : sink) != 0)
+        goto out_free;
+    rc = 0;
+out_free:
+    if (rc != 0 && out)
+        fl_memzero(out, len);
+    mbedtls_chachapoly_free(&ctx);
+    return rc;
+}
+
+/* ---- mask PRG: AES-128-CTR keystream ----
+ * mbedtls_aes_crypt_ctr over a zero source. It increments the full 128-bit counter block
+ * big-endian, like OpenSSL, and encrypts through AES-NI when the CPU has it
+ * (mbedtls_aes_crypt_ecb dispatches to mbedtls_aesni_crypt_ecb). */
+
+#define FL__SA_MBED_PRG_CHUNK 4096
+static const uint8_t fl__sa_mbed_zeros[FL__SA_MBED_PRG_CHUNK];
+
+static int mbed_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
+    mbedtls_aes_context aes;
+    uint8_t ctr[16], block[16];
+    size_t off = 0;
+    int rc = -1;
+    if (!seed || (!out && n))
+        return -1;
+    if (n == 0)
+        return 0;
+    mbedtls_aes_init(&aes);
+    memcpy(ctr, seed + 16, 16);
+    if (mbedtls_aes_setkey_enc(&aes, seed, 128) != 0)
+        goto out_free;
+    for (size_t done = 0; done < n;) {
+        size_t take = n - done < FL__SA_MBED_PRG_CHUNK ? n - done : FL__SA_MBED_PRG_CHUNK;
+        if (mbedtls_aes_crypt_ctr(&aes, take, &off, ctr, block, fl__sa_mbed_zeros, out + done) !=
+            0)
+            goto out_free;
+        done += take;
+    }
+    rc = 0;
+out_free:
+    if (rc != 0)
+        fl_memzero(out, n);
+    fl_memzero(ctr, sizeof(ctr));
+    fl_memzero(block, sizeof(block));
+    mbedtls_aes_free(&aes); /* zeroizes the round keys */
+    return rc;
+}
+
+/* ---- table ---- */
+
+const struct fl__sa_crypto fl__sa_crypto_mbedtls = {
+    .name = "mbedtls",
+    .random = mbed_random,
+    .x25519_keypair = mbed_x25519_keypair,
+    .x25519_public = mbed_x25519_public,
+    .x25519_shared = mbed_x25519_shared,
+    .hkdf_sha256 = mbed_hkdf_sha256,
+    .sha256 = mbed_sha256,
+    .aead_seal = mbed_aead_seal,
+    .aead_open = mbed_aead_open,
+    .ed25519_keypair = NULL,
+    .ed25519_sign = NULL,
+    .ed25519_verify = NULL,
+    .prg = mbed_prg,
+};
