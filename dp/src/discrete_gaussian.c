@@ -1,0 +1,171 @@
+/* Exact discrete Gaussian sampler: Canonne, Kamath, Steinke, "The Discrete Gaussian for
+ * Differential Privacy" (NeurIPS 2020), Algorithm 3, on the exact coins of exact_coins.h.
+ *
+ * Proposal: a discrete Laplace Y with P(y) ~ exp(-|y|/t), t = floor(sigma) + 1, drawn as in
+ * CKS20 Algorithm 2 with s = 1: U uniform in [0, t) kept with probability exp(-U/t), V the
+ * number of successes of Bernoulli(exp(-1)) before the first failure, X = U + t V, a sign,
+ * and (sign -, X = 0) rejected so that 0 is not counted twice. Acceptance: Bernoulli of
+ * exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)). With sigma^2 = num/den the exponent is the
+ * rational (|Y| t den - num)^2 / (2 t^2 num den), evaluated exactly in 128-bit integers. */
+
+#include <math.h>
+
+#include "discrete_noise.h"
+#include "exact_coins.h"
+
+/* floor(sqrt(v)) for v < 2^64, exact. */
+static uint64_t isqrt_u64(uint64_t v) {
+    uint64_t r = (uint64_t)sqrt((double)v);
+    while (r > 0 && (fl__dp_u128)r * r > v)
+        r--;
+    while ((fl__dp_u128)(r + 1) * (r + 1) <= v)
+        r++;
+    return r;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+fl_status fl__dp_dgauss_prepare(struct fl__dp_dgauss *g, uint64_t num, uint64_t den) {
+    if (num == 0 || den == 0 || num > FL_DP_SIGMA2_MAX || den > FL_DP_SIGMA2_MAX)
+        return FL_ERR_MISUSE;
+    uint64_t c = gcd_u64(num, den);
+    num /= c;
+    den /= c;
+    g->num = num;
+    g->den = den;
+    g->t = isqrt_u64(num / den) + 1; /* floor(sqrt(num/den)) = floor(sqrt(floor(num/den))) */
+    g->tden = (fl__dp_u128)g->t * den; /* <= 2^41 */
+    /* 2 t^2 num den <= 2 (2^20 + 1)^2 2^80 < 2^127 when num/den <= 2^40, and when num/den < 1
+     * t = 1 and it is 2 num den <= 2^81. */
+    g->d = 2 * (fl__dp_u128)g->t * g->t * num * den;
+    /* |Y| t den must stay below 2^63 so that its square fits in 128 bits. */
+    g->xmax = (uint64_t)((((fl__dp_u128)1) << 63) / g->tden);
+    return FL_OK;
+}
+
+/* One discrete Laplace magnitude-and-sign draw with scale t (CKS20 Algorithm 2, s = 1).
+ * Returns 0 on success, -1 if X would exceed xmax (probability below exp(-2^21)), or 1 when
+ * the rng failed. */
+static int laplace_t(struct fl_dp_rng *rng, uint64_t t, uint64_t xmax, uint64_t *x_out,
+                     unsigned *neg_out) {
+    for (;;) {
+        if (rng->failed)
+            return 1;
+        uint64_t u = fl__dp_rng_below(rng, t);
+        if (!fl__dp_bern_exp_frac(rng, u, t))
+            continue;
+        uint64_t v = 0;
+        while (fl__dp_bern_exp1(rng))
+            v++;
+        if (rng->failed)
+            return 1;
+        if (v > (xmax - u) / t)
+            return -1;
+        uint64_t x = u + t * v;
+        unsigned neg = fl__dp_rng_bit(rng);
+        if (neg && x == 0)
+            continue;
+        *x_out = x;
+        *neg_out = neg;
+        return 0;
+    }
+}
+
+fl_status fl__dp_dgauss_one(struct fl_dp_rng *rng, const struct fl__dp_dgauss *g, int64_t *out) {
+    for (;;) {
+        uint64_t x;
+        unsigned neg;
+        int r = laplace_t(rng, g->t, g->xmax, &x, &neg);
+        if (r > 0)
+            return rng->failed;
+        if (r < 0)
+            return FL_ERR_RANGE;
+        fl__dp_u128 a = (fl__dp_u128)x * g->tden; /* < 2^63 */
+        fl__dp_u128 diff = a >= g->num ? a - g->num : g->num - a;
+        if (fl__dp_bern_exp(rng, diff * diff, g->d)) {
+            if (rng->failed)
+                return rng->failed;
+            *out = neg ? -(int64_t)x : (int64_t)x;
+            return FL_OK;
+        }
+    }
+}
+
+fl_status fl_dp_discrete_gaussian(fl_dp_rng *rng, int64_t *out, size_t n, uint64_t sigma2_num,
+                                  uint64_t sigma2_den) {
+    if (!rng)
+        return FL_ERR_MISUSE;
+    if (!out && n > 0)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE, "fl_dp_discrete_gaussian: out is NULL");
+    struct fl__dp_dgauss g;
+    if (fl__dp_dgauss_prepare(&g, sigma2_num, sigma2_den) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_discrete_gaussian: sigma^2 = %llu/%llu outside [1, 2^40]/[1, 2^40]",
+                           (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
+    if (rng->failed)
+        return rng->failed;
+    for (size_t i = 0; i < n; i++) {
+        fl_status st = fl__dp_dgauss_one(rng, &g, &out[i]);
+        if (st == FL_ERR_RANGE)
+            return fl__err_set(&rng->err, st, "fl_dp_discrete_gaussian: proposal overflow");
+        if (st != FL_OK)
+            return st;
+    }
+    return FL_OK;
+}
+
+fl_status fl_dp_discrete_gaussian_add(fl_dp_rng *rng, int64_t *vec, size_t n, uint64_t sigma2_num,
+                                      uint64_t sigma2_den) {
+    if (!rng)
+        return FL_ERR_MISUSE;
+    if (!vec && n > 0)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE, "fl_dp_discrete_gaussian_add: vec is NULL");
+    struct fl__dp_dgauss g;
+    if (fl__dp_dgauss_prepare(&g, sigma2_num, sigma2_den) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_discrete_gaussian_add: sigma^2 = %llu/%llu out of range",
+                           (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
+    if (rng->failed)
+        return rng->failed;
+    for (size_t i = 0; i < n; i++) {
+        int64_t z;
+        fl_status st = fl__dp_dgauss_one(rng, &g, &z);
+        if (st == FL_ERR_RANGE)
+            return fl__err_set(&rng->err, st, "fl_dp_discrete_gaussian_add: proposal overflow");
+        if (st != FL_OK)
+            return st;
+        if ((z > 0 && vec[i] > INT64_MAX - z) || (z < 0 && vec[i] < INT64_MIN - z))
+            return fl__err_set(&rng->err, FL_ERR_RANGE,
+                               "fl_dp_discrete_gaussian_add: element %zu overflows int64", i);
+        vec[i] += z;
+    }
+    return FL_OK;
+}
+
+fl_status fl_dp_variance_to_rational(uint64_t *sigma2_num, uint64_t *sigma2_den, double x,
+                                     uint64_t den) {
+    if (!sigma2_num || !sigma2_den || den == 0 || den > ((uint64_t)1 << 20) || !isfinite(x) ||
+        !(x > 0) || x * (double)den > (double)FL_DP_SIGMA2_MAX)
+        return FL_ERR_MISUSE;
+    double prod = x * (double)den;
+    uint64_t num = (uint64_t)ceil(prod);
+    if (num == 0)
+        num = 1;
+    /* fma gives the sign of x*den - num exactly: round up if the rounding of prod hid a
+     * remainder. */
+    while (fma(x, (double)den, -(double)num) > 0)
+        num++;
+    if (num > FL_DP_SIGMA2_MAX)
+        return FL_ERR_MISUSE;
+    uint64_t c = gcd_u64(num, den);
+    *sigma2_num = num / c;
+    *sigma2_den = den / c;
+    return FL_OK;
+}

@@ -1,0 +1,100 @@
+#ifndef FLOTILLA_DP_EXACT_COINS_H
+#define FLOTILLA_DP_EXACT_COINS_H
+
+/* Exact Bernoulli coins for the discrete samplers: Bernoulli(a/b) for rational a/b and
+ * Bernoulli(exp(-n/d)) for rational n/d >= 0 (CKS20 Algorithm 1). Integer arithmetic only.
+ *
+ * Bernoulli(a/b) compares a uniform real U in [0, 1) with a/b, reading U 64 bits at a time:
+ * with x the next 64 bits, U < a/b is certain when (x+1) b <= a 2^64 and impossible when
+ * x b >= a 2^64; otherwise (one value of x in 2^64) the comparison continues on the next
+ * 64 bits against the remainder (a 2^64 - x b) / b. So one coin costs one 64-bit word and a
+ * multiplication, and the answer is exact. Every loop also stops when the rng has failed
+ * (it then returns 0 and the caller reports rng->failed). */
+
+#include "rng_bits.h"
+
+
+/* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^64. */
+static inline unsigned fl__dp_coin64(struct fl_dp_rng *rng, uint64_t a, uint64_t b) {
+    for (;;) {
+        uint64_t x = fl__dp_rng_u64(rng);
+        fl__dp_u128 p = (fl__dp_u128)x * b;
+        fl__dp_u128 big_a = (fl__dp_u128)a << 64;
+        if (p + b <= big_a)
+            return 1;
+        if (p >= big_a)
+            return 0;
+        a = (uint64_t)(big_a - p);
+        if (rng->failed)
+            return 0;
+    }
+}
+
+/* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^127. Same comparison on 192-bit products. */
+static inline unsigned fl__dp_coin128(struct fl_dp_rng *rng, fl__dp_u128 a, fl__dp_u128 b) {
+    if ((b >> 64) == 0)
+        return fl__dp_coin64(rng, (uint64_t)a, (uint64_t)b);
+    uint64_t bl = (uint64_t)b, bh = (uint64_t)(b >> 64);
+    for (;;) {
+        uint64_t x = fl__dp_rng_u64(rng);
+        /* p = x * b = top * 2^64 + lo; the target is a * 2^64. */
+        fl__dp_u128 pl = (fl__dp_u128)x * bl;
+        fl__dp_u128 top = (fl__dp_u128)x * bh + (pl >> 64);
+        uint64_t lo = (uint64_t)pl;
+        if (top >= a)
+            return 0;
+        /* q = p + b */
+        uint64_t qlo = lo + bl;
+        fl__dp_u128 qtop = top + bh + (qlo < lo);
+        if (qtop < a || (qtop == a && qlo == 0))
+            return 1;
+        /* a 2^64 - p < b < 2^127 */
+        a = ((a - top) << 64) - lo;
+        if (rng->failed)
+            return 0;
+    }
+}
+
+/* Bernoulli(exp(-1)): CKS20 Algorithm 1 with gamma = 1. A_1 = Bernoulli(1) is always 1;
+ * A_2 = Bernoulli(1/2) is one bit; K is the first k with A_k = 0; the answer is K odd. */
+static inline unsigned fl__dp_bern_exp1(struct fl_dp_rng *rng) {
+    if (!fl__dp_rng_bit(rng))
+        return 0; /* K = 2 */
+    uint64_t k = 3;
+    while (fl__dp_coin64(rng, 1, k))
+        k++;
+    return (unsigned)(k & 1);
+}
+
+/* Bernoulli(exp(-n/d)) for 0 <= n <= d, 1 <= d < 2^127 (CKS20 Algorithm 1, gamma in [0,1]):
+ * A_k = Bernoulli(gamma / k) until the first 0 at K; the answer is K odd. */
+static inline unsigned fl__dp_bern_exp_frac(struct fl_dp_rng *rng, fl__dp_u128 n, fl__dp_u128 d) {
+    if (n == 0)
+        return 1;
+    uint64_t k = 1;
+    if ((d >> 64) == 0) {
+        /* d k < 2^127: one coin per step. */
+        while (fl__dp_coin128(rng, n, d * k))
+            k++;
+    } else {
+        /* Bernoulli(gamma / k) = Bernoulli(gamma) AND Bernoulli(1/k), independent coins. */
+        while (fl__dp_coin128(rng, n, d) && (k == 1 || fl__dp_coin64(rng, 1, k)))
+            k++;
+    }
+    return (unsigned)(k & 1);
+}
+
+/* Bernoulli(exp(-n/d)) for n >= 0, 1 <= d < 2^127: exp(-gamma) = exp(-1)^floor(gamma) *
+ * exp(-frac(gamma)), the first factor as independent Bernoulli(exp(-1)) coins (CKS20
+ * Algorithm 1, gamma > 1). Stops at the first failing coin, so the expected work is bounded
+ * whatever gamma is. */
+static inline unsigned fl__dp_bern_exp(struct fl_dp_rng *rng, fl__dp_u128 n, fl__dp_u128 d) {
+    while (n > d) {
+        if (!fl__dp_bern_exp1(rng))
+            return 0;
+        n -= d;
+    }
+    return fl__dp_bern_exp_frac(rng, n, d);
+}
+
+#endif /* FLOTILLA_DP_EXACT_COINS_H */

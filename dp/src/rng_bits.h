@@ -1,0 +1,79 @@
+#ifndef FLOTILLA_DP_RNG_BITS_H
+#define FLOTILLA_DP_RNG_BITS_H
+
+/* Internals of fl_dp_rng: the buffered byte source and the inline readers the samplers use
+ * on their hot path. Never installed. */
+
+#include <stdint.h>
+#include <string.h>
+
+#include "fl_internal.h"
+#include "flotilla/dp.h"
+
+/* 128-bit unsigned arithmetic (GCC/Clang) for exact products of 64-bit values. */
+__extension__ typedef unsigned __int128 fl__dp_u128;
+
+enum fl__dp_rng_kind {
+    FL__DP_RNG_USER = 0,    /* caller's fill callback */
+    FL__DP_RNG_OS = 1,      /* libsodium randombytes_buf */
+    FL__DP_RNG_CHACHA20 = 2 /* seeded ChaCha20-IETF keystream */
+};
+
+struct fl_dp_rng {
+    fl_allocator alloc;        /* copied at create */
+    struct fl__err err;        /* last failure detail */
+    fl_status failed;          /* sticky fill failure (FL_OK while healthy) */
+    enum fl__dp_rng_kind kind; /* which source refills buf */
+    fl_dp_rng_source src;      /* user source (kind USER) */
+    uint8_t key[FL_DP_SEED_BYTES]; /* ChaCha20 key (kind CHACHA20); wiped on destroy */
+    uint64_t refills;          /* ChaCha20 nonce of the next refill */
+    size_t pos;                /* next unread byte of buf */
+    uint64_t bits;             /* single-bit reservoir (low bits first) */
+    unsigned nbits;            /* valid bits in the reservoir */
+    /* Word-aligned random bytes: FL_DP_RNG_BUFFER_BYTES. */
+    uint64_t buf[FL_DP_RNG_BUFFER_BYTES / 8];
+};
+
+/* Refills buf (pos = 0). On a source failure, marks the rng failed, records the detail and
+ * zeroes buf so that readers see zeros; callers check rng->failed in every loop that may
+ * repeat on its outcome. */
+void fl__dp_rng_refill(struct fl_dp_rng *rng);
+
+/* Next 64 uniform bits. */
+static inline uint64_t fl__dp_rng_u64(struct fl_dp_rng *rng) {
+    if (rng->pos >= FL_DP_RNG_BUFFER_BYTES)
+        fl__dp_rng_refill(rng);
+    uint64_t x = rng->buf[rng->pos / 8];
+    rng->pos += 8;
+    return x;
+}
+
+/* Next uniform bit. */
+static inline unsigned fl__dp_rng_bit(struct fl_dp_rng *rng) {
+    if (rng->nbits == 0) {
+        rng->bits = fl__dp_rng_u64(rng);
+        rng->nbits = 64;
+    }
+    unsigned b = (unsigned)(rng->bits & 1u);
+    rng->bits >>= 1;
+    rng->nbits--;
+    return b;
+}
+
+/* Uniform integer in [0, bound), bound >= 1, exact (Lemire's multiply-and-reject). */
+static inline uint64_t fl__dp_rng_below(struct fl_dp_rng *rng, uint64_t bound) {
+    uint64_t x = fl__dp_rng_u64(rng);
+    fl__dp_u128 m = (fl__dp_u128)x * bound;
+    uint64_t lo = (uint64_t)m;
+    if (lo < bound) {
+        uint64_t thr = (0 - bound) % bound; /* 2^64 mod bound */
+        while (lo < thr && !rng->failed) {
+            x = fl__dp_rng_u64(rng);
+            m = (fl__dp_u128)x * bound;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+#endif /* FLOTILLA_DP_RNG_BITS_H */
