@@ -1,0 +1,202 @@
+/* Schema and migrations.
+ *
+ * The schema version lives in PRAGMA user_version; PRAGMA application_id marks the file
+ * as a Flotilla store. Migration N takes a database from version N-1 to N and runs in one
+ * write transaction together with the user_version bump, so a crash leaves either the old
+ * or the new schema, never a mix. Migrations are append-only: once released, a migration's
+ * text never changes (databases in the field were built from it). */
+
+#include <string.h>
+
+#include "store_internal.h"
+
+/* 'FLOT' */
+#define FL__STORE_APPLICATION_ID 0x464C4F54
+
+/* v1: populations, clients, immutable model versions, tags, rounds, participants. */
+static const char fl__store_migration_1[] =
+    "PRAGMA application_id = 1179406164;\n"
+    "CREATE TABLE populations (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  name TEXT NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 128),\n"
+    "  config_json TEXT NOT NULL CONSTRAINT population_config_json CHECK (json_valid(config_json)),\n"
+    "  epsilon REAL NOT NULL CHECK (epsilon > 0),\n"
+    "  delta REAL NOT NULL CHECK (delta >= 0 AND delta < 1),\n"
+    "  allowed_regions_json TEXT NOT NULL CONSTRAINT population_regions_json\n"
+    "    CHECK (json_valid(allowed_regions_json) AND json_type(allowed_regions_json) = 'array'),\n"
+    "  created_at INTEGER NOT NULL,\n"
+    "  state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2))\n"
+    ");\n"
+    "CREATE TABLE clients (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  client_id TEXT NOT NULL UNIQUE,\n"
+    "  token_sha256 BLOB NOT NULL CHECK (length(token_sha256) = 32),\n"
+    "  region TEXT NOT NULL,\n"
+    "  population_id INTEGER NOT NULL REFERENCES populations(id),\n"
+    "  enrolled_at INTEGER NOT NULL,\n"
+    "  last_seen INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE INDEX clients_population ON clients(population_id);\n"
+    /* bytes is the last column so listings never read the blob's overflow pages. */
+    "CREATE TABLE models (\n"
+    "  version INTEGER PRIMARY KEY,\n"
+    "  parent INTEGER REFERENCES models(version),\n"
+    "  population_id INTEGER REFERENCES populations(id),\n"
+    "  sha256 BLOB NOT NULL CHECK (length(sha256) = 32),\n"
+    "  metadata_json TEXT NOT NULL CONSTRAINT model_metadata_json CHECK (json_valid(metadata_json)),\n"
+    "  created_at INTEGER NOT NULL,\n"
+    "  size INTEGER NOT NULL CHECK (size > 0),\n"
+    "  bytes BLOB NOT NULL\n"
+    ");\n"
+    "CREATE UNIQUE INDEX models_content ON models(ifnull(population_id, 0), sha256);\n"
+    "CREATE INDEX models_parent ON models(parent);\n"
+    "CREATE TRIGGER models_immutable_update BEFORE UPDATE ON models\n"
+    "BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;\n"
+    "CREATE TRIGGER models_immutable_delete BEFORE DELETE ON models\n"
+    "BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;\n"
+    "CREATE TABLE tags (\n"
+    "  name TEXT PRIMARY KEY,\n"
+    "  version INTEGER NOT NULL REFERENCES models(version),\n"
+    "  updated_at INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE INDEX tags_version ON tags(version);\n"
+    "CREATE TABLE rounds (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  population_id INTEGER NOT NULL REFERENCES populations(id),\n"
+    "  round_number INTEGER NOT NULL CHECK (round_number >= 1),\n"
+    "  state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2, 3)),\n"
+    "  config_json TEXT NOT NULL CONSTRAINT round_config_json CHECK (json_valid(config_json)),\n"
+    "  base_version INTEGER REFERENCES models(version),\n"
+    "  result_version INTEGER REFERENCES models(version),\n"
+    "  created_at INTEGER NOT NULL,\n"
+    "  started_at INTEGER,\n"
+    "  ended_at INTEGER,\n"
+    "  checked_in INTEGER NOT NULL DEFAULT 0 CHECK (checked_in >= 0),\n"
+    "  selected INTEGER NOT NULL DEFAULT 0 CHECK (selected >= 0),\n"
+    "  completed INTEGER NOT NULL DEFAULT 0 CHECK (completed >= 0),\n"
+    "  dropped INTEGER NOT NULL DEFAULT 0 CHECK (dropped >= 0),\n"
+    "  abandon_reason TEXT,\n"
+    "  UNIQUE (population_id, round_number)\n"
+    ");\n"
+    "CREATE INDEX rounds_base ON rounds(base_version);\n"
+    "CREATE INDEX rounds_result ON rounds(result_version);\n"
+    "CREATE TABLE round_participants (\n"
+    "  round_id INTEGER NOT NULL REFERENCES rounds(id),\n"
+    "  client_id TEXT NOT NULL REFERENCES clients(client_id),\n"
+    "  state INTEGER NOT NULL CHECK (state IN (0, 1, 2, 3)),\n"
+    "  updated_at INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (round_id, client_id)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE INDEX round_participants_client ON round_participants(client_id);\n"
+    "PRAGMA user_version = 1;\n";
+
+/* v2: the append-only privacy ledger read by the DP accountant. */
+static const char fl__store_migration_2[] =
+    "CREATE TABLE privacy_ledger (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  population_id INTEGER NOT NULL REFERENCES populations(id),\n"
+    "  round_id INTEGER REFERENCES rounds(id),\n"
+    "  mechanism TEXT NOT NULL CHECK (length(mechanism) BETWEEN 1 AND 64),\n"
+    "  sampling_rate REAL NOT NULL CHECK (sampling_rate > 0 AND sampling_rate <= 1),\n"
+    "  noise_multiplier REAL NOT NULL CHECK (noise_multiplier >= 0),\n"
+    "  clip_norm REAL NOT NULL CHECK (clip_norm > 0),\n"
+    "  steps INTEGER NOT NULL CHECK (steps >= 1),\n"
+    "  participants INTEGER NOT NULL CHECK (participants >= 0),\n"
+    "  params_json TEXT NOT NULL CONSTRAINT ledger_params_json CHECK (json_valid(params_json)),\n"
+    "  created_at INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE INDEX privacy_ledger_population ON privacy_ledger(population_id, id);\n"
+    "CREATE INDEX privacy_ledger_round ON privacy_ledger(round_id);\n"
+    "CREATE TRIGGER privacy_ledger_append_only_update BEFORE UPDATE ON privacy_ledger\n"
+    "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
+    "CREATE TRIGGER privacy_ledger_append_only_delete BEFORE DELETE ON privacy_ledger\n"
+    "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
+    "PRAGMA user_version = 2;\n";
+
+static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
+    fl__store_migration_1,
+    fl__store_migration_2,
+};
+
+/* Runs a one-row integer query (a PRAGMA or a count) into *out. */
+static fl_status query_int(fl_store *st, const char *sql, int64_t *out) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return fl__store_sqlerr(st, rc, "reading the schema version");
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int64(s, 0);
+        rc = SQLITE_OK;
+    }
+    fl_status r = rc == SQLITE_OK ? FL_OK : fl__store_sqlerr(st, rc, "reading the schema version");
+    sqlite3_finalize(s);
+    return r;
+}
+
+/* Reads user_version and application_id and decides whether we may use this file:
+ * a fresh file (both 0, no tables), a Flotilla store at or below our version. */
+static fl_status read_version(fl_store *st, int64_t *version) {
+    int64_t app = 0, tables = 0;
+    fl_status r = query_int(st, "PRAGMA user_version", version);
+    if (r == FL_OK)
+        r = query_int(st, "PRAGMA application_id", &app);
+    if (r == FL_OK)
+        r = query_int(st, "SELECT count(*) FROM sqlite_schema", &tables);
+    if (r != FL_OK)
+        return r;
+    if (app == 0 && *version == 0 && tables == 0)
+        return FL_OK; /* fresh database */
+    if (app != FL__STORE_APPLICATION_ID)
+        return fl__err_set(&st->err, FL_ERR_FORMAT,
+                           "not a Flotilla store: SQLite file with application_id %lld and "
+                           "%lld tables", (long long)app, (long long)tables);
+    if (*version > FL_STORE_SCHEMA_VERSION)
+        return fl__err_set(&st->err, FL_ERR_UNSUPPORTED,
+                           "database schema version %lld is newer than this library supports "
+                           "(%d): it was written by a newer Flotilla; upgrade Flotilla to open it",
+                           (long long)*version, FL_STORE_SCHEMA_VERSION);
+    return FL_OK;
+}
+
+fl_status fl__store_schema_precheck(fl_store *st) {
+    int64_t version = 0;
+    return read_version(st, &version);
+}
+
+fl_status fl__store_migrate(fl_store *st) {
+    int64_t version = 0;
+    fl_status r = read_version(st, &version);
+    if (r != FL_OK)
+        return r;
+    while (version < FL_STORE_SCHEMA_VERSION) {
+        /* The write lock serialises concurrent openers; re-read under it, since another
+         * process may have upgraded while we waited. */
+        r = fl__store_exec(st, FL__STORE_BEGIN_WRITE, "starting a schema migration");
+        if (r != FL_OK)
+            return r;
+        r = read_version(st, &version);
+        if (r == FL_OK && version < FL_STORE_SCHEMA_VERSION) {
+            int64_t target = version + 1;
+            int rc = sqlite3_exec(st->db, fl__store_migrations[target - 1], NULL, NULL, NULL);
+            if (rc != SQLITE_OK)
+                r = fl__store_sqlerr(st, rc, "schema migration failed");
+            else
+                fl__log(&st->logger, FL_LOG_INFO, "storage: schema migrated %lld -> %lld",
+                        (long long)version, (long long)target);
+        }
+        if (r != FL_OK) {
+            (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return r;
+        }
+        r = fl__store_exec(st, FL__STORE_COMMIT, "committing a schema migration");
+        if (r != FL_OK) {
+            (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return r;
+        }
+        r = read_version(st, &version);
+        if (r != FL_OK)
+            return r;
+    }
+    return FL_OK;
+}

@@ -1,0 +1,701 @@
+/* Store handle: configuration, open/close, errors, transactions, result blocks and the
+ * small helpers shared by the table files. */
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "store_internal.h"
+
+#define FL__STORE_BLOCK_MAGIC UINT64_C(0x464C53544F524531) /* "FLSTORE1" */
+#define FL__STORE_MAX_MODEL_LIMIT ((size_t)1000000000)    /* SQLite's default SQLITE_MAX_LENGTH */
+#define FL__STORE_DEFAULT_MAX_MODEL ((size_t)512 * 1024 * 1024)
+
+/* Hidden header in front of every result block; 16 bytes keeps the payload 16-aligned. */
+struct fl__store_block_hdr {
+    uint64_t magic; /* FL__STORE_BLOCK_MAGIC while live */
+    uint64_t total; /* bytes allocated, header included */
+};
+
+/* ---- sizes ---- */
+
+size_t fl_store_sha256_hex_bytes(void) {
+    return FL_STORE_SHA256_HEX_BYTES;
+}
+int fl_store_schema_version(void) {
+    return FL_STORE_SCHEMA_VERSION;
+}
+size_t fl_store_name_max(void) {
+    return FL_STORE_NAME_MAX;
+}
+size_t fl_store_json_max(void) {
+    return FL_STORE_JSON_MAX;
+}
+size_t fl_store_token_min_bytes(void) {
+    return FL_STORE_TOKEN_MIN_BYTES;
+}
+
+/* ---- errors ---- */
+
+fl_status fl__store_map_rc(int rc) {
+    switch (rc) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE:
+        return FL_OK;
+    case SQLITE_CONSTRAINT_UNIQUE:
+    case SQLITE_CONSTRAINT_PRIMARYKEY:
+    case SQLITE_CONSTRAINT_TRIGGER: /* the immutability triggers */
+        return FL_ERR_EXISTS;
+    case SQLITE_CONSTRAINT_FOREIGNKEY:
+        return FL_ERR_NOT_FOUND;
+    case SQLITE_TOOBIG:
+        return FL_ERR_TOO_LARGE;
+    case SQLITE_NOTADB:
+        return FL_ERR_FORMAT;
+    default:
+        break;
+    }
+    switch (rc & 0xff) {
+    case SQLITE_NOMEM:
+        return FL_ERR_NOMEM;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return FL_ERR_BUSY;
+    case SQLITE_CONSTRAINT:
+        return FL_ERR_FORMAT; /* CHECK / NOT NULL: a value the schema refuses */
+    case SQLITE_CORRUPT:
+        return FL_ERR_CORRUPT;
+    case SQLITE_INTERRUPT:
+        return FL_ERR_CANCELLED;
+    case SQLITE_MISUSE:
+    case SQLITE_RANGE:
+    case SQLITE_INTERNAL:
+        return FL_ERR_INTERNAL;
+    default:
+        return FL_ERR_IO; /* IOERR, FULL, CANTOPEN, READONLY, PERM, PROTOCOL, ... */
+    }
+}
+
+fl_status fl__store_sqlerr(fl_store *st, int rc, const char *what) {
+    fl_status code = fl__store_map_rc(rc);
+    if (code == FL_OK)
+        code = FL_ERR_INTERNAL;
+    fl__err_set(&st->err, code, "%s: %s", what, st->db ? sqlite3_errmsg(st->db) : "no database");
+    if (code == FL_ERR_CORRUPT || code == FL_ERR_INTERNAL || code == FL_ERR_IO)
+        fl__log(&st->logger, FL_LOG_ERROR, "storage: %s", st->err.msg);
+    return code;
+}
+
+fl_status fl__store_enter(fl_store *st, const char *fn) {
+    if (!st)
+        return FL_ERR_MISUSE;
+    if (!st->db)
+        return FL_ERR_STATE; /* failed handle: keep the open failure's message */
+    fl__err_clear(&st->err);
+    (void)fn;
+    return FL_OK;
+}
+
+const char *fl_store_errmsg(const fl_store *st) {
+    if (!st)
+        return "store handle is NULL";
+    return fl__err_msg(&st->err);
+}
+
+/* ---- statements and operations ---- */
+
+void fl__store_done(sqlite3_stmt *s) {
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
+}
+
+fl_status fl__store_exec(fl_store *st, enum fl__store_stmt_id id, const char *what) {
+    sqlite3_stmt *s = fl__store_stmt(st, id);
+    if (!s)
+        return st->err.code;
+    int rc = sqlite3_step(s);
+    fl_status r = (rc == SQLITE_DONE || rc == SQLITE_ROW) ? FL_OK : fl__store_sqlerr(st, rc, what);
+    fl__store_done(s);
+    return r;
+}
+
+fl_status fl__store_op_begin(fl_store *st, int write) {
+    if (sqlite3_get_autocommit(st->db)) {
+        st->op_own = 1;
+        return fl__store_exec(st, write ? FL__STORE_BEGIN_WRITE : FL__STORE_BEGIN_READ,
+                              "starting a transaction");
+    }
+    st->op_own = 0;
+    return fl__store_exec(st, FL__STORE_SAVEPOINT, "starting a savepoint");
+}
+
+fl_status fl__store_op_end(fl_store *st, fl_status rc) {
+    if (rc == FL_OK) {
+        fl_status c = fl__store_exec(st, st->op_own ? FL__STORE_COMMIT : FL__STORE_RELEASE,
+                                     st->op_own ? "commit failed" : "releasing a savepoint");
+        if (c == FL_OK)
+            return FL_OK;
+        rc = c;
+    }
+    /* Undo this op's writes. SQLite may already have rolled the whole transaction back
+     * (I/O error, disk full, interrupt); then there is nothing left to undo. Keep the
+     * original error message: the undo's own failure would only hide it. */
+    struct fl__err saved = st->err;
+    if (!sqlite3_get_autocommit(st->db)) {
+        if (st->op_own) {
+            (void)fl__store_exec(st, FL__STORE_ROLLBACK, "rollback");
+        } else {
+            (void)fl__store_exec(st, FL__STORE_ROLLBACK_TO, "rollback to savepoint");
+            (void)fl__store_exec(st, FL__STORE_RELEASE, "releasing a savepoint");
+        }
+    }
+    st->err = saved;
+    return rc;
+}
+
+int64_t fl__store_now(const fl_store *st) {
+    if (st->clock)
+        return st->clock(st->clock_user);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- argument checks ---- */
+
+fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind,
+                               const char *what) {
+    if (!s)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "%s is NULL", what);
+    size_t n = strnlen(s, max + 1);
+    if (n == 0 || n > max)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "%s must be 1..%zu bytes", what, max);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int ok;
+        if (kind == 0)
+            ok = c >= 0x20 && c != 0x7f;
+        else if (kind == 1)
+            ok = c >= 0x21 && c <= 0x7e;
+        else
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == ':' || c == '/' || c == '-';
+        if (!ok)
+            return fl__err_set(&st->err, FL_ERR_MISUSE, "%s has a character not allowed (0x%02x)",
+                               what, c);
+    }
+    return FL_OK;
+}
+
+fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
+                               const char **json_out, const char *what) {
+    if (!json) {
+        *json_out = dflt;
+        return FL_OK;
+    }
+    if (strnlen(json, (size_t)FL_STORE_JSON_MAX + 1) > (size_t)FL_STORE_JSON_MAX)
+        return fl__err_set(&st->err, FL_ERR_TOO_LARGE, "%s is longer than %d bytes", what,
+                           FL_STORE_JSON_MAX);
+    *json_out = json;
+    return FL_OK;
+}
+
+/* ---- result blocks ---- */
+
+static size_t round16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Reserves n bytes (aligned to align) in the pack; returns the offset or SIZE_MAX. */
+static size_t pack_reserve(struct fl__store_pack *p, size_t n, size_t align) {
+    size_t at = align > 1 ? ((p->used + align - 1) & ~(align - 1)) : p->used;
+    if (at < p->used || n > SIZE_MAX - at) {
+        p->overflow = 1;
+        return SIZE_MAX;
+    }
+    if (p->base && at + n > p->cap) {
+        p->overflow = 1;
+        return SIZE_MAX;
+    }
+    p->used = at + n;
+    return at;
+}
+
+const char *fl__store_pack_text(struct fl__store_pack *p, sqlite3_stmt *s, int col) {
+    if (sqlite3_column_type(s, col) == SQLITE_NULL)
+        return NULL;
+    const unsigned char *t = sqlite3_column_text(s, col);
+    if (!t) {
+        p->nomem = 1;
+        return NULL;
+    }
+    size_t n = (size_t)sqlite3_column_bytes(s, col);
+    size_t at = pack_reserve(p, n + 1, 1);
+    if (at == SIZE_MAX || !p->base)
+        return NULL;
+    memcpy(p->base + at, t, n);
+    p->base[at + n] = '\0';
+    return (const char *)(p->base + at);
+}
+
+const uint8_t *fl__store_pack_blob(struct fl__store_pack *p, sqlite3_stmt *s, int col) {
+    size_t n = (size_t)sqlite3_column_bytes(s, col);
+    if (n == 0)
+        return NULL;
+    const void *b = sqlite3_column_blob(s, col);
+    if (!b) {
+        p->nomem = 1;
+        return NULL;
+    }
+    size_t at = pack_reserve(p, n, 16);
+    if (at == SIZE_MAX || !p->base)
+        return NULL;
+    memcpy(p->base + at, b, n);
+    return p->base + at;
+}
+
+void *fl__store_block_alloc(fl_store *st, size_t n, size_t size, size_t var,
+                            struct fl__store_pack *pack) {
+    size_t hdr = sizeof(struct fl__store_block_hdr);
+    if (fl__mul_overflows(n, size) || n * size > SIZE_MAX - 64 ||
+        round16(n * size) > SIZE_MAX - hdr - var) {
+        fl__err_set(&st->err, FL_ERR_TOO_LARGE, "result too large for memory");
+        return NULL;
+    }
+    size_t fixed = round16(n * size);
+    size_t total = hdr + fixed + var;
+    uint8_t *mem = fl__alloc(&st->alloc, total);
+    if (!mem) {
+        fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory allocating a %zu-byte result", total);
+        return NULL;
+    }
+    struct fl__store_block_hdr h = {FL__STORE_BLOCK_MAGIC, (uint64_t)total};
+    memcpy(mem, &h, sizeof(h));
+    memset(mem + hdr, 0, fixed);
+    memset(pack, 0, sizeof(*pack));
+    pack->base = mem + hdr + fixed;
+    pack->cap = var;
+    return mem + hdr;
+}
+
+void fl_store_free(fl_store *st, void *obj) {
+    if (!st || !obj)
+        return;
+    uint8_t *mem = (uint8_t *)obj - sizeof(struct fl__store_block_hdr);
+    struct fl__store_block_hdr h;
+    memcpy(&h, mem, sizeof(h));
+    if (!FL_ALWAYS(h.magic == FL__STORE_BLOCK_MAGIC))
+        return; /* not ours, or freed twice: leaking beats corrupting the heap */
+    h.magic = 0;
+    memcpy(mem, &h, sizeof(h));
+    fl__free(&st->alloc, mem, (size_t)h.total);
+}
+
+/* Scratch for the measuring pass: any public result struct fits. */
+union fl__store_any_result {
+    fl_store_population pop;
+    fl_store_client client;
+    fl_store_model model;
+    fl_store_round round;
+    fl_store_participant part;
+    fl_store_ledger_entry ledger;
+};
+
+fl_status fl__store_collect(fl_store *st, sqlite3_stmt *s, fl__store_decode_fn decode,
+                            size_t elem_size, enum fl__store_rows mode, void **out,
+                            size_t *count, const char *what) {
+    union fl__store_any_result dummy;
+    struct fl__store_pack measure = {0};
+    size_t n = 0;
+    int rc;
+    fl_status r = FL_OK;
+    *out = NULL;
+    *count = 0;
+    if (!FL_ALWAYS(elem_size <= sizeof(dummy))) {
+        fl__store_done(s);
+        return fl__err_set(&st->err, FL_ERR_INTERNAL, "%s: result struct too big", what);
+    }
+    int single = mode != FL__STORE_ROWS_LIST;
+    /* Pass 1: count rows and measure their variable parts. */
+    rc = mode == FL__STORE_ROWS_CURRENT ? SQLITE_ROW : sqlite3_step(s);
+    while (rc == SQLITE_ROW) {
+        memset(&dummy, 0, sizeof(dummy));
+        decode(s, &dummy, &measure);
+        n++;
+        if (single)
+            break;
+        rc = sqlite3_step(s);
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        r = fl__store_sqlerr(st, rc, what);
+        goto out_reset;
+    }
+    if (measure.nomem) {
+        r = fl__err_set(&st->err, FL_ERR_NOMEM, "%s: out of memory reading a row", what);
+        goto out_reset;
+    }
+    if (measure.overflow) {
+        r = fl__err_set(&st->err, FL_ERR_TOO_LARGE, "%s: result too large for memory", what);
+        goto out_reset;
+    }
+    if (n == 0)
+        goto out_reset;
+
+    struct fl__store_pack fill;
+    uint8_t *block = fl__store_block_alloc(st, n, elem_size, measure.used, &fill);
+    if (!block) {
+        r = st->err.code;
+        goto out_reset;
+    }
+    /* Pass 2: fill. A single row is still the current one; a list is read again. */
+    size_t i = 0;
+    if (single) {
+        decode(s, block, &fill);
+        i = 1;
+    } else {
+        sqlite3_reset(s);
+        while (i < n && (rc = sqlite3_step(s)) == SQLITE_ROW)
+            decode(s, block + i++ * elem_size, &fill);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+            r = fl__store_sqlerr(st, rc, what);
+    }
+    if (r == FL_OK && (i != n || fill.overflow || fill.nomem))
+        r = fl__err_set(&st->err, fill.nomem ? FL_ERR_NOMEM : FL_ERR_INTERNAL,
+                        "%s: rows changed between passes", what);
+    if (r != FL_OK) {
+        fl_store_free(st, block);
+        goto out_reset;
+    }
+    *out = block;
+    *count = n;
+out_reset:
+    fl__store_done(s);
+    return r;
+}
+
+/* ---- hashing ---- */
+
+void fl__store_sha256(uint8_t out[32], const void *data, size_t len) {
+    crypto_hash_sha256(out, data, (unsigned long long)len);
+}
+
+void fl__store_hex(char out[FL_STORE_SHA256_HEX_BYTES], const uint8_t hash[32]) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < 32; i++) {
+        out[2 * i] = digits[hash[i] >> 4];
+        out[2 * i + 1] = digits[hash[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+/* ---- configuration and open/close ---- */
+
+void fl_store_config_init(fl_store_config *cfg) {
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->struct_size = sizeof(*cfg);
+    cfg->allocator = NULL;
+    cfg->logger.fn = NULL;
+    cfg->logger.user = NULL;
+    cfg->logger.min_level = FL_LOG_INFO;
+    cfg->busy_timeout_ms = 5000;
+    cfg->create_if_missing = 1;
+    cfg->max_model_bytes = FL__STORE_DEFAULT_MAX_MODEL;
+    cfg->clock = NULL;
+    cfg->clock_user = NULL;
+}
+
+/* Validates cfg field by field (everything but the allocator, checked before the handle
+ * exists); the message names the first bad field. */
+static fl_status check_config(fl_store *st, const fl_store_config *cfg) {
+    if (cfg->logger.min_level < FL_LOG_DEBUG || cfg->logger.min_level > FL_LOG_ERROR)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->logger.min_level is not a log level");
+    if (cfg->busy_timeout_ms < 0 || cfg->busy_timeout_ms > 600000)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->busy_timeout_ms must be 0..600000");
+    if (cfg->create_if_missing != 0 && cfg->create_if_missing != 1)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->create_if_missing must be 0 or 1");
+    if (cfg->max_model_bytes == 0 || cfg->max_model_bytes > FL__STORE_MAX_MODEL_LIMIT)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->max_model_bytes must be 1..%zu",
+                           FL__STORE_MAX_MODEL_LIMIT);
+    if (!cfg->clock && cfg->clock_user)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->clock_user is set but cfg->clock is NULL");
+    return FL_OK;
+}
+
+/* Runs a one-row pragma and copies its text result (at most cap-1 bytes) into buf. */
+static fl_status pragma_text(fl_store *st, const char *sql, char *buf, size_t cap) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    buf[0] = '\0';
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            const unsigned char *t = sqlite3_column_text(s, 0);
+            if (t) {
+                size_t n = strnlen((const char *)t, cap - 1);
+                memcpy(buf, t, n);
+                buf[n] = '\0';
+            }
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_OK ? FL_OK : fl__store_sqlerr(st, rc, sql);
+}
+
+/* Connection settings every handle runs with: extended codes, busy timeout, defensive
+ * mode, foreign keys, WAL, synchronous=FULL. */
+static fl_status configure_db(fl_store *st, const char *path, const fl_store_config *cfg) {
+    char buf[32];
+    int on = 0;
+    sqlite3_extended_result_codes(st->db, 1);
+    sqlite3_busy_timeout(st->db, cfg->busy_timeout_ms);
+    if (sqlite3_db_config(st->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL) != SQLITE_OK ||
+        sqlite3_db_config(st->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL) != SQLITE_OK ||
+        sqlite3_db_config(st->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 1, &on) != SQLITE_OK || !on)
+        return fl__err_set(&st->err, FL_ERR_UNSUPPORTED, "SQLite refused defensive/trigger settings");
+    on = 0;
+    if (sqlite3_db_config(st->db, SQLITE_DBCONFIG_ENABLE_FKEY, 1, &on) != SQLITE_OK || !on)
+        return fl__err_set(&st->err, FL_ERR_UNSUPPORTED,
+                           "this SQLite build cannot enforce foreign keys");
+    if ((size_t)sqlite3_limit(st->db, SQLITE_LIMIT_LENGTH, -1) < cfg->max_model_bytes)
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "cfg->max_model_bytes is above this SQLite's length limit (%d)",
+                           sqlite3_limit(st->db, SQLITE_LIMIT_LENGTH, -1));
+
+    /* Refuse a foreign or newer file before WAL mode touches its header. */
+    fl_status r = fl__store_schema_precheck(st);
+    if (r != FL_OK)
+        return r;
+
+    r = pragma_text(st, "PRAGMA journal_mode=WAL", buf, sizeof(buf));
+    if (r != FL_OK)
+        return r;
+    int memory = strcmp(path, ":memory:") == 0;
+    if (strcmp(buf, "wal") != 0 && !(memory && strcmp(buf, "memory") == 0))
+        return fl__err_set(&st->err, FL_ERR_IO, "could not switch to WAL mode (journal_mode=%s)",
+                           buf);
+    r = pragma_text(st, "PRAGMA synchronous=FULL", buf, sizeof(buf));
+    if (r == FL_OK)
+        r = pragma_text(st, "PRAGMA synchronous", buf, sizeof(buf));
+    if (r != FL_OK)
+        return r;
+    if (strcmp(buf, "2") != 0)
+        return fl__err_set(&st->err, FL_ERR_IO, "could not set synchronous=FULL (got %s)", buf);
+    return FL_OK;
+}
+
+fl_status fl_store_open(fl_store **out, const char *path, const fl_store_config *cfg) {
+    fl_store_config defaults;
+    fl_allocator alloc;
+    if (!out)
+        return FL_ERR_MISUSE;
+    *out = NULL;
+    if (!cfg) {
+        fl_store_config_init(&defaults);
+        cfg = &defaults;
+    }
+    /* A bad allocator cannot allocate the handle that reports it: such a failed handle
+     * comes from libc instead (and fl_store_close frees it there). */
+    const char *bad = NULL;
+    if (cfg->struct_size < sizeof(fl_store_config))
+        bad = "cfg->struct_size is smaller than sizeof(fl_store_config); use fl_store_config_init";
+    else if (fl__allocator_copy(&alloc, cfg->allocator) != FL_OK)
+        bad = "cfg->allocator needs struct_size >= sizeof(fl_allocator), alloc and free";
+    if (bad)
+        memset(&alloc, 0, sizeof(alloc));
+    fl_store *st = fl__calloc(&alloc, 1, sizeof(*st));
+    if (!st)
+        return FL_ERR_NOMEM;
+    st->alloc = alloc;
+    *out = st;
+    if (bad)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "%s", bad);
+
+    fl_status r = check_config(st, cfg);
+    if (r != FL_OK)
+        return r;
+    if (!path || !path[0])
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "path is NULL or empty");
+    st->logger = cfg->logger;
+    st->clock = cfg->clock;
+    st->clock_user = cfg->clock_user;
+    st->max_model_bytes = cfg->max_model_bytes;
+
+    if (sodium_init() < 0)
+        return fl__err_set(&st->err, FL_ERR_INTERNAL, "libsodium failed to initialise");
+
+    if (!cfg->create_if_missing && strcmp(path, ":memory:") != 0) {
+        struct stat sb;
+        if (stat(path, &sb) != 0 && errno == ENOENT)
+            return fl__err_set(&st->err, FL_ERR_NOT_FOUND, "no store at '%s'", path);
+    }
+    sqlite3 *db = NULL;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
+                (cfg->create_if_missing ? SQLITE_OPEN_CREATE : 0);
+    int rc = sqlite3_open_v2(path, &db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        fl_status code = fl__store_map_rc(rc);
+        fl__err_set(&st->err, code, "cannot open '%s': %s", path,
+                    db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close_v2(db);
+        return code;
+    }
+    st->db = db;
+    r = configure_db(st, path, cfg);
+    if (r == FL_OK)
+        r = fl__store_migrate(st);
+    if (r != FL_OK) {
+        /* Keep the message, drop the connection: the handle is now a failed one. */
+        for (int i = 0; i < FL__STORE_STMT_COUNT; i++) {
+            sqlite3_finalize(st->stmt[i]);
+            st->stmt[i] = NULL;
+        }
+        sqlite3_close_v2(st->db);
+        st->db = NULL;
+        if (r == FL_ERR_CORRUPT || r == FL_ERR_UNSUPPORTED || r == FL_ERR_FORMAT)
+            fl__log(&st->logger, FL_LOG_ERROR, "storage: open '%s' failed: %s", path, st->err.msg);
+        return r;
+    }
+    fl__log(&st->logger, FL_LOG_INFO, "storage: opened '%s' (schema v%d)", path,
+            FL_STORE_SCHEMA_VERSION);
+    return FL_OK;
+}
+
+void fl_store_close(fl_store *st) {
+    if (!st)
+        return;
+    for (int i = 0; i < FL__STORE_STMT_COUNT; i++)
+        sqlite3_finalize(st->stmt[i]);
+    if (st->db)
+        sqlite3_close_v2(st->db); /* rolls back an open transaction */
+    fl_allocator a = st->alloc;
+    fl__free(&a, st, sizeof(*st));
+}
+
+void fl_store_interrupt(fl_store *st) {
+    if (st && st->db)
+        sqlite3_interrupt(st->db);
+}
+
+/* ---- transactions ---- */
+
+fl_status fl_store_begin(fl_store *st) {
+    fl_status r = fl__store_enter(st, "begin");
+    if (r != FL_OK)
+        return r;
+    if (st->in_txn || !sqlite3_get_autocommit(st->db))
+        return fl__err_set(&st->err, FL_ERR_STATE, "a transaction is already open");
+    r = fl__store_exec(st, FL__STORE_BEGIN_WRITE, "begin");
+    if (r == FL_OK)
+        st->in_txn = 1;
+    return r;
+}
+
+fl_status fl_store_commit(fl_store *st) {
+    fl_status r = fl__store_enter(st, "commit");
+    if (r != FL_OK)
+        return r;
+    if (!st->in_txn)
+        return fl__err_set(&st->err, FL_ERR_STATE, "no transaction is open");
+    if (sqlite3_get_autocommit(st->db)) {
+        st->in_txn = 0;
+        return fl__err_set(&st->err, FL_ERR_ABORTED,
+                           "the transaction was rolled back by an earlier error; nothing was "
+                           "written");
+    }
+    r = fl__store_exec(st, FL__STORE_COMMIT, "commit");
+    if (r == FL_OK || sqlite3_get_autocommit(st->db))
+        st->in_txn = 0;
+    return r;
+}
+
+fl_status fl_store_rollback(fl_store *st) {
+    fl_status r = fl__store_enter(st, "rollback");
+    if (r != FL_OK)
+        return r;
+    if (!st->in_txn)
+        return fl__err_set(&st->err, FL_ERR_STATE, "no transaction is open");
+    st->in_txn = 0;
+    if (sqlite3_get_autocommit(st->db))
+        return FL_OK; /* SQLite already rolled it back */
+    return fl__store_exec(st, FL__STORE_ROLLBACK, "rollback");
+}
+
+int fl_store_in_transaction(const fl_store *st) {
+    return st && st->db && st->in_txn ? 1 : 0;
+}
+
+/* ---- consistency check ---- */
+
+fl_status fl_store_check(fl_store *st) {
+    fl_status r = fl__store_enter(st, "check");
+    if (r != FL_OK)
+        return r;
+    r = fl__store_op_begin(st, 0);
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(s, 0);
+        if (!t || strcmp(t, "ok") != 0)
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "integrity_check: %s", t ? t : "(null)");
+        rc = SQLITE_OK;
+    }
+    if (r == FL_OK && rc != SQLITE_OK && rc != SQLITE_DONE)
+        r = fl__store_sqlerr(st, rc, "integrity_check");
+    sqlite3_finalize(s);
+    s = NULL;
+    if (r == FL_OK) {
+        rc = sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &s, NULL);
+        if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+            const char *t = (const char *)sqlite3_column_text(s, 0);
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "foreign_key_check: dangling reference in %s",
+                            t ? t : "(null)");
+            rc = SQLITE_OK;
+        }
+        if (r == FL_OK && rc != SQLITE_OK && rc != SQLITE_DONE)
+            r = fl__store_sqlerr(st, rc, "foreign_key_check");
+        sqlite3_finalize(s);
+    }
+    if (r == FL_OK) {
+        s = fl__store_stmt(st, FL__STORE_MODEL_ALL);
+        if (!s)
+            r = st->err.code;
+        while (r == FL_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+            int64_t version = sqlite3_column_int64(s, 0);
+            const void *want = sqlite3_column_blob(s, 1);
+            int want_len = sqlite3_column_bytes(s, 1);
+            int64_t size = sqlite3_column_int64(s, 2);
+            const void *bytes = sqlite3_column_blob(s, 3);
+            int len = sqlite3_column_bytes(s, 3);
+            uint8_t got[32];
+            if (!bytes && len > 0) {
+                r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory reading version %lld",
+                                (long long)version);
+                break;
+            }
+            fl__store_sha256(got, bytes, (size_t)len);
+            if (want_len != 32 || (int64_t)len != size || memcmp(got, want, 32) != 0) {
+                r = fl__err_set(&st->err, FL_ERR_CORRUPT,
+                                "model version %lld does not match its SHA-256", (long long)version);
+                fl__log(&st->logger, FL_LOG_ERROR, "storage: %s", st->err.msg);
+            }
+        }
+        if (r == FL_OK && rc != SQLITE_DONE)
+            r = fl__store_sqlerr(st, rc, "reading model versions");
+        fl__store_done(s);
+    }
+    return fl__store_op_end(st, r);
+}
