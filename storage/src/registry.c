@@ -103,8 +103,6 @@ static fl_status insert_model(fl_store *st, int64_t *version, int64_t population
         *version = sqlite3_last_insert_rowid(st->db);
     } else {
         r = fl__store_sqlerr(st, rc, "storing the model");
-        if (r == FL_ERR_FORMAT)
-            fl__err_set(&st->err, r, "metadata_json is not valid JSON");
     }
     fl__store_done(s);
     return r;
@@ -128,7 +126,7 @@ fl_status fl_store_model_put(fl_store *st, fl_store_model_ref *out, int64_t popu
     if (population_id < 0 || parent < 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "population_id and parent must be >= 0");
     const char *metadata;
-    r = fl__store_check_json(st, metadata_json, "{}", &metadata, "metadata_json");
+    r = fl__store_check_json(st, metadata_json, "{}", 0, &metadata, "metadata_json");
     if (r != FL_OK)
         return r;
 

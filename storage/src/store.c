@@ -195,14 +195,34 @@ fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind
 }
 
 fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
-                               const char **json_out, const char *what) {
+                               int string_array, const char **json_out, const char *what) {
     if (!json) {
         *json_out = dflt;
         return FL_OK;
     }
-    if (strnlen(json, (size_t)FL_STORE_JSON_MAX + 1) > (size_t)FL_STORE_JSON_MAX)
+    size_t n = strnlen(json, (size_t)FL_STORE_JSON_MAX + 1);
+    if (n > (size_t)FL_STORE_JSON_MAX)
         return fl__err_set(&st->err, FL_ERR_TOO_LARGE, "%s is longer than %d bytes", what,
                            FL_STORE_JSON_MAX);
+    for (int pass = 0; pass < (string_array ? 2 : 1); pass++) {
+        sqlite3_stmt *s =
+            fl__store_stmt(st, pass == 0 ? FL__STORE_JSON_VALID : FL__STORE_JSON_STRING_ARRAY);
+        if (!s)
+            return st->err.code;
+        sqlite3_bind_text(s, 1, json, (int)n, SQLITE_STATIC);
+        int rc = sqlite3_step(s);
+        int ok = rc == SQLITE_ROW && sqlite3_column_int(s, 0) == 1;
+        fl_status r = FL_OK;
+        if (rc != SQLITE_ROW)
+            r = fl__store_sqlerr(st, rc, "checking JSON");
+        else if (!ok)
+            r = fl__err_set(&st->err, FL_ERR_FORMAT, pass == 0 ? "%s is not valid JSON"
+                                                               : "%s is not a JSON array of strings",
+                            what);
+        fl__store_done(s);
+        if (r != FL_OK)
+            return r;
+    }
     *json_out = json;
     return FL_OK;
 }

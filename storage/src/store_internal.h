@@ -19,6 +19,8 @@ enum fl__store_stmt_id {
     FL__STORE_SAVEPOINT,
     FL__STORE_RELEASE,
     FL__STORE_ROLLBACK_TO,
+    FL__STORE_JSON_VALID,
+    FL__STORE_JSON_STRING_ARRAY,
     FL__STORE_POP_INSERT,
     FL__STORE_POP_GET,
     FL__STORE_POP_FIND,
@@ -101,9 +103,10 @@ int64_t fl__store_now(const fl_store *st);
  * 2 = tag alphabet [A-Za-z0-9._:/-]. */
 fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind,
                                const char *what);
-/* json: NULL -> *json_out = dflt; else length <= FL_STORE_JSON_MAX (FL_ERR_TOO_LARGE). */
+/* json: NULL -> *json_out = dflt; else at most FL_STORE_JSON_MAX bytes (FL_ERR_TOO_LARGE)
+ * of valid JSON (FL_ERR_FORMAT); string_array also requires a JSON array of strings. */
 fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
-                               const char **json_out, const char *what);
+                               int string_array, const char **json_out, const char *what);
 
 /* ---- result blocks ----
  * A result is one allocation: a hidden header, then the fixed part (an array of public

@@ -46,9 +46,9 @@ fl_status fl_store_population_create(fl_store *st, int64_t *id_out, const char *
     if (r == FL_OK && !(isfinite(delta) && delta >= 0 && delta < 1))
         r = fl__err_set(&st->err, FL_ERR_MISUSE, "delta must be in [0, 1)");
     if (r == FL_OK)
-        r = fl__store_check_json(st, config_json, "{}", &config, "config_json");
+        r = fl__store_check_json(st, config_json, "{}", 0, &config, "config_json");
     if (r == FL_OK)
-        r = fl__store_check_json(st, allowed_regions_json, "[]", &regions,
+        r = fl__store_check_json(st, allowed_regions_json, "[]", 1, &regions,
                                  "allowed_regions_json");
     if (r != FL_OK)
         return r;
@@ -68,9 +68,6 @@ fl_status fl_store_population_create(fl_store *st, int64_t *id_out, const char *
         r = step_write(st, s, "creating the population");
         if (r == FL_ERR_EXISTS)
             fl__err_set(&st->err, r, "a population named '%s' already exists", name);
-        else if (r == FL_ERR_FORMAT)
-            fl__err_set(&st->err, r, "config_json must be JSON and allowed_regions_json a JSON "
-                                     "array");
         else if (r == FL_OK && id_out)
             *id_out = sqlite3_last_insert_rowid(st->db);
     }
@@ -349,7 +346,7 @@ fl_status fl_store_round_create(fl_store *st, int64_t *round_id_out, int64_t pop
     if (round_number < 0 || base_version < 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "round_number and base_version must be >= 0");
     const char *config;
-    r = fl__store_check_json(st, config_json, "{}", &config, "config_json");
+    r = fl__store_check_json(st, config_json, "{}", 0, &config, "config_json");
     if (r != FL_OK)
         return r;
     r = fl__store_op_begin(st, 1);
@@ -391,8 +388,6 @@ fl_status fl_store_round_create(fl_store *st, int64_t *round_id_out, int64_t pop
             if (r == FL_ERR_EXISTS)
                 fl__err_set(&st->err, r, "round %lld of population %lld already exists",
                             (long long)round_number, (long long)population_id);
-            else if (r == FL_ERR_FORMAT)
-                fl__err_set(&st->err, r, "config_json is not valid JSON");
             else if (r == FL_OK && round_id_out)
                 *round_id_out = sqlite3_last_insert_rowid(st->db);
         }
@@ -714,7 +709,7 @@ fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out, const fl_store_l
     if (r != FL_OK)
         return r;
     const char *params;
-    r = fl__store_check_json(st, entry->params_json, "{}", &params, "entry->params_json");
+    r = fl__store_check_json(st, entry->params_json, "{}", 0, &params, "entry->params_json");
     if (r != FL_OK)
         return r;
     r = fl__store_op_begin(st, 1);
@@ -748,9 +743,7 @@ fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out, const fl_store_l
             sqlite3_bind_text(s, 9, params, -1, SQLITE_STATIC);
             sqlite3_bind_int64(s, 10, fl__store_now(st));
             r = step_write(st, s, "appending to the privacy ledger");
-            if (r == FL_ERR_FORMAT)
-                fl__err_set(&st->err, r, "entry->params_json is not valid JSON");
-            else if (r == FL_OK && id_out)
+            if (r == FL_OK && id_out)
                 *id_out = sqlite3_last_insert_rowid(st->db);
         }
     }
