@@ -1,0 +1,131 @@
+/* Key derivation, commitments, signed statements and mask expansion. */
+
+#include <string.h>
+
+#include "secagg_internal.h"
+
+static const uint8_t fl__sa_salt[] = "flotilla-secagg-v1";
+
+int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
+                           const char *label, const uint8_t sk[32], const uint8_t peer_pk[32],
+                           uint64_t round_id, uint32_t u, uint32_t v) {
+    uint8_t shared[32];
+    uint8_t info[16 + 8 + 4 + 4];
+    size_t ll = strlen(label);
+    if (ll > 16)
+        return -1;
+    int rc = -1;
+    if (crypto->x25519_shared(shared, sk, peer_pk) != 0)
+        goto out;
+    /* info = label || round || min(u, v) || max(u, v): both ends derive the same key. */
+    uint32_t lo = u < v ? u : v, hi = u < v ? v : u;
+    memcpy(info, label, ll);
+    fl__put_u64le(info + ll, round_id);
+    fl__put_u32le(info + ll + 8, lo);
+    fl__put_u32le(info + ll + 12, hi);
+    if (crypto->hkdf_sha256(out, 32, fl__sa_salt, sizeof(fl__sa_salt) - 1, shared, 32, info,
+                            ll + 16) != 0)
+        goto out;
+    rc = 0;
+out:
+    fl_memzero(shared, sizeof(shared));
+    if (rc != 0)
+        fl_memzero(out, 32);
+    return rc;
+}
+
+/* Adds `blocks` to the 128-bit big-endian counter in iv. */
+static void iv_add(uint8_t iv[16], uint64_t blocks) {
+    unsigned carry = 0;
+    for (int i = 15; i >= 0; i--) {
+        unsigned sum = iv[i] + (unsigned)(blocks & 0xFF) + carry;
+        iv[i] = (uint8_t)sum;
+        carry = sum >> 8;
+        blocks >>= 8;
+        if (!blocks && !carry)
+            break;
+    }
+}
+
+/* The PRG takes no offset, so chunk c is produced from a seed whose counter half is
+ * advanced by c * chunk / 16 blocks: AES-CTR keystream is the same as one long call. */
+int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
+                      const struct fl__sa_crypto *crypto, uint8_t *scratch) {
+    uint8_t s[32];
+    int rc = -1;
+    memcpy(s, seed, 32);
+    for (size_t off = 0; off < dim; off += FL__SA_MASK_CHUNK) {
+        size_t m = dim - off < FL__SA_MASK_CHUNK ? dim - off : FL__SA_MASK_CHUNK;
+        if (crypto->prg(scratch, m * 4, s) != 0)
+            goto out;
+        uint32_t *a = acc + off;
+        if (sign > 0) {
+            for (size_t i = 0; i < m; i++)
+                a[i] += fl__get_u32le(scratch + 4 * i);
+        } else {
+            for (size_t i = 0; i < m; i++)
+                a[i] -= fl__get_u32le(scratch + 4 * i);
+        }
+        iv_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
+    }
+    rc = 0;
+out:
+    fl_memzero(s, sizeof(s));
+    fl_memzero(scratch, FL__SA_MASK_CHUNK * 4);
+    return rc;
+}
+
+int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
+                    uint32_t u, const uint8_t b[32]) {
+    static const char label[] = "flotilla-secagg-b-v1";
+    uint8_t buf[sizeof(label) - 1 + 8 + 4 + 32];
+    size_t o = sizeof(label) - 1;
+    memcpy(buf, label, o);
+    fl__put_u64le(buf + o, round_id);
+    fl__put_u32le(buf + o + 8, u);
+    memcpy(buf + o + 12, b, 32);
+    int rc = crypto->sha256(out, buf, sizeof(buf));
+    fl_memzero(buf, sizeof(buf));
+    return rc;
+}
+
+size_t fl__sa_adv_statement(uint8_t *buf, size_t cap, uint64_t round_id, uint32_t u,
+                            const uint8_t c_pk[32], const uint8_t s_pk[32]) {
+    static const char label[] = "flotilla-secagg-adv-v1";
+    size_t o = sizeof(label) - 1;
+    if (cap < o + 8 + 4 + 64)
+        return 0;
+    memcpy(buf, label, o);
+    fl__put_u64le(buf + o, round_id);
+    fl__put_u32le(buf + o + 8, u);
+    memcpy(buf + o + 12, c_pk, 32);
+    memcpy(buf + o + 44, s_pk, 32);
+    return o + 76;
+}
+
+size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t vk[32]) {
+    static const char label[] = "flotilla-secagg-cert-v1";
+    size_t o = sizeof(label) - 1;
+    if (cap < o + 4 + 32)
+        return 0;
+    memcpy(buf, label, o);
+    fl__put_u32le(buf + o, u);
+    memcpy(buf + o + 4, vk, 32);
+    return o + 36;
+}
+
+uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
+                             uint32_t n, const uint8_t *bitmap, size_t bitmap_len) {
+    static const char label[] = "flotilla-secagg-u3-v1";
+    size_t o = sizeof(label) - 1;
+    size_t len = o + 8 + 4 + bitmap_len;
+    uint8_t *buf = fl__alloc(a, len);
+    if (!buf)
+        return NULL;
+    memcpy(buf, label, o);
+    fl__put_u64le(buf + o, round_id);
+    fl__put_u32le(buf + o + 8, n);
+    memcpy(buf + o + 12, bitmap, bitmap_len);
+    *out_len = len;
+    return buf;
+}

@@ -1,0 +1,143 @@
+#ifndef FLOTILLA_SECAGG_INTERNAL_H
+#define FLOTILLA_SECAGG_INTERNAL_H
+
+/* Internals shared by the secagg protocol files (fl__sa_ prefix, never exported). */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crypto.h"
+#include "fl_internal.h"
+#include "flotilla/secagg.h"
+
+/* ---- wire constants ---- */
+
+#define FL__SA_MAGIC0 0xF1
+#define FL__SA_MAGIC1 0x5A
+#define FL__SA_VERSION 1
+#define FL__SA_KEY_BYTES 32                      /* X25519 keys */
+#define FL__SA_ADV_BASE_BYTES 64                 /* c_pk || s_pk */
+#define FL__SA_ADV_ACTIVE_BYTES (64 + 32 + 64 + 64) /* + vk || cert || sig */
+#define FL__SA_SHARE_PT_BYTES (4 + 4 + 2 * FL__SA_SHARE_Y_BYTES) /* from || to || ys || yb */
+#define FL__SA_SHARE_CT_BYTES (FL__SA_SHARE_PT_BYTES + FL__SA_AEAD_TAG_BYTES)
+#define FL__SA_COMMIT_BYTES 32                   /* SHA-256 commitment to b_u */
+#define FL__SA_SIG_BYTES 64
+
+/* Share kinds in UNMASK_SHARES. */
+#define FL__SA_KIND_B 0 /* share of the self-mask seed b_u (peer survived) */
+#define FL__SA_KIND_S 1 /* share of the masking secret key s_u (peer dropped) */
+
+/* Chunk of mask expansion, in elements (16 Ki x 4 bytes = 64 KiB stays in L2). */
+#define FL__SA_MASK_CHUNK 16384
+
+/* ---- params.c ---- */
+
+/* Backend table for a public backend choice (DEFAULT = the build's choice), or NULL. */
+const struct fl__sa_crypto *fl__sa_backend(fl_secagg_backend b);
+
+/* Copies and validates *in into *out, resolving k and t; errors name the field. */
+fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
+                              struct fl__err *err);
+
+/* Bytes per element of a masked vector on the wire: ceil(b / 8). */
+static inline size_t fl__sa_elem_bytes(uint32_t bits) { return (bits + 7u) / 8u; }
+
+/* Mask reducing uint32 arithmetic (mod 2^32) to Z_{2^b}. */
+static inline uint32_t fl__sa_bitmask(uint32_t bits) {
+    return bits >= 32 ? 0xFFFFFFFFu : ((1u << bits) - 1u);
+}
+
+/* Per-type size limit of a whole message (header included) for a resolved config. */
+size_t fl__sa_msg_limit(const fl_secagg_config *cfg, fl_secagg_msg_type type);
+
+/* ---- graph.c: Harary graph H(k, n) over a seeded permutation, or the complete graph ----
+ * Client u's neighbours are numbered by slot 0..k-1. For the Harary graph slot j stands for
+ * ring offset -(k/2)..-1, +1..+(k/2) (in that order) from u's ring position; for the
+ * complete graph slot j is client j if j < u, else client j + 1. Messages list neighbours
+ * in slot order, which makes duplicates detectable and encodings canonical. */
+struct fl__sa_graph {
+    uint32_t n;      /* clients */
+    uint32_t k;      /* degree */
+    int complete;    /* 1: k = n - 1, no permutation */
+    uint32_t *perm;  /* (n) ring position -> client; NULL when complete */
+    uint32_t *pos;   /* (n) client -> ring position; NULL when complete */
+};
+
+fl_status fl__sa_graph_init(struct fl__sa_graph *g, uint32_t n, uint32_t k,
+                            const uint8_t seed[32], const struct fl__sa_crypto *crypto,
+                            const fl_allocator *a);
+void fl__sa_graph_free(struct fl__sa_graph *g, const fl_allocator *a);
+/* Slot of v in u's neighbour list, or -1 if v is not a neighbour of u (or v == u). */
+int32_t fl__sa_graph_slot(const struct fl__sa_graph *g, uint32_t u, uint32_t v);
+/* Neighbour of u at slot (slot < k). */
+uint32_t fl__sa_graph_neighbor(const struct fl__sa_graph *g, uint32_t u, uint32_t slot);
+
+/* ---- mask.c: key derivation and mask expansion ---- */
+
+/* HKDF-SHA256 of an X25519 agreement into a 32-byte key for the pair {u, v} of a round;
+ * label is "mask" (pairwise mask seed) or "enc" (share encryption key). */
+int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
+                           const char *label, const uint8_t sk[32], const uint8_t peer_pk[32],
+                           uint64_t round_id, uint32_t u, uint32_t v);
+
+/* acc[i] += sign * PRG(seed)[i] (mod 2^32) for i < dim; the PRG's 4-byte little-endian
+ * words are the mask elements. Expands in FL__SA_MASK_CHUNK pieces through scratch
+ * (4 * FL__SA_MASK_CHUNK bytes), which is wiped before returning. 0 or -1. */
+int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
+                      const struct fl__sa_crypto *crypto, uint8_t *scratch);
+
+/* SHA-256 commitment to the self-mask seed: H("flotilla-secagg-b-v1" || round || u || b). */
+int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
+                    uint32_t u, const uint8_t b[32]);
+
+/* Signed statements (active mode). Fill buf (size given) and return the length used. */
+size_t fl__sa_adv_statement(uint8_t *buf, size_t cap, uint64_t round_id, uint32_t u,
+                            const uint8_t c_pk[32], const uint8_t s_pk[32]);
+size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t vk[32]);
+/* The survivor-set statement: "flotilla-secagg-u3-v1" || round || n || bitmap. Allocated
+ * with a; *out_len set. NULL on failure. */
+uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
+                             uint32_t n, const uint8_t *bitmap, size_t bitmap_len);
+
+/* ---- msg.c: wire helpers ----
+ * Header: magic(2) version(1) type(1) round_id(8, LE) client(4, LE) body_len(4, LE). */
+
+struct fl__sa_reader {
+    const uint8_t *p; /* next unread byte */
+    size_t left;      /* bytes left */
+};
+
+void fl__sa_put_header(uint8_t *p, fl_secagg_msg_type type, uint64_t round_id,
+                       uint32_t client, uint32_t body_len);
+
+/* Parses and checks the header of msg against the expected type, round and client, and
+ * the size limit; on success r covers the body. Returns FL_OK or FL_ERR_FORMAT /
+ * FL_ERR_TOO_LARGE / FL_ERR_STATE / FL_ERR_PROTOCOL with a message in err. expect_client
+ * UINT32_MAX skips the client check. */
+fl_status fl__sa_open_msg(struct fl__sa_reader *r, struct fl__err *err, const uint8_t *msg,
+                          size_t len, fl_secagg_msg_type expect_type, uint64_t round_id,
+                          uint32_t expect_client, size_t limit);
+
+/* Bounds-checked reads; return 0 on success, -1 if fewer bytes are left. */
+int fl__sa_read_u32(struct fl__sa_reader *r, uint32_t *v);
+int fl__sa_read_u8(struct fl__sa_reader *r, uint8_t *v);
+int fl__sa_read_bytes(struct fl__sa_reader *r, const uint8_t **p, size_t n);
+
+/* A growable byte buffer for outgoing messages (owned by a handle). */
+struct fl__sa_buf {
+    uint8_t *p;   /* data */
+    size_t len;   /* bytes used */
+    size_t cap;   /* bytes allocated */
+};
+/* Ensures cap >= n (len unchanged). 0 or -1 on NOMEM. */
+int fl__sa_buf_reserve(struct fl__sa_buf *b, const fl_allocator *a, size_t n);
+/* Wipes and frees. */
+void fl__sa_buf_free(struct fl__sa_buf *b, const fl_allocator *a);
+
+/* Bitmap helpers (bit i of byte i / 8, LSB first). */
+static inline int fl__sa_bit_get(const uint8_t *bm, uint32_t i) { return (bm[i >> 3] >> (i & 7)) & 1; }
+static inline void fl__sa_bit_set(uint8_t *bm, uint32_t i) { bm[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static inline size_t fl__sa_bitmap_bytes(uint32_t n) { return ((size_t)n + 7u) / 8u; }
+
+#endif /* FLOTILLA_SECAGG_INTERNAL_H */
