@@ -1,0 +1,883 @@
+/* Device and admin endpoints: enrollment, check-in with selection and pace steering, task
+ * config and model downloads (signed), and the admin API. Every handler validates its whole
+ * input before it changes anything. */
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+#include <sodium.h>
+
+#include "coord_internal.h"
+
+/* ---- client authentication ---- */
+
+struct client_auth {
+    char client_id[FL__COORD_CLIENT_ID_CHARS + 1];
+    int64_t population_id;
+};
+
+/* Checks a client bearer token "flc_<16 hex>.<43 chars>" against storage. Lock held. */
+static bool auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                        struct client_auth *out) {
+    fl_coord *co = rq->co;
+    const char *tok = fl__coord_bearer(rq);
+    if (!tok || strlen(tok) != 4 + FL__COORD_CLIENT_ID_CHARS + 1 + FL__COORD_SECRET_CHARS ||
+        strncmp(tok, "flc_", 4) != 0 || tok[4 + FL__COORD_CLIENT_ID_CHARS] != '.') {
+        fl__coord_error(rep, 401, "unauthorized", "Authorization", "client bearer token required");
+        return false;
+    }
+    memcpy(out->client_id, tok + 4, FL__COORD_CLIENT_ID_CHARS);
+    out->client_id[FL__COORD_CLIENT_ID_CHARS] = '\0';
+    uint8_t tmp[8];
+    if (!fl__coord_unhex(tmp, 8, out->client_id)) {
+        fl__coord_error(rep, 401, "unauthorized", "Authorization", "client bearer token required");
+        return false;
+    }
+    fl_status rc = fl_store_client_authenticate(co->store, out->client_id, tok, strlen(tok));
+    if (rc == FL_ERR_AUTH) {
+        fl__coord_error(rep, 401, "unauthorized", "Authorization", "unknown client token");
+        return false;
+    }
+    fl_store_client *c = NULL;
+    if (rc == FL_OK)
+        rc = fl_store_client_get(co->store, &c, out->client_id);
+    if (rc != FL_OK) {
+        rep->retry_after_s = 5;
+        fl__coord_error(rep, 503, "unavailable", NULL, "database: %s", fl_store_errmsg(co->store));
+        return false;
+    }
+    out->population_id = c->population_id;
+    fl_store_free(co->store, c);
+    return true;
+}
+
+static int store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status rc) {
+    if (rc == FL_ERR_BUSY) {
+        rep->retry_after_s = 2;
+        return fl__coord_error(rep, 503, "unavailable", NULL, "database busy");
+    }
+    fl__log(&co->logger, FL_LOG_ERROR, "storage: %s", fl_store_errmsg(co->store));
+    return fl__coord_error(rep, 500, "internal", NULL, "database error");
+}
+
+static const char *opt_string(json_t *o, const char *key, size_t max, bool *bad) {
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return NULL;
+    if (!json_is_string(v) || json_string_length(v) > max) {
+        *bad = true;
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+/* ---- enrollment ---- */
+
+int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    const char *tok = fl__coord_bearer(rq);
+    if (!tok)
+        return fl__coord_error(rep, 401, "unauthorized", "Authorization",
+                               "population enrollment token required");
+    json_t *body = fl__coord_parse_body(rq, rep);
+    if (!body)
+        return rep->status;
+    int status;
+    bool bad = false;
+    json_t *jp = json_object_get(body, "population");
+    json_t *jr = json_object_get(body, "region");
+    const char *platform = opt_string(body, "platform", 32, &bad);
+    if (bad) {
+        status = fl__coord_error(rep, 400, "invalid_field", "platform",
+                                 "'platform' must be a string of at most 32 characters");
+        goto out;
+    }
+    opt_string(body, "sdk_version", 32, &bad);
+    if (bad) {
+        status = fl__coord_error(rep, 400, "invalid_field", "sdk_version",
+                                 "'sdk_version' must be a string of at most 32 characters");
+        goto out;
+    }
+    if (!jp || !jr) {
+        status = fl__coord_error(rep, 400, "missing_field", jp ? "region" : "population",
+                                 "'%s' is required", jp ? "region" : "population");
+        goto out;
+    }
+    if (!json_is_string(jp) ||
+        !fl__coord_valid_name(json_string_value(jp), FL__COORD_NAME_MAX, true)) {
+        status = fl__coord_error(rep, 400, "invalid_field", "population",
+                                 "'population' must be 1-64 characters [A-Za-z0-9_.-]");
+        goto out;
+    }
+    if (!json_is_string(jr) ||
+        !fl__coord_valid_name(json_string_value(jr), FL__COORD_REGION_MAX, false)) {
+        status = fl__coord_error(rep, 400, "invalid_field", "region",
+                                 "'region' must be 1-32 characters [A-Za-z0-9_-]");
+        goto out;
+    }
+    const char *region = json_string_value(jr);
+    uint8_t h[32];
+    fl__coord_sha256(h, tok, strlen(tok));
+    fl__coord_lock(co);
+    struct fl__coord_pop *p = fl__coord_pop_find(co, json_string_value(jp));
+    if (!p || fl_memeq_ct(h, p->enroll_hash, 32) != 0) {
+        status = fl__coord_error(rep, 401, "unauthorized", "Authorization",
+                                 "enrollment token does not match the population");
+        goto out_unlock;
+    }
+    if (!fl__coord_region_allowed(p, region)) {
+        atomic_fetch_add(&co->metrics.checkins[FL__CHK_REJECTED], 0);
+        status = fl__coord_error(rep, 403, "region_not_allowed", "region",
+                                 "population '%s' does not accept region '%s'", p->name, region);
+        goto out_unlock;
+    }
+    uint8_t idb[8], secret[32];
+    char cid[FL__COORD_CLIENT_ID_CHARS + 1], sec[FL__COORD_SECRET_CHARS + 1];
+    char token[4 + FL__COORD_CLIENT_ID_CHARS + 1 + FL__COORD_SECRET_CHARS + 1];
+    fl_status rc;
+    for (int attempt = 0;; attempt++) {
+        fl__coord_random(idb, sizeof(idb));
+        fl__coord_random(secret, sizeof(secret));
+        fl__coord_hex(cid, idb, 8);
+        fl__coord_b64url(sec, secret, sizeof(secret));
+        snprintf(token, sizeof(token), "flc_%s.%s", cid, sec);
+        rc = fl_store_client_enroll(co->store, cid, token, strlen(token), region, p->id);
+        if (rc != FL_ERR_EXISTS || attempt == 3)
+            break;
+    }
+    fl_memzero(secret, sizeof(secret));
+    fl_memzero(sec, sizeof(sec));
+    if (rc != FL_OK) {
+        fl_memzero(token, sizeof(token));
+        status = store_fail(co, rep, rc);
+        goto out_unlock;
+    }
+    p->clients++;
+    atomic_fetch_add(&co->metrics.enrollments, 1);
+    fl__log(&co->logger, FL_LOG_INFO, "client %s enrolled in %s (%s, %s)", cid, p->name, region,
+            platform ? platform : "unknown platform");
+    status = fl__coord_json(rep, 201,
+                            json_pack("{s:s, s:s, s:s, s:s, s:s}", "client_id", cid,
+                                      "client_token", token, "population", p->name,
+                                      "coordinator_key_id", co->key_id, "protocol",
+                                      "flotilla/v1"));
+    fl_memzero(token, sizeof(token));
+out_unlock:
+    fl__coord_unlock(co);
+out:
+    json_decref(body);
+    return status;
+}
+
+/* ---- check-in ---- */
+
+static int clamp_retry(const struct fl__coord_pop *p, int64_t base_s) {
+    int64_t s = base_s + (p->sel.jitter_s > 0
+                              ? (int64_t)fl__coord_random_below((uint32_t)p->sel.jitter_s + 1)
+                              : 0);
+    if (s < p->sel.min_retry_s)
+        s = p->sel.min_retry_s;
+    if (s > p->sel.max_retry_s)
+        s = p->sel.max_retry_s;
+    return (int)s;
+}
+
+static int reply_retry(fl_coord *co, struct fl__coord_reply *rep, int retry_s,
+                       const char *reason) {
+    atomic_fetch_add(&co->metrics.checkins[FL__CHK_RETRY], 1);
+    rep->retry_after_s = retry_s;
+    return fl__coord_json(rep, 200, json_pack("{s:s, s:i, s:s}", "status", "retry",
+                                              "retry_after_s", retry_s, "reason", reason));
+}
+
+static int reply_selected(fl_coord *co, struct fl__coord_reply *rep, struct fl__coord_pop *p,
+                          const struct fl__coord_participant *pt) {
+    struct fl__coord_round *r = p->round;
+    char task_url[64], model_url[128];
+    snprintf(task_url, sizeof(task_url), "/v1/rounds/%lld/task", (long long)r->id);
+    snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
+             (long long)r->base_version);
+    atomic_fetch_add(&co->metrics.checkins[FL__CHK_SELECTED], 1);
+    return fl__coord_json(
+        rep, 200,
+        json_pack("{s:s, s:I, s:s, s:s, s:s, s:{s:I}}", "status", "selected", "round_id",
+                  (json_int_t)r->id, "participation_id", pt->pid, "task_url", task_url,
+                  "model_url", model_url, "deadlines", "advertise_unix_ms",
+                  (json_int_t)(r->forming_deadline + p->deadlines_s[0] * 1000)));
+}
+
+/* Validates the check-in body into facts; sets a 400 on failure. */
+struct checkin_facts {
+    const char *region;
+    unsigned elig;        /* FL__ELIG_* that are true */
+    int64_t examples;     /* -1 = not given */
+    bool secagg;
+    int64_t max_model_bytes; /* -1 = not given */
+};
+
+static bool checkin_parse(json_t *b, struct checkin_facts *f, struct fl__coord_reply *rep) {
+    json_t *jr = json_object_get(b, "region");
+    if (!jr)
+        return fl__coord_error(rep, 400, "missing_field", "region", "'region' is required"), false;
+    if (!json_is_string(jr) || !fl__coord_valid_name(json_string_value(jr), FL__COORD_REGION_MAX,
+                                                     false))
+        return fl__coord_error(rep, 400, "invalid_field", "region",
+                               "'region' must be 1-32 characters [A-Za-z0-9_-]"), false;
+    f->region = json_string_value(jr);
+    json_t *e = json_object_get(b, "eligibility");
+    if (!e)
+        return fl__coord_error(rep, 400, "missing_field", "eligibility",
+                               "'eligibility' is required"), false;
+    if (!json_is_object(e))
+        return fl__coord_error(rep, 400, "invalid_field", "eligibility",
+                               "'eligibility' must be an object"), false;
+    static const char *const facts[3] = {"charging", "unmetered", "idle"};
+    static const char *const fields[3] = {"eligibility.charging", "eligibility.unmetered",
+                                          "eligibility.idle"};
+    f->elig = 0;
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(e, facts[i]);
+        if (!v || !json_is_boolean(v))
+            return fl__coord_error(rep, 400, v ? "invalid_field" : "missing_field", fields[i],
+                                   "'%s' must be true or false", fields[i]), false;
+        if (json_is_true(v))
+            f->elig |= 1u << i;
+    }
+    json_t *bp = json_object_get(e, "battery_pct");
+    if (bp && (!json_is_integer(bp) || json_integer_value(bp) < 0 || json_integer_value(bp) > 100))
+        return fl__coord_error(rep, 400, "invalid_field", "eligibility.battery_pct",
+                               "'eligibility.battery_pct' must be an integer 0-100"), false;
+    json_t *ex = json_object_get(e, "examples");
+    if (ex && (!json_is_integer(ex) || json_integer_value(ex) < 0))
+        return fl__coord_error(rep, 400, "invalid_field", "eligibility.examples",
+                               "'eligibility.examples' must be an integer >= 0"), false;
+    f->examples = ex ? json_integer_value(ex) : -1;
+    bool bad = false;
+    opt_string(b, "sdk_version", 32, &bad);
+    if (bad)
+        return fl__coord_error(rep, 400, "invalid_field", "sdk_version",
+                               "'sdk_version' must be a string of at most 32 characters"), false;
+    f->secagg = true;
+    f->max_model_bytes = -1;
+    json_t *cap = json_object_get(b, "capabilities");
+    if (cap) {
+        if (!json_is_object(cap))
+            return fl__coord_error(rep, 400, "invalid_field", "capabilities",
+                                   "'capabilities' must be an object"), false;
+        json_t *sa = json_object_get(cap, "secagg");
+        if (sa && !json_is_boolean(sa))
+            return fl__coord_error(rep, 400, "invalid_field", "capabilities.secagg",
+                                   "'capabilities.secagg' must be true or false"), false;
+        f->secagg = !sa || json_is_true(sa);
+        json_t *mm = json_object_get(cap, "max_model_bytes");
+        if (mm && (!json_is_integer(mm) || json_integer_value(mm) < 0))
+            return fl__coord_error(rep, 400, "invalid_field", "capabilities.max_model_bytes",
+                                   "'capabilities.max_model_bytes' must be an integer >= 0"),
+                   false;
+        f->max_model_bytes = mm ? json_integer_value(mm) : -1;
+    }
+    return true;
+}
+
+/* Creates a forming round for p (lock held). */
+static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    struct fl__coord_round *r = calloc(1, sizeof(*r));
+    if (!r)
+        return FL_ERR_NOMEM;
+    double capd = (double)p->sel.target * p->sel.over_selection;
+    r->cap = (size_t)capd;
+    if ((double)r->cap < capd)
+        r->cap++;
+    r->parts = calloc(r->cap, sizeof(*r->parts));
+    if (!r->parts) {
+        free(r);
+        return FL_ERR_NOMEM;
+    }
+    char cfg[256];
+    snprintf(cfg, sizeof(cfg), "{\"target\":%lld,\"cap\":%zu,\"min_participants\":%lld}",
+             (long long)p->sel.target, r->cap, (long long)p->sel.min_participants);
+    fl_status rc = fl_store_round_create(co->store, &r->id, p->id, 0, p->model_version, cfg);
+    if (rc != FL_OK) {
+        fl__coord_round_free(co, r);
+        return rc;
+    }
+    r->state = FL__ROUND_FORMING;
+    r->forming_deadline = now + p->sel.forming_s * 1000;
+    r->base_version = p->model_version;
+    fl__coord_random(r->session_id, sizeof(r->session_id));
+    p->round = r;
+    fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s forming (cap %zu)", (long long)r->id,
+            p->name, r->cap);
+    return FL_OK;
+}
+
+int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct client_auth ca;
+    int status;
+    json_t *body = NULL;
+    fl__coord_lock(co);
+    if (!auth_client(rq, rep, &ca)) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    body = fl__coord_parse_body(rq, rep);
+    if (!body) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    struct checkin_facts f;
+    if (!checkin_parse(body, &f, rep)) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca.population_id);
+    if (!p) {
+        status = fl__coord_error(rep, 401, "token_revoked", "Authorization",
+                                 "the client's population is closed");
+        goto out_unlock;
+    }
+    if (!fl__coord_region_allowed(p, f.region)) {
+        atomic_fetch_add(&co->metrics.checkins[FL__CHK_REJECTED], 1);
+        status = fl__coord_error(rep, 403, "region_not_allowed", "region",
+                                 "population '%s' does not accept region '%s'", p->name,
+                                 f.region);
+        goto out_unlock;
+    }
+    int64_t now = fl__coord_now(co);
+    struct fl__coord_round *r = p->round;
+    if (r)
+        for (size_t i = 0; i < r->n; i++)
+            if (strcmp(r->parts[i].client_id, ca.client_id) == 0) {
+                status = reply_selected(co, rep, p, &r->parts[i]);
+                goto out_unlock;
+            }
+    if (!p->running || p->model_version == 0) {
+        status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "population_stopped");
+        goto out_unlock;
+    }
+    if ((f.elig & p->sel.require) != p->sel.require ||
+        (f.examples >= 0 && f.examples < p->sel.min_examples) ||
+        (f.examples < 0 && p->sel.min_examples > 0)) {
+        status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "not_eligible");
+        goto out_unlock;
+    }
+    json_t *sa = json_object_get(p->config, "secagg");
+    if (!f.secagg && json_is_true(json_object_get(sa, "enabled"))) {
+        status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "secagg_required");
+        goto out_unlock;
+    }
+    if (!r) {
+        if (now < p->next_round_at) {
+            status = reply_retry(co, rep, clamp_retry(p, (p->next_round_at - now) / 1000),
+                                 "no_round_forming");
+            goto out_unlock;
+        }
+        fl_status rc = round_create(co, p, now);
+        if (rc != FL_OK) {
+            status = store_fail(co, rep, rc);
+            goto out_unlock;
+        }
+        r = p->round;
+    }
+    if (r->state != FL__ROUND_FORMING || r->n >= r->cap) {
+        int64_t left = r->state == FL__ROUND_RUNNING ? (r->run_deadline - now) / 1000 : 0;
+        status = reply_retry(co, rep, clamp_retry(p, left > 0 ? left : 0), "round_full");
+        goto out_unlock;
+    }
+    fl_status rc = fl_store_participant_set(co->store, r->id, ca.client_id,
+                                            FL_STORE_PARTICIPANT_SELECTED);
+    if (rc != FL_OK) {
+        status = store_fail(co, rep, rc);
+        goto out_unlock;
+    }
+    struct fl__coord_participant *pt = &r->parts[r->n];
+    memcpy(pt->client_id, ca.client_id, sizeof(pt->client_id));
+    uint8_t pid[16];
+    fl__coord_random(pid, sizeof(pid));
+    fl__coord_hex(pt->pid, pid, sizeof(pid));
+    pt->index = (uint32_t)r->n;
+    r->n++;
+    status = reply_selected(co, rep, p, pt);
+    fl__coord_round_maybe_start(co, p, now);
+out_unlock:
+    fl__coord_unlock(co);
+    if (body)
+        json_decref(body);
+    return status;
+}
+
+/* ---- signed downloads ---- */
+
+static void sign_body(fl_coord *co, struct fl__coord_reply *rep, const char *ctx, uint64_t id,
+                      const void *body, size_t len) {
+    uint8_t msg[64], sig[64], h[32];
+    size_t n = 0;
+    if (fl_coord_signed_message(msg, sizeof(msg), &n, ctx, id, body, len) != FL_OK)
+        return;
+    crypto_sign_detached(sig, NULL, msg, n, co->sign_sk);
+    fl__coord_b64(rep->sig_b64, sizeof(rep->sig_b64), sig, sizeof(sig));
+    fl__coord_sha256(h, body, len);
+    fl__coord_hex(rep->sha_hex, h, 32);
+}
+
+int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct client_auth ca;
+    int status;
+    int64_t version;
+    fl__coord_lock(co);
+    if (!auth_client(rq, rep, &ca)) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca.population_id);
+    if (!p || strcmp(p->name, rq->seg[2]) != 0 || !fl__coord_parse_id(rq->seg[3], &version)) {
+        status = fl__coord_error(rep, 404, "not_found", NULL, "no such model");
+        goto out_unlock;
+    }
+    fl_store_model *m = NULL;
+    fl_status rc = fl_store_model_get(co->store, &m, version);
+    if (rc == FL_ERR_NOT_FOUND || (rc == FL_OK && m->population_id != p->id)) {
+        fl_store_free(co->store, m);
+        status = fl__coord_error(rep, 404, "not_found", NULL, "no such model version");
+        goto out_unlock;
+    }
+    if (rc != FL_OK) {
+        status = store_fail(co, rep, rc);
+        goto out_unlock;
+    }
+    snprintf(rep->etag, sizeof(rep->etag), "\"%s\"", m->sha256_hex);
+    const char *inm = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-None-Match");
+    if (inm && strcmp(inm, rep->etag) == 0) {
+        fl_store_free(co->store, m);
+        rep->status = 304;
+        status = 304;
+        goto out_unlock;
+    }
+    rep->bytes_owned = malloc(m->size ? m->size : 1);
+    if (!rep->bytes_owned) {
+        fl_store_free(co->store, m);
+        status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+        goto out_unlock;
+    }
+    memcpy(rep->bytes_owned, m->bytes, m->size);
+    rep->bytes = (const uint8_t *)rep->bytes_owned;
+    rep->len = m->size;
+    rep->content_type = "application/octet-stream";
+    rep->status = 200;
+    status = 200;
+    sign_body(co, rep, "flotilla/v1/model", (uint64_t)version, rep->bytes, rep->len);
+    fl_store_free(co->store, m);
+out_unlock:
+    fl__coord_unlock(co);
+    return status;
+}
+
+/* Finds the participant of round_id that the client's Idempotency-Key names. Lock held. */
+static struct fl__coord_participant *participant_of(struct fl__coord_req *rq,
+                                                    struct fl__coord_reply *rep,
+                                                    const struct client_auth *ca, int64_t rid,
+                                                    struct fl__coord_pop **pop_out) {
+    const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (!key) {
+        fl__coord_error(rep, 400, "missing_field", "Idempotency-Key",
+                        "the Idempotency-Key header (participation_id) is required");
+        return NULL;
+    }
+    struct fl__coord_pop *p = fl__coord_pop_by_id(rq->co, ca->population_id);
+    struct fl__coord_round *r = p ? p->round : NULL;
+    if (!r || r->id != rid) {
+        fl__coord_error(rep, 410, "round_closed", NULL, "round %lld is not open",
+                        (long long)rid);
+        return NULL;
+    }
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->parts[i].client_id, ca->client_id) == 0 &&
+            strlen(key) == FL__COORD_PID_CHARS &&
+            fl_memeq_ct(r->parts[i].pid, key, FL__COORD_PID_CHARS) == 0) {
+            *pop_out = p;
+            return &r->parts[i];
+        }
+    fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
+                    "not a participant of round %lld", (long long)rid);
+    return NULL;
+}
+
+/* Builds the task config of docs/protocol.md section 4.2 for one participant. */
+static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
+                         const struct fl__coord_participant *pt) {
+    struct fl__coord_round *r = p->round;
+    json_t *cfg = p->config;
+    json_t *pr = json_object_get(cfg, "privacy");
+    json_t *sa = json_object_get(cfg, "secagg");
+    json_t *st = json_object_get(cfg, "strategy");
+    char sid[64], model_url[128];
+    fl__coord_b64(sid, sizeof(sid), r->session_id, 32);
+    snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
+             (long long)r->base_version);
+    json_t *training = json_deep_copy(json_object_get(cfg, "training"));
+    json_t *mu = json_object_get(st, "proximal_mu");
+    json_object_set_new(training, "optimizer", json_string("sgd"));
+    json_object_set_new(training, "proximal_mu", json_real(mu ? json_number_value(mu) : 0.0));
+    json_t *dp = json_deep_copy(pr);
+    json_object_del(dp, "epsilon_budget");
+    json_object_del(dp, "delta");
+    json_object_del(dp, "population_size");
+    json_object_set_new(dp, "mechanism", json_string("discrete_gaussian"));
+    json_object_set_new(dp, "clip_kind", json_string("flat"));
+    int64_t base = r->forming_deadline;
+    int64_t dl[5];
+    for (int k = 0; k < 5; k++) {
+        base += p->deadlines_s[k] * 1000;
+        dl[k] = base;
+    }
+    json_t *t = json_pack(
+        "{s:s, s:s, s:I, s:s, s:{s:I, s:s}, s:O, s:o, s:O, s:o,"
+        " s:{s:O, s:s, s:I, s:I, s:I, s:O},"
+        " s:{s:I, s:I, s:I, s:I, s:I}}",
+        "protocol", "flotilla/v1", "population", p->name, "round_id", (json_int_t)r->id, "kind",
+        "sync", "model", "version", (json_int_t)r->base_version, "url", model_url,
+        "data_schema", json_object_get(cfg, "data_schema") ? json_object_get(cfg, "data_schema")
+                                                           : json_null(),
+        "training", training, "update", json_object_get(cfg, "update"), "dp", dp,
+        "secagg", "enabled", json_object_get(sa, "enabled"), "session_id", sid, "client_index",
+        (json_int_t)pt->index, "num_clients", (json_int_t)r->n, "neighbors",
+        (json_int_t)json_integer_value(json_object_get(sa, "neighbors")), "modulus_bits",
+        json_object_get(pr, "modulus_bits"),
+        "deadlines", "advertise_unix_ms", (json_int_t)dl[0], "share_unix_ms", (json_int_t)dl[1],
+        "masked_unix_ms", (json_int_t)dl[2], "consistency_unix_ms", (json_int_t)dl[3],
+        "unmask_unix_ms", (json_int_t)dl[4]);
+    (void)co;
+    return t;
+}
+
+int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct client_auth ca;
+    int status;
+    int64_t rid;
+    struct fl__coord_pop *p = NULL;
+    fl__coord_lock(co);
+    if (!auth_client(rq, rep, &ca)) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    if (!fl__coord_parse_id(rq->seg[2], &rid)) {
+        status = fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                                 "round id must be a positive integer");
+        goto out_unlock;
+    }
+    struct fl__coord_participant *pt = participant_of(rq, rep, &ca, rid, &p);
+    if (!pt) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    json_t *t = task_json(co, p, pt);
+    char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (t)
+        json_decref(t);
+    if (!text) {
+        status = fl__coord_error(rep, 500, "internal", NULL, "could not build the task");
+        goto out_unlock;
+    }
+    rep->bytes_owned = text;
+    rep->bytes = (const uint8_t *)text;
+    rep->len = strlen(text);
+    rep->content_type = "application/json";
+    rep->status = status = 200;
+    sign_body(co, rep, "flotilla/v1/task", (uint64_t)rid, rep->bytes, rep->len);
+out_unlock:
+    fl__coord_unlock(co);
+    return status;
+}
+
+/* ---- admin ---- */
+
+/* Minimal safetensors check: u64le header length, JSON object header inside the buffer. */
+static bool safetensors_ok(const uint8_t *b, size_t n) {
+    if (n < 10)
+        return false;
+    uint64_t h = fl__get_u64le(b);
+    if (h < 2 || h > n - 8 || h > 100u * 1024 * 1024)
+        return false;
+    json_t *j = json_loadb((const char *)b + 8, (size_t)h, 0, NULL);
+    bool ok = j && json_is_object(j);
+    if (j)
+        json_decref(j);
+    return ok;
+}
+
+static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    json_t *body = fl__coord_parse_body(rq, rep);
+    if (!body)
+        return rep->status;
+    int status;
+    char *cfg_text = NULL, *regions_text = NULL;
+    struct fl__coord_pop *p = calloc(1, sizeof(*p));
+    if (!p) {
+        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    if (!fl__coord_pop_parse(co, p, body, rep)) {
+        status = rep->status;
+        goto out;
+    }
+    uint8_t secret[32], h[32];
+    char sec[FL__COORD_SECRET_CHARS + 1], token[4 + FL__COORD_SECRET_CHARS + 1], hex[65];
+    fl__coord_random(secret, sizeof(secret));
+    fl__coord_b64url(sec, secret, sizeof(secret));
+    snprintf(token, sizeof(token), "flp_%s", sec);
+    fl__coord_sha256(h, token, strlen(token));
+    memcpy(p->enroll_hash, h, 32);
+    fl__coord_hex(hex, h, 32);
+    json_t *stored = json_deep_copy(p->config);
+    json_object_set_new(stored, "enrollment_token_sha256", json_string(hex));
+    cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(stored);
+    json_t *regs = json_deep_copy(json_object_get(p->config, "allowed_regions"));
+    if (p->any_region)
+        json_array_clear(regs);
+    regions_text = json_dumps(regs, JSON_COMPACT);
+    json_decref(regs);
+    if (!cfg_text || !regions_text) {
+        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    json_t *pr = json_object_get(p->config, "privacy");
+    bool dp = strcmp(json_string_value(json_object_get(pr, "mode")), "none") != 0;
+    double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : DBL_MAX;
+    double delta = dp ? json_number_value(json_object_get(pr, "delta")) : 0.0;
+    fl__coord_lock(co);
+    if (fl__coord_pop_find(co, p->name)) {
+        fl__coord_unlock(co);
+        status = fl__coord_error(rep, 409, "conflict", "name", "population '%s' exists", p->name);
+        goto out;
+    }
+    fl_status rc = fl_store_begin(co->store);
+    if (rc == FL_OK)
+        rc = fl_store_population_create(co->store, &p->id, p->name, cfg_text, eps, delta,
+                                        regions_text);
+    if (rc == FL_OK)
+        rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_PAUSED);
+    if (rc == FL_OK)
+        rc = fl_store_commit(co->store);
+    if (rc != FL_OK) {
+        if (fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+        status = rc == FL_ERR_EXISTS
+                     ? fl__coord_error(rep, 409, "conflict", "name", "population exists")
+                     : store_fail(co, rep, rc);
+        fl__coord_unlock(co);
+        goto out;
+    }
+    if (co->n_pops == co->cap_pops) {
+        size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
+        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
+        if (!np) {
+            fl__coord_unlock(co);
+            status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            goto out;
+        }
+        co->pops = np;
+        co->cap_pops = nc;
+    }
+    co->pops[co->n_pops++] = p;
+    fl__log(&co->logger, FL_LOG_INFO, "population %s created", p->name);
+    status = fl__coord_json(rep, 201, json_pack("{s:o, s:s}", "population",
+                                                fl__coord_pop_state_json(co, p),
+                                                "enrollment_token", token));
+    p = NULL;
+    fl__coord_unlock(co);
+    fl_memzero(token, sizeof(token));
+    fl_memzero(secret, sizeof(secret));
+out:
+    free(cfg_text);
+    free(regions_text);
+    fl__coord_pop_free(co, p);
+    json_decref(body);
+    return status;
+}
+
+static int admin_upload_model(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                              struct fl__coord_pop *p) {
+    const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+    if (ct && strcmp(ct, "application/octet-stream") != 0)
+        return fl__coord_error(rep, 415, "unsupported_media_type", "Content-Type",
+                               "models are application/octet-stream");
+    if (!safetensors_ok(rq->body, rq->body_len))
+        return fl__coord_error(rep, 400, "invalid_message", NULL,
+                               "body is not a safetensors file");
+    fl_store_model_ref ref;
+    char tag[FL__COORD_NAME_MAX + 16];
+    snprintf(tag, sizeof(tag), "population/%s", p->name);
+    fl_status rc = fl_store_begin(co->store);
+    if (rc == FL_OK)
+        rc = fl_store_model_put(co->store, &ref, p->id, p->model_version, rq->body, rq->body_len,
+                                "{\"source\":\"admin\"}");
+    if (rc == FL_OK)
+        rc = fl_store_tag_set(co->store, tag, ref.version);
+    if (rc == FL_OK)
+        rc = fl_store_commit(co->store);
+    if (rc != FL_OK) {
+        if (fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+        return store_fail(co, rep, rc);
+    }
+    p->model_version = ref.version;
+    fl__log(&co->logger, FL_LOG_INFO, "population %s: model version %lld", p->name,
+            (long long)ref.version);
+    return fl__coord_json(rep, 201, json_pack("{s:I, s:s}", "version", (json_int_t)ref.version,
+                                              "sha256", ref.sha256_hex));
+}
+
+static const char *round_state_name(fl_store_round_state s) {
+    switch (s) {
+    case FL_STORE_ROUND_OPEN: return "forming";
+    case FL_STORE_ROUND_RUNNING: return "running";
+    case FL_STORE_ROUND_COMPLETED: return "completed";
+    case FL_STORE_ROUND_ABANDONED: return "abandoned";
+    }
+    return "unknown";
+}
+
+static json_t *round_json(fl_coord *co, const fl_store_round *r) {
+    struct fl__coord_pop *p = fl__coord_pop_by_id(co, r->population_id);
+    json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:I, s:I}", "round_id", (json_int_t)r->id,
+                          "population", p ? p->name : "", "round_number",
+                          (json_int_t)r->round_number, "state", round_state_name(r->state),
+                          "base_model_version", (json_int_t)r->base_version, "selected",
+                          (json_int_t)r->counts.selected, "started_unix_ms",
+                          (json_int_t)r->created_at);
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "new_model_version",
+                        r->result_version ? json_integer(r->result_version) : json_null());
+    json_object_set_new(o, "ended_unix_ms", r->ended_at ? json_integer(r->ended_at) : json_null());
+    json_object_set_new(o, "reason",
+                        r->abandon_reason ? json_string(r->abandon_reason) : json_null());
+    if (p && p->round && p->round->id == r->id)
+        json_object_set_new(o, "selected", json_integer((json_int_t)p->round->n));
+    return o;
+}
+
+int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    if (!fl__coord_auth_admin(rq, rep))
+        return rep->status;
+    if (rq->route == FL__R_ADMIN_POPS && strcmp(rq->method, "POST") == 0)
+        return admin_create(co, rq, rep);
+    int status;
+    fl__coord_lock(co);
+    if (rq->route == FL__R_ADMIN_POPS) {
+        json_t *list = json_array();
+        for (size_t i = 0; i < co->n_pops; i++)
+            json_array_append_new(list, fl__coord_pop_state_json(co, co->pops[i]));
+        status = fl__coord_json(rep, 200, json_pack("{s:o}", "populations", list));
+        goto out_unlock;
+    }
+    if (rq->route == FL__R_ADMIN_ROUND) {
+        int64_t rid;
+        fl_store_round *r = NULL;
+        if (!fl__coord_parse_id(rq->seg[3], &rid)) {
+            status = fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                                     "round id must be a positive integer");
+            goto out_unlock;
+        }
+        fl_status rc = fl_store_round_get(co->store, &r, rid);
+        if (rc == FL_ERR_NOT_FOUND) {
+            status = fl__coord_error(rep, 404, "not_found", "round_id", "no round %lld",
+                                     (long long)rid);
+            goto out_unlock;
+        }
+        if (rc != FL_OK) {
+            status = store_fail(co, rep, rc);
+            goto out_unlock;
+        }
+        status = fl__coord_json(rep, 200, round_json(co, r));
+        fl_store_free(co->store, r);
+        goto out_unlock;
+    }
+    struct fl__coord_pop *p = fl__coord_pop_find(co, rq->seg[3]);
+    if (!p) {
+        status = fl__coord_error(rep, 404, "not_found", "population", "no population '%.64s'",
+                                 rq->seg[3]);
+        goto out_unlock;
+    }
+    fl_status rc;
+    switch (rq->route) {
+    case FL__R_ADMIN_POP:
+        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        break;
+    case FL__R_ADMIN_POP_START:
+        if (p->model_version == 0) {
+            status = fl__coord_error(rep, 409, "conflict", NULL,
+                                     "upload a model version before starting");
+            break;
+        }
+        if (!p->running) {
+            rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_ACTIVE);
+            if (rc != FL_OK) {
+                status = store_fail(co, rep, rc);
+                break;
+            }
+            p->running = true;
+            fl__log(&co->logger, FL_LOG_INFO, "population %s started", p->name);
+        }
+        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        break;
+    case FL__R_ADMIN_POP_STOP:
+        if (p->running) {
+            rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_PAUSED);
+            if (rc != FL_OK) {
+                status = store_fail(co, rep, rc);
+                break;
+            }
+            p->running = false;
+            if (p->round)
+                fl__coord_round_abandon(co, p, "stopped by admin");
+            fl__log(&co->logger, FL_LOG_INFO, "population %s stopped", p->name);
+        }
+        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        break;
+    case FL__R_ADMIN_POP_MODELS:
+        status = admin_upload_model(co, rq, rep, p);
+        break;
+    case FL__R_ADMIN_POP_ROUNDS: {
+        int64_t limit = 50;
+        const char *ls = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "limit");
+        if (ls && (!fl__coord_parse_id(ls, &limit) || limit > 1000)) {
+            status = fl__coord_error(rep, 400, "invalid_parameter", "limit",
+                                     "'limit' must be 1-1000");
+            break;
+        }
+        json_t *list = json_array();
+        fl_store_round *r = NULL;
+        rc = fl_store_round_find(co->store, &r, p->id, 0);
+        int64_t num = rc == FL_OK ? r->round_number : 0;
+        while (rc == FL_OK && limit-- > 0) {
+            json_array_append_new(list, round_json(co, r));
+            fl_store_free(co->store, r);
+            r = NULL;
+            if (--num < 1)
+                break;
+            rc = fl_store_round_find(co->store, &r, p->id, num);
+        }
+        fl_store_free(co->store, r);
+        if (rc != FL_OK && rc != FL_ERR_NOT_FOUND) {
+            json_decref(list);
+            status = store_fail(co, rep, rc);
+            break;
+        }
+        status = fl__coord_json(rep, 200, json_pack("{s:o}", "rounds", list));
+        break;
+    }
+    default:
+        status = fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
+    }
+out_unlock:
+    fl__coord_unlock(co);
+    return status;
+}

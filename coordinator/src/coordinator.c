@@ -1,0 +1,291 @@
+/* Coordinator lifecycle: configuration defaults and validation, create/start/tick/stop,
+ * the signing key, and the signed-message layout of docs/protocol.md section 4.1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "coord_internal.h"
+
+size_t fl_coord_sha256_bytes(void) { return FL_COORD_SHA256_BYTES; }
+size_t fl_coord_seed_bytes(void) { return FL_COORD_SEED_BYTES; }
+size_t fl_coord_public_key_bytes(void) { return FL_COORD_PUBLIC_KEY_BYTES; }
+size_t fl_coord_key_id_bytes(void) { return FL_COORD_KEY_ID_BYTES; }
+
+void fl_coord_config_init(fl_coord_config *cfg) {
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->struct_size = sizeof(*cfg);
+    cfg->listen_address = "127.0.0.1";
+    cfg->port = 8080;
+    cfg->threads = 4;
+    cfg->limits.enroll_bytes = 4096;
+    cfg->limits.checkin_bytes = 8192;
+    cfg->limits.admin_json_bytes = 64 * 1024;
+    cfg->limits.model_bytes = 256u * 1024 * 1024;
+    cfg->limits.connection_timeout_s = 30;
+    cfg->limits.per_ip_connections = 64;
+    cfg->limits.max_connections = 10000;
+    cfg->limits.connection_memory = 32 * 1024;
+    cfg->max_long_poll_s = 30;
+    cfg->logger.min_level = FL_LOG_INFO;
+}
+
+int64_t fl__coord_now(const fl_coord *co) {
+    if (co->clock)
+        return co->clock(co->clock_user);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void fl__coord_lock(fl_coord *co) { pthread_mutex_lock(&co->lock); }
+void fl__coord_unlock(fl_coord *co) { pthread_mutex_unlock(&co->lock); }
+
+/* Checks every field; the message names the first bad one. */
+static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
+#define BAD(...) do { snprintf(msg, n, __VA_ARGS__); return FL_ERR_MISUSE; } while (0)
+    if (c->struct_size != sizeof(fl_coord_config))
+        BAD("config.struct_size: call fl_coord_config_init()");
+    if (!c->listen_address || !*c->listen_address)
+        BAD("config.listen_address is required");
+    if (c->port > 65535)
+        BAD("config.port must be 0..65535");
+    if (c->threads < 1 || c->threads > 256)
+        BAD("config.threads must be 1..256");
+    if (!c->db_path || !*c->db_path)
+        BAD("config.db_path is required");
+    if ((c->tls_cert_pem == NULL) != (c->tls_key_pem == NULL))
+        BAD("config.tls_cert_pem and config.tls_key_pem go together");
+    const fl_coord_limits *l = &c->limits;
+    if (l->enroll_bytes < 64 || l->enroll_bytes > (1u << 20))
+        BAD("config.limits.enroll_bytes must be 64..1048576");
+    if (l->checkin_bytes < 64 || l->checkin_bytes > (1u << 20))
+        BAD("config.limits.checkin_bytes must be 64..1048576");
+    if (l->admin_json_bytes < 1024 || l->admin_json_bytes > (16u << 20))
+        BAD("config.limits.admin_json_bytes must be 1024..16777216");
+    if (l->model_bytes < 1 || l->model_bytes > 1000000000u)
+        BAD("config.limits.model_bytes must be 1..1000000000");
+    if (l->connection_timeout_s < 1 || l->connection_timeout_s > 3600)
+        BAD("config.limits.connection_timeout_s must be 1..3600");
+    if (l->max_connections < 16 || l->max_connections > 1000000)
+        BAD("config.limits.max_connections must be 16..1000000");
+    if (l->connection_memory < 8192 || l->connection_memory > (1u << 20))
+        BAD("config.limits.connection_memory must be 8192..1048576");
+    if (c->max_long_poll_s > 60)
+        BAD("config.max_long_poll_s must be 0..60");
+#undef BAD
+    return FL_OK;
+}
+
+static char *dup_str(const char *s) {
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+static void store_log_forward(void *user, fl_log_level level, const char *msg) {
+    fl_coord *co = user;
+    fl__log(&co->logger, level, "storage: %s", msg);
+}
+
+static int64_t store_clock(void *user) {
+    return fl__coord_now((const fl_coord *)user);
+}
+
+fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errmsg,
+                          size_t errmsg_len) {
+    char local[256];
+    if (!errmsg || errmsg_len == 0) {
+        errmsg = local;
+        errmsg_len = sizeof(local);
+    }
+    errmsg[0] = '\0';
+    if (!out || !cfg) {
+        snprintf(errmsg, errmsg_len, "out and cfg are required");
+        return FL_ERR_MISUSE;
+    }
+    *out = NULL;
+    fl_status rc = config_check(cfg, errmsg, errmsg_len);
+    if (rc != FL_OK)
+        return rc;
+    if (sodium_init() < 0) {
+        snprintf(errmsg, errmsg_len, "libsodium failed to initialise");
+        return FL_ERR_CRYPTO;
+    }
+    fl_coord *co = calloc(1, sizeof(*co));
+    if (!co) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        return FL_ERR_NOMEM;
+    }
+    rc = fl__allocator_copy(&co->alloc, cfg->allocator);
+    if (rc != FL_OK) {
+        snprintf(errmsg, errmsg_len, "config.allocator is invalid");
+        free(co);
+        return rc;
+    }
+    pthread_mutex_init(&co->lock, NULL);
+    co->logger = cfg->logger;
+    co->port_cfg = cfg->port;
+    co->threads = cfg->threads;
+    co->limits = cfg->limits;
+    co->max_long_poll_s = cfg->max_long_poll_s;
+    co->clock = cfg->clock;
+    co->clock_user = cfg->clock_user;
+    co->has_admin = cfg->has_admin_token != 0;
+    memcpy(co->admin_hash, cfg->admin_token_sha256, 32);
+    co->listen_address = dup_str(cfg->listen_address);
+    co->db_path = dup_str(cfg->db_path);
+    co->tls_cert = dup_str(cfg->tls_cert_pem);
+    co->tls_key = dup_str(cfg->tls_key_pem);
+    if (!co->listen_address || !co->db_path || (cfg->tls_cert_pem && !co->tls_cert) ||
+        (cfg->tls_key_pem && !co->tls_key)) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        rc = FL_ERR_NOMEM;
+        goto out_fail;
+    }
+    uint8_t seed[32];
+    if (cfg->has_signing_key)
+        memcpy(seed, cfg->signing_seed, 32);
+    else
+        randombytes_buf(seed, 32);
+    crypto_sign_seed_keypair(co->sign_pk, co->sign_sk, seed);
+    fl_memzero(seed, sizeof(seed));
+    uint8_t h[32];
+    fl__coord_sha256(h, co->sign_pk, 32);
+    fl__coord_hex(co->key_id, h, 8);
+
+    fl_store_config sc;
+    fl_store_config_init(&sc);
+    sc.allocator = cfg->allocator;
+    sc.logger.fn = co->logger.fn ? store_log_forward : NULL;
+    sc.logger.user = co;
+    sc.logger.min_level = co->logger.min_level;
+    sc.max_model_bytes = co->limits.model_bytes;
+    sc.clock = store_clock;
+    sc.clock_user = co;
+    rc = fl_store_open(&co->store, co->db_path, &sc);
+    if (rc != FL_OK) {
+        snprintf(errmsg, errmsg_len, "opening database %s: %s", co->db_path,
+                 fl_store_errmsg(co->store));
+        goto out_fail;
+    }
+    rc = fl__coord_pops_load_all(co);
+    if (rc != FL_OK) {
+        snprintf(errmsg, errmsg_len, "loading populations: %s", fl__err_msg(&co->err));
+        goto out_fail;
+    }
+    fl__log(&co->logger, FL_LOG_INFO, "coordinator ready: %zu population(s), key id %s",
+            co->n_pops, co->key_id);
+    *out = co;
+    return FL_OK;
+out_fail:
+    fl_coord_destroy(co);
+    return rc;
+}
+
+fl_status fl_coord_start(fl_coord *co) {
+    if (!co)
+        return FL_ERR_MISUSE;
+    if (co->daemon || atomic_load(&co->stopped))
+        return fl__err_set(&co->err, FL_ERR_STATE, "already started or stopped");
+    co->started_at = fl__coord_now(co);
+    fl_status rc = fl__coord_http_start(co);
+    if (rc != FL_OK)
+        return rc;
+    atomic_store(&co->ready, true);
+    fl__log(&co->logger, FL_LOG_INFO, "listening on %s:%u (%s, %u threads)", co->listen_address,
+            co->port, co->tls_cert ? "https" : "http", co->threads);
+    return FL_OK;
+}
+
+unsigned fl_coord_port(const fl_coord *co) {
+    return co ? co->port : 0;
+}
+
+int64_t fl_coord_tick(fl_coord *co) {
+    if (!co || atomic_load(&co->stopped))
+        return 1000;
+    int64_t now = fl__coord_now(co);
+    fl__coord_lock(co);
+    fl__coord_tick_pops(co, now);
+    fl__coord_unlock(co);
+    return 100;
+}
+
+void fl_coord_stop(fl_coord *co) {
+    if (!co)
+        return;
+    bool was = atomic_exchange(&co->stopped, true);
+    atomic_store(&co->ready, false);
+    if (was)
+        return;
+    fl__coord_http_stop(co);
+    fl__coord_lock(co);
+    for (size_t i = 0; i < co->n_pops; i++)
+        if (co->pops[i]->round)
+            fl__coord_round_abandon(co, co->pops[i], "coordinator shutting down");
+    fl__coord_unlock(co);
+    fl__log(&co->logger, FL_LOG_INFO, "coordinator stopped");
+}
+
+void fl_coord_destroy(fl_coord *co) {
+    if (!co)
+        return;
+    if (co->daemon)
+        fl_coord_stop(co);
+    for (size_t i = 0; i < co->n_pops; i++)
+        fl__coord_pop_free(co, co->pops[i]);
+    free(co->pops);
+    fl_store_close(co->store);
+    free(co->listen_address);
+    free(co->db_path);
+    if (co->tls_key) {
+        fl_memzero(co->tls_key, strlen(co->tls_key));
+        free(co->tls_key);
+    }
+    free(co->tls_cert);
+    fl_memzero(co->sign_sk, sizeof(co->sign_sk));
+    pthread_mutex_destroy(&co->lock);
+    free(co);
+}
+
+const char *fl_coord_errmsg(const fl_coord *co) {
+    return co ? fl__err_msg(&co->err) : "no coordinator handle";
+}
+
+void fl_coord_public_key(const fl_coord *co, uint8_t pk[FL_COORD_PUBLIC_KEY_BYTES],
+                         char key_id[FL_COORD_KEY_ID_BYTES]) {
+    if (!co)
+        return;
+    if (pk)
+        memcpy(pk, co->sign_pk, 32);
+    if (key_id)
+        memcpy(key_id, co->key_id, FL_COORD_KEY_ID_BYTES);
+}
+
+fl_status fl_coord_signed_message(uint8_t *out, size_t out_len, size_t *written,
+                                  const char *context, uint64_t id, const void *body,
+                                  size_t body_len) {
+    if (!out || !written || !context || (!body && body_len))
+        return FL_ERR_MISUSE;
+    if (strcmp(context, "flotilla/v1/task") != 0 && strcmp(context, "flotilla/v1/model") != 0)
+        return FL_ERR_MISUSE;
+    size_t c = strlen(context);
+    size_t need = c + 1 + 8 + 32;
+    if (out_len < need)
+        return FL_ERR_MISUSE;
+    memcpy(out, context, c);
+    out[c] = 0;
+    fl__put_u64le(out + c + 1, id);
+    crypto_hash_sha256(out + c + 9, body, body_len);
+    *written = need;
+    return FL_OK;
+}

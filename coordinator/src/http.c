@@ -1,0 +1,532 @@
+/* HTTP layer: the libmicrohttpd daemon, request bodies with per-route caps, routing,
+ * error bodies and the operational endpoints (/healthz, /readyz, /metrics). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "coord_internal.h"
+
+/* ---- per-request context ---- */
+
+struct req_ctx {
+    enum fl__coord_route route;
+    size_t cap;        /* body cap of the route */
+    uint8_t *body;     /* Content-Length bytes, or NULL */
+    size_t body_len;   /* expected length */
+    size_t body_got;   /* received so far */
+    bool answered;     /* a reply was already queued (early error) */
+    struct fl__coord_req rq;
+};
+
+/* ---- replies ---- */
+
+int fl__coord_json(struct fl__coord_reply *rep, int status, json_t *body) {
+    rep->status = status;
+    if (rep->json)
+        json_decref(rep->json);
+    rep->json = body;
+    return status;
+}
+
+int fl__coord_error(struct fl__coord_reply *rep, int status, const char *code,
+                    const char *field, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:i, s:s, s:s}", "status", status, "code", code, "message", msg);
+    if (e && field)
+        json_object_set_new(e, "field", json_string(field));
+    if (e && rep->retry_after_s >= 0 && (status == 429 || status == 503 || status == 425))
+        json_object_set_new(e, "retry_after_s", json_integer(rep->retry_after_s));
+    if (status == 401)
+        rep->www_auth = true;
+    return fl__coord_json(rep, status, e ? json_pack("{s:o}", "error", e) : NULL);
+}
+
+json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+    if (ct && strncmp(ct, "application/json", 16) != 0) {
+        fl__coord_error(rep, 415, "unsupported_media_type", "Content-Type",
+                        "expected application/json, got '%.64s'", ct);
+        return NULL;
+    }
+    json_error_t jerr;
+    /* Jansson needs no NUL: load from the exact bytes, rejecting NUL characters. */
+    json_t *v = json_loadb((const char *)rq->body, rq->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v) {
+        fl__coord_error(rep, 400, "malformed_json", NULL, "body is not valid JSON: %s (line %d)",
+                        jerr.text, jerr.line);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        fl__coord_error(rep, 400, "malformed_json", NULL, "body must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+const char *fl__coord_bearer(const struct fl__coord_req *rq) {
+    const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return NULL;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t n = strlen(h);
+    if (n < 20 || n > 200)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char c = h[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return NULL;
+    }
+    return h;
+}
+
+bool fl__coord_auth_admin(const struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    const char *tok = fl__coord_bearer(rq);
+    if (!rq->co->has_admin || !tok) {
+        fl__coord_error(rep, 401, "unauthorized", "Authorization", "admin bearer token required");
+        return false;
+    }
+    uint8_t h[32];
+    fl__coord_sha256(h, tok, strlen(tok));
+    if (fl_memeq_ct(h, rq->co->admin_hash, 32) != 0) {
+        fl__coord_error(rep, 401, "unauthorized", "Authorization", "wrong admin token");
+        return false;
+    }
+    return true;
+}
+
+/* ---- routing ---- */
+
+static const char *route_allow(enum fl__coord_route r) {
+    switch (r) {
+    case FL__R_HEALTHZ: case FL__R_READYZ: case FL__R_METRICS: case FL__R_TASK:
+    case FL__R_MODEL: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_ROUNDS: case FL__R_ADMIN_ROUND:
+        return "GET";
+    case FL__R_ENROLL: case FL__R_CHECKIN: case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP:
+    case FL__R_ADMIN_POP_MODELS:
+        return "POST";
+    case FL__R_ADMIN_POPS:
+        return "GET, POST";
+    default:
+        return NULL;
+    }
+}
+
+const char *fl__coord_route_name(enum fl__coord_route r) {
+    static const char *names[FL__R_COUNT] = {
+        "not_found", "healthz", "readyz", "metrics", "enroll", "checkin", "task", "model",
+        "admin_populations", "admin_population", "admin_population_start",
+        "admin_population_stop", "admin_population_models", "admin_population_rounds",
+        "admin_round"};
+    return (unsigned)r < FL__R_COUNT ? names[r] : "unknown";
+}
+
+/* Splits url into segments and finds the route. */
+static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) {
+    size_t n = strlen(url);
+    if (n == 0 || n >= sizeof(rq->path_buf) || url[0] != '/')
+        return FL__R_NOT_FOUND;
+    memcpy(rq->path_buf, url + 1, n);
+    rq->nseg = 0;
+    char *p = rq->path_buf;
+    while (1) {
+        if (rq->nseg == 8)
+            return FL__R_NOT_FOUND;
+        rq->seg[rq->nseg++] = p;
+        char *s = strchr(p, '/');
+        if (!s)
+            break;
+        *s = '\0';
+        p = s + 1;
+    }
+    for (size_t i = 0; i < rq->nseg; i++)
+        if (rq->seg[i][0] == '\0')
+            return FL__R_NOT_FOUND;
+    const char *const *sg = rq->seg;
+    size_t k = rq->nseg;
+#define SEG(i, s) (strcmp(sg[i], s) == 0)
+    if (k == 1 && SEG(0, "healthz"))
+        return FL__R_HEALTHZ;
+    if (k == 1 && SEG(0, "readyz"))
+        return FL__R_READYZ;
+    if (k == 1 && SEG(0, "metrics"))
+        return FL__R_METRICS;
+    if (k < 2 || !SEG(0, "v1"))
+        return FL__R_NOT_FOUND;
+    if (k == 2 && SEG(1, "enroll"))
+        return FL__R_ENROLL;
+    if (k == 2 && SEG(1, "checkin"))
+        return FL__R_CHECKIN;
+    if (k == 4 && SEG(1, "rounds") && SEG(3, "task"))
+        return FL__R_TASK;
+    if (k == 4 && SEG(1, "models"))
+        return FL__R_MODEL;
+    if (k >= 3 && SEG(1, "admin")) {
+        if (SEG(2, "populations")) {
+            if (k == 3)
+                return FL__R_ADMIN_POPS;
+            if (k == 4)
+                return FL__R_ADMIN_POP;
+            if (k == 5 && SEG(4, "start"))
+                return FL__R_ADMIN_POP_START;
+            if (k == 5 && SEG(4, "stop"))
+                return FL__R_ADMIN_POP_STOP;
+            if (k == 5 && SEG(4, "models"))
+                return FL__R_ADMIN_POP_MODELS;
+            if (k == 5 && SEG(4, "rounds"))
+                return FL__R_ADMIN_POP_ROUNDS;
+        }
+        if (k == 4 && SEG(2, "rounds"))
+            return FL__R_ADMIN_ROUND;
+    }
+#undef SEG
+    return FL__R_NOT_FOUND;
+}
+
+static size_t route_cap(const fl_coord *co, enum fl__coord_route r, const char *method) {
+    if (strcmp(method, "POST") != 0)
+        return 0;
+    switch (r) {
+    case FL__R_ENROLL: return co->limits.enroll_bytes;
+    case FL__R_CHECKIN: return co->limits.checkin_bytes;
+    case FL__R_ADMIN_POPS: return co->limits.admin_json_bytes;
+    case FL__R_ADMIN_POP_MODELS: return co->limits.model_bytes;
+    case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP: return 1024;
+    default: return 0;
+    }
+}
+
+static bool method_allowed(enum fl__coord_route r, const char *method) {
+    const char *allow = route_allow(r);
+    if (!allow)
+        return true; /* 404 decides */
+    if (strcmp(method, "HEAD") == 0)
+        method = "GET";
+    size_t m = strlen(method);
+    for (const char *p = allow; (p = strstr(p, method)) != NULL; p += m)
+        if ((p == allow || p[-1] == ' ') && (p[m] == '\0' || p[m] == ','))
+            return true;
+    return false;
+}
+
+/* ---- operational endpoints ---- */
+
+static int h_ops(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    switch (rq->route) {
+    case FL__R_HEALTHZ:
+        return fl__coord_json(rep, 200, json_pack("{s:s}", "status", "ok"));
+    case FL__R_READYZ:
+        if (!atomic_load(&co->ready)) {
+            rep->retry_after_s = 5;
+            return fl__coord_error(rep, 503, "unavailable", NULL, "coordinator is not ready");
+        }
+        return fl__coord_json(rep, 200, json_pack("{s:s}", "status", "ready"));
+    case FL__R_METRICS: {
+        char *text = fl__coord_metrics_render(co);
+        if (!text)
+            return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        rep->status = 200;
+        rep->bytes_owned = text;
+        rep->bytes = (const uint8_t *)text;
+        rep->len = strlen(text);
+        rep->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return 200;
+    }
+    default:
+        return fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
+    }
+}
+
+static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    switch (rq->route) {
+    case FL__R_HEALTHZ: case FL__R_READYZ: case FL__R_METRICS:
+        return h_ops(rq, rep);
+    case FL__R_ENROLL:
+        return fl__coord_h_enroll(rq, rep);
+    case FL__R_CHECKIN:
+        return fl__coord_h_checkin(rq, rep);
+    case FL__R_TASK:
+        return fl__coord_h_task(rq, rep);
+    case FL__R_MODEL:
+        return fl__coord_h_model(rq, rep);
+    case FL__R_ADMIN_POPS: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_START:
+    case FL__R_ADMIN_POP_STOP: case FL__R_ADMIN_POP_MODELS: case FL__R_ADMIN_POP_ROUNDS:
+    case FL__R_ADMIN_ROUND:
+        return fl__coord_h_admin(rq, rep);
+    default:
+        return fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
+    }
+}
+
+static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
+                                   enum fl__coord_route route, struct fl__coord_reply *rep) {
+    struct MHD_Response *r = NULL;
+    if (rep->json) {
+        char *text = json_dumps(rep->json, JSON_COMPACT);
+        if (text) {
+            size_t n = strlen(text);
+            r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+            if (!r)
+                free(text);
+        }
+        if (r)
+            MHD_add_response_header(r, "Content-Type", "application/json");
+    } else if (rep->bytes || rep->status == 204 || rep->status == 304) {
+        r = MHD_create_response_from_buffer(rep->len, (void *)rep->bytes, MHD_RESPMEM_MUST_COPY);
+        if (r && rep->content_type)
+            MHD_add_response_header(r, "Content-Type", rep->content_type);
+    }
+    if (!r) {
+        static const char oom[] =
+            "{\"error\":{\"status\":500,\"code\":\"internal\",\"message\":\"out of memory\"}}";
+        rep->status = 500;
+        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", "application/json");
+    }
+    MHD_add_response_header(r, "Server", "flotilla-coordinator/" FL_VERSION_STRING);
+    if (rep->etag[0]) {
+        MHD_add_response_header(r, "ETag", rep->etag);
+        MHD_add_response_header(r, "Cache-Control", "private, max-age=31536000, immutable");
+    } else {
+        MHD_add_response_header(r, "Cache-Control", "no-store");
+    }
+    if (rep->retry_after_s >= 0) {
+        char ra[24];
+        snprintf(ra, sizeof(ra), "%d", rep->retry_after_s);
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
+    if (rep->allow)
+        MHD_add_response_header(r, "Allow", rep->allow);
+    if (rep->www_auth)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"flotilla\"");
+    if (rep->replayed)
+        MHD_add_response_header(r, "Idempotent-Replayed", "true");
+    if (rep->sig_b64[0]) {
+        MHD_add_response_header(r, "Flotilla-Signature", rep->sig_b64);
+        MHD_add_response_header(r, "Flotilla-Key-Id", co->key_id);
+    }
+    if (rep->sha_hex[0])
+        MHD_add_response_header(r, "Flotilla-Content-SHA256", rep->sha_hex);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)rep->status, r);
+    MHD_destroy_response(r);
+    fl__coord_metrics_http(&co->metrics, route, rep->status);
+    return ret;
+}
+
+static void reply_clear(struct fl__coord_reply *rep) {
+    if (rep->json)
+        json_decref(rep->json);
+    free(rep->bytes_owned);
+    memset(rep, 0, sizeof(*rep));
+    rep->retry_after_s = -1;
+}
+
+/* First call for a request: route it and refuse what can be refused before reading the
+ * body (method, size cap, missing Content-Length). Returns true when a reply was queued. */
+static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connection *conn,
+                         const char *method, struct fl__coord_reply *rep) {
+    if (!method_allowed(ctx->route, method)) {
+        rep->allow = route_allow(ctx->route);
+        fl__coord_error(rep, 405, "method_not_allowed", NULL, "method %.16s not allowed; use %s",
+                        method, rep->allow);
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    unsigned long long len = 0;
+    if (cl) {
+        char *end = NULL;
+        len = strtoull(cl, &end, 10);
+        if (!end || *end || cl[0] == '-' || cl[0] == '\0') {
+            fl__coord_error(rep, 400, "invalid_parameter", "Content-Length", "bad Content-Length");
+            return true;
+        }
+    } else if (te) {
+        if (ctx->cap == 0) {
+            fl__coord_error(rep, 413, "body_too_large", NULL, "this endpoint takes no body");
+            return true;
+        }
+        fl__coord_error(rep, 411, "length_required", "Content-Length",
+                        "request bodies need a Content-Length");
+        return true;
+    }
+    if (len > ctx->cap) {
+        fl__coord_error(rep, 413, "body_too_large", NULL,
+                        "body of %llu bytes exceeds this endpoint's limit of %zu bytes", len,
+                        ctx->cap);
+        return true;
+    }
+    if (len > 0) {
+        ctx->body = malloc((size_t)len);
+        if (!ctx->body) {
+            fl__coord_error(rep, 503, "unavailable", NULL, "out of memory for the body");
+            return true;
+        }
+    }
+    ctx->body_len = (size_t)len;
+    (void)co;
+    return false;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    fl_coord *co = cls;
+    struct req_ctx *ctx = *con_cls;
+    struct fl__coord_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.retry_after_s = -1;
+    if (!ctx) {
+        ctx = calloc(1, sizeof(*ctx));
+        if (!ctx)
+            return MHD_NO;
+        *con_cls = ctx;
+        ctx->rq.co = co;
+        ctx->rq.conn = conn;
+        ctx->rq.method = method;
+        ctx->route = route_of(&ctx->rq, url);
+        ctx->rq.route = ctx->route;
+        ctx->cap = route_cap(co, ctx->route, method);
+        if (early_checks(co, ctx, conn, method, &rep)) {
+            ctx->answered = true;
+            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+            reply_clear(&rep);
+            return r;
+        }
+        return MHD_YES;
+    }
+    if (ctx->answered) {
+        *upload_data_size = 0; /* discard whatever still arrives */
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        if (n > ctx->body_len - ctx->body_got) {
+            /* More than Content-Length: MHD prevents this; refuse defensively. */
+            ctx->answered = true;
+            *upload_data_size = 0;
+            fl__coord_error(&rep, 413, "body_too_large", NULL, "body longer than Content-Length");
+            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+            reply_clear(&rep);
+            return r;
+        }
+        memcpy(ctx->body + ctx->body_got, upload_data, n);
+        ctx->body_got += n;
+        atomic_fetch_add(&co->metrics.bytes_in, n);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    /* Body complete. */
+    ctx->answered = true;
+    ctx->rq.body = ctx->body;
+    ctx->rq.body_len = ctx->body_got;
+    if (atomic_load(&co->stopped) && ctx->route != FL__R_HEALTHZ) {
+        rep.retry_after_s = 5;
+        fl__coord_error(&rep, 503, "unavailable", NULL, "coordinator is shutting down");
+    } else {
+        dispatch(&ctx->rq, &rep);
+    }
+    if (!rep.json && !rep.bytes && rep.status == 0)
+        fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
+    enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+    reply_clear(&rep);
+    (void)version;
+    return r;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    struct req_ctx *ctx = *con_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (!ctx)
+        return;
+    free(ctx->body);
+    free(ctx);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    fl_coord *co = cls;
+    char buf[256];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    fl__log(&co->logger, FL_LOG_WARN, "http: %s", buf);
+}
+
+fl_status fl__coord_http_start(fl_coord *co) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, co->listen_address, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)co->port_cfg);
+    } else if (inet_pton(AF_INET6, co->listen_address, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)co->port_cfg);
+        flags |= MHD_USE_IPv6;
+    } else {
+        return fl__err_set(&co->err, FL_ERR_MISUSE, "listen_address '%s' is not an IP literal",
+                           co->listen_address);
+    }
+    if (co->tls_cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            return fl__err_set(&co->err, FL_ERR_UNSUPPORTED, "libmicrohttpd was built without TLS");
+        flags |= MHD_USE_TLS;
+    }
+    struct MHD_OptionItem opts[16];
+    size_t k = 0;
+#define OPT(o, v, p) opts[k++] = (struct MHD_OptionItem){o, (intptr_t)(v), p}
+    OPT(MHD_OPTION_THREAD_POOL_SIZE, co->threads, NULL);
+    OPT(MHD_OPTION_CONNECTION_TIMEOUT, co->limits.connection_timeout_s, NULL);
+    OPT(MHD_OPTION_PER_IP_CONNECTION_LIMIT, co->limits.per_ip_connections, NULL);
+    OPT(MHD_OPTION_CONNECTION_LIMIT, co->limits.max_connections, NULL);
+    OPT(MHD_OPTION_CONNECTION_MEMORY_LIMIT, co->limits.connection_memory, NULL);
+    OPT(MHD_OPTION_SOCK_ADDR, 0, &ss);
+    OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, co);
+    OPT(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, co);
+    OPT(MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL);
+    if (co->tls_cert) {
+        OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, co->tls_cert);
+        OPT(MHD_OPTION_HTTPS_MEM_KEY, 0, co->tls_key);
+    }
+    OPT(MHD_OPTION_END, 0, NULL);
+#undef OPT
+    co->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, co, MHD_OPTION_ARRAY, opts,
+                                  MHD_OPTION_END);
+    if (!co->daemon)
+        return fl__err_set(&co->err, FL_ERR_IO, "could not start the HTTP server on %s:%u",
+                           co->listen_address, co->port_cfg);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(co->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    co->port = info ? info->port : co->port_cfg;
+    return FL_OK;
+}
+
+void fl__coord_http_stop(fl_coord *co) {
+    if (co->daemon) {
+        MHD_stop_daemon(co->daemon);
+        co->daemon = NULL;
+    }
+}

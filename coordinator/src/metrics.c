@@ -1,0 +1,124 @@
+/* Prometheus metrics: lock-free counters bumped by request threads, rendered in the text
+ * exposition format 0.0.4 on /metrics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_internal.h"
+
+static const int codes[FL__COORD_CODES] = {200, 201, 202, 204, 304, 400, 401, 403, 404,
+                                           405, 409, 410, 411, 413, 415, 425, 429, 500};
+
+static int code_index(int status) {
+    for (int i = 0; i < FL__COORD_CODES; i++)
+        if (codes[i] == status)
+            return i;
+    return status >= 500 ? FL__COORD_CODES - 1 : 5; /* other 5xx -> 500 bucket, else 400 */
+}
+
+void fl__coord_metrics_http(struct fl__coord_metrics *m, enum fl__coord_route r, int status) {
+    if ((unsigned)r >= FL__R_COUNT)
+        r = FL__R_NOT_FOUND;
+    atomic_fetch_add(&m->http[r][code_index(status)], 1);
+}
+
+/* Growable string for rendering. */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = b->cap * 2 + (size_t)n;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->failed = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+}
+
+char *fl__coord_metrics_render(fl_coord *co) {
+    struct fl__coord_metrics *m = &co->metrics;
+    struct sbuf b = {malloc(8192), 0, 8192, false};
+    if (!b.p)
+        return NULL;
+    b.p[0] = '\0';
+    sb_printf(&b, "# HELP flotilla_build_info Build of the running coordinator.\n"
+                  "# TYPE flotilla_build_info gauge\n"
+                  "flotilla_build_info{version=\"%s\"} 1\n", FL_VERSION_STRING);
+    sb_printf(&b, "# HELP flotilla_up 1 while the coordinator is ready to serve.\n"
+                  "# TYPE flotilla_up gauge\nflotilla_up %d\n", atomic_load(&co->ready) ? 1 : 0);
+    int64_t now = fl__coord_now(co);
+    sb_printf(&b, "# HELP flotilla_uptime_seconds Seconds since the server started.\n"
+                  "# TYPE flotilla_uptime_seconds gauge\nflotilla_uptime_seconds %.3f\n",
+              co->started_at ? (double)(now - co->started_at) / 1000.0 : 0.0);
+    sb_printf(&b, "# HELP flotilla_http_requests_total HTTP requests answered, by route and "
+                  "status code.\n# TYPE flotilla_http_requests_total counter\n");
+    for (int r = 0; r < FL__R_COUNT; r++)
+        for (int c = 0; c < FL__COORD_CODES; c++) {
+            uint64_t v = atomic_load(&m->http[r][c]);
+            if (v)
+                sb_printf(&b, "flotilla_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
+                          fl__coord_route_name((enum fl__coord_route)r), codes[c],
+                          (unsigned long long)v);
+        }
+    static const char *outcomes[FL__CHK_COUNT] = {"selected", "retry", "rejected"};
+    sb_printf(&b, "# HELP flotilla_checkins_total Check-ins by outcome.\n"
+                  "# TYPE flotilla_checkins_total counter\n");
+    for (int i = 0; i < FL__CHK_COUNT; i++)
+        sb_printf(&b, "flotilla_checkins_total{outcome=\"%s\"} %llu\n", outcomes[i],
+                  (unsigned long long)atomic_load(&m->checkins[i]));
+    sb_printf(&b, "# HELP flotilla_enrollments_total Clients enrolled.\n"
+                  "# TYPE flotilla_enrollments_total counter\nflotilla_enrollments_total %llu\n",
+              (unsigned long long)atomic_load(&m->enrollments));
+    sb_printf(&b, "# HELP flotilla_rounds_total Rounds by outcome.\n"
+                  "# TYPE flotilla_rounds_total counter\n"
+                  "flotilla_rounds_total{outcome=\"started\"} %llu\n"
+                  "flotilla_rounds_total{outcome=\"completed\"} %llu\n"
+                  "flotilla_rounds_total{outcome=\"abandoned\"} %llu\n",
+              (unsigned long long)atomic_load(&m->rounds_started),
+              (unsigned long long)atomic_load(&m->rounds_completed),
+              (unsigned long long)atomic_load(&m->rounds_abandoned));
+    sb_printf(&b, "# HELP flotilla_request_body_bytes_total Request body bytes received.\n"
+                  "# TYPE flotilla_request_body_bytes_total counter\n"
+                  "flotilla_request_body_bytes_total %llu\n",
+              (unsigned long long)atomic_load(&m->bytes_in));
+    /* Per-population gauges need the lock. */
+    fl__coord_lock(co);
+    sb_printf(&b, "# HELP flotilla_population_running 1 if the population forms rounds.\n"
+                  "# TYPE flotilla_population_running gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        sb_printf(&b, "flotilla_population_running{population=\"%s\"} %d\n", co->pops[i]->name,
+                  co->pops[i]->running ? 1 : 0);
+    sb_printf(&b, "# HELP flotilla_round_selected Clients selected in the current round.\n"
+                  "# TYPE flotilla_round_selected gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        sb_printf(&b, "flotilla_round_selected{population=\"%s\"} %zu\n", co->pops[i]->name,
+                  co->pops[i]->round ? co->pops[i]->round->n : (size_t)0);
+    fl__coord_unlock(co);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}

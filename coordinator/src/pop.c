@@ -1,0 +1,533 @@
+/* Populations: config validation with defaults, loading from storage at startup (rounds
+ * left open by a previous process are abandoned), region policy, and round timers. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_internal.h"
+
+static const char *phase_names[5] = {"advertise", "share", "masked", "consistency", "unmask"};
+
+/* ---- field helpers: each sets a 400 naming path.key and returns false on a bad value ---- */
+
+static bool get_int(json_t *obj, const char *path, const char *key, int64_t def, int64_t lo,
+                    int64_t hi, int64_t *out, struct fl__coord_reply *rep) {
+    json_t *v = json_object_get(obj, key);
+    char field[96];
+    snprintf(field, sizeof(field), "%s%s%s", path, *path ? "." : "", key);
+    if (!v) {
+        *out = def;
+        json_object_set_new(obj, key, json_integer(def));
+        return true;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        fl__coord_error(rep, 400, "invalid_field", field, "'%s' must be an integer in %lld..%lld",
+                        field, (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+static bool get_num(json_t *obj, const char *path, const char *key, double def, double lo,
+                    double hi, bool lo_open, double *out, struct fl__coord_reply *rep) {
+    json_t *v = json_object_get(obj, key);
+    char field[96];
+    snprintf(field, sizeof(field), "%s%s%s", path, *path ? "." : "", key);
+    if (!v) {
+        *out = def;
+        json_object_set_new(obj, key, json_real(def));
+        return true;
+    }
+    double d = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!isfinite(d) || d < lo || d > hi || (lo_open && d <= lo)) {
+        fl__coord_error(rep, 400, "invalid_field", field, "'%s' must be a number in %s%g..%g]",
+                        field, lo_open ? "(" : "[", lo, hi);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static bool get_bool(json_t *obj, const char *path, const char *key, bool def, bool *out,
+                     struct fl__coord_reply *rep) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        *out = def;
+        json_object_set_new(obj, key, json_boolean(def));
+        return true;
+    }
+    if (!json_is_boolean(v)) {
+        fl__coord_error(rep, 400, "invalid_field", key, "'%s.%s' must be true or false", path,
+                        key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool get_enum(json_t *obj, const char *path, const char *key, const char *def,
+                     const char *const *allowed, const char **out,
+                     struct fl__coord_reply *rep) {
+    json_t *v = json_object_get(obj, key);
+    char field[96];
+    snprintf(field, sizeof(field), "%s%s%s", path, *path ? "." : "", key);
+    if (!v && def) {
+        json_object_set_new(obj, key, json_string(def));
+        v = json_object_get(obj, key);
+    }
+    if (v && json_is_string(v))
+        for (size_t i = 0; allowed[i]; i++)
+            if (strcmp(json_string_value(v), allowed[i]) == 0) {
+                if (out)
+                    *out = allowed[i];
+                return true;
+            }
+    fl__coord_error(rep, 400, v ? "invalid_field" : "missing_field", field,
+                    "'%s' must be one of the documented values (e.g. '%s')", field, allowed[0]);
+    return false;
+}
+
+/* Returns obj[key] as an object, creating {} when absent; NULL (400 set) when not one. */
+static json_t *sub_object(json_t *obj, const char *key, struct fl__coord_reply *rep) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        v = json_object();
+        if (!v || json_object_set_new(obj, key, v) != 0) {
+            fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            return NULL;
+        }
+        return v;
+    }
+    if (!json_is_object(v)) {
+        fl__coord_error(rep, 400, "invalid_field", key, "'%s' must be an object", key);
+        return NULL;
+    }
+    return v;
+}
+
+/* ---- population config ---- */
+
+static void regions_free(struct fl__coord_pop *p) {
+    for (size_t i = 0; i < p->n_regions; i++)
+        free(p->regions[i]);
+    free(p->regions);
+    p->regions = NULL;
+    p->n_regions = 0;
+}
+
+bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
+                         struct fl__coord_reply *rep) {
+    (void)co;
+    json_t *name = json_object_get(cfg, "name");
+    if (!name)
+        return fl__coord_error(rep, 400, "missing_field", "name", "'name' is required"), false;
+    if (!json_is_string(name) ||
+        !fl__coord_valid_name(json_string_value(name), FL__COORD_NAME_MAX, true))
+        return fl__coord_error(rep, 400, "invalid_field", "name",
+                               "'name' must be 1-64 characters [A-Za-z0-9_.-]"), false;
+    snprintf(p->name, sizeof(p->name), "%s", json_string_value(name));
+
+    json_t *regions = json_object_get(cfg, "allowed_regions");
+    if (!regions)
+        return fl__coord_error(rep, 400, "missing_field", "allowed_regions",
+                               "'allowed_regions' is required"), false;
+    if (!json_is_array(regions) || json_array_size(regions) == 0 ||
+        json_array_size(regions) > 256)
+        return fl__coord_error(rep, 400, "invalid_field", "allowed_regions",
+                               "'allowed_regions' must be a list of 1-256 regions"), false;
+    regions_free(p);
+    p->any_region = false;
+    p->regions = calloc(json_array_size(regions), sizeof(char *));
+    if (!p->regions)
+        return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
+    size_t i;
+    json_t *r;
+    json_array_foreach(regions, i, r) {
+        const char *s = json_is_string(r) ? json_string_value(r) : NULL;
+        if (s && strcmp(s, "*") == 0) {
+            p->any_region = true;
+            continue;
+        }
+        if (!s || !fl__coord_valid_name(s, FL__COORD_REGION_MAX, false))
+            return fl__coord_error(rep, 400, "invalid_field", "allowed_regions",
+                                   "each region must be '*' or 1-32 characters [A-Za-z0-9_-]"),
+                   false;
+        p->regions[p->n_regions] = strdup(s);
+        if (!p->regions[p->n_regions])
+            return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
+        p->n_regions++;
+    }
+    json_t *ds = json_object_get(cfg, "data_schema");
+    if (ds && !json_is_object(ds))
+        return fl__coord_error(rep, 400, "invalid_field", "data_schema",
+                               "'data_schema' must be an object"), false;
+
+    /* selection */
+    json_t *sel = sub_object(cfg, "selection", rep);
+    if (!sel)
+        return false;
+    struct fl__coord_selection *s = &p->sel;
+    if (!get_int(sel, "selection", "target", 100, 1, 100000, &s->target, rep) ||
+        !get_num(sel, "selection", "over_selection", 1.3, 1.0, 3.0, false, &s->over_selection,
+                 rep) ||
+        !get_int(sel, "selection", "min_participants", s->target * 8 / 10 > 0 ? s->target * 8 / 10 : 1,
+                 1, s->target, &s->min_participants, rep) ||
+        !get_int(sel, "selection", "min_examples", 0, 0, INT64_C(1) << 40, &s->min_examples,
+                 rep) ||
+        !get_int(sel, "selection", "forming_s", 60, 1, 86400, &s->forming_s, rep) ||
+        !get_int(sel, "selection", "jitter_s", 60, 0, 86400, &s->jitter_s, rep) ||
+        !get_int(sel, "selection", "min_retry_s", 30, 1, 86400, &s->min_retry_s, rep) ||
+        !get_int(sel, "selection", "max_retry_s", 3600, 1, 86400, &s->max_retry_s, rep) ||
+        !get_int(sel, "selection", "round_interval_s", 0, 0, 86400, &s->round_interval_s, rep))
+        return false;
+    if (s->min_retry_s > s->max_retry_s)
+        return fl__coord_error(rep, 400, "invalid_field", "selection.min_retry_s",
+                               "'selection.min_retry_s' must not exceed max_retry_s"), false;
+    s->require = 0;
+    json_t *req = json_object_get(sel, "require");
+    if (!req) {
+        req = json_pack("[ss]", "charging", "unmetered");
+        json_object_set_new(sel, "require", req);
+    }
+    if (!req || !json_is_array(req))
+        return fl__coord_error(rep, 400, "invalid_field", "selection.require",
+                               "'selection.require' must be a list"), false;
+    json_array_foreach(req, i, r) {
+        const char *v = json_is_string(r) ? json_string_value(r) : "";
+        if (strcmp(v, "charging") == 0)
+            s->require |= FL__ELIG_CHARGING;
+        else if (strcmp(v, "unmetered") == 0)
+            s->require |= FL__ELIG_UNMETERED;
+        else if (strcmp(v, "idle") == 0)
+            s->require |= FL__ELIG_IDLE;
+        else
+            return fl__coord_error(rep, 400, "invalid_field", "selection.require",
+                                   "'selection.require' entries are charging, unmetered, idle"),
+                   false;
+    }
+
+    /* deadlines */
+    json_t *dl = sub_object(cfg, "deadlines_s", rep);
+    if (!dl)
+        return false;
+    static const int64_t def_dl[5] = {30, 30, 600, 30, 30};
+    for (int k = 0; k < 5; k++)
+        if (!get_int(dl, "deadlines_s", phase_names[k], def_dl[k], 1, 86400, &p->deadlines_s[k],
+                     rep))
+            return false;
+
+    /* training and update: passed to devices in the task config */
+    json_t *tr = sub_object(cfg, "training", rep);
+    if (!tr)
+        return false;
+    int64_t iv;
+    double dv;
+    if (!get_int(tr, "training", "epochs", 1, 1, 1000, &iv, rep) ||
+        !get_int(tr, "training", "batch_size", 32, 1, 65536, &iv, rep) ||
+        !get_num(tr, "training", "learning_rate", 0.05, 0.0, 1e6, true, &dv, rep) ||
+        !get_int(tr, "training", "max_examples", 1000, 1, INT64_C(1) << 40, &iv, rep))
+        return false;
+    json_t *up = sub_object(cfg, "update", rep);
+    if (!up)
+        return false;
+    static const char *const weighting[] = {"uniform", "examples", NULL};
+    if (!get_enum(up, "update", "weighting", "uniform", weighting, NULL, rep) ||
+        !get_int(up, "update", "weight_cap", 1000, 1, INT64_C(1) << 40, &iv, rep))
+        return false;
+    json_t *tensors = json_object_get(up, "tensors");
+    if (tensors && !json_is_array(tensors))
+        return fl__coord_error(rep, 400, "invalid_field", "update.tensors",
+                               "'update.tensors' must be a list of tensor names"), false;
+
+    /* strategy */
+    json_t *st = sub_object(cfg, "strategy", rep);
+    if (!st)
+        return false;
+    static const char *const strategies[] = {"fedavg", "fedavgm", "fedprox", "fedadam",
+                                             "fedyogi", "fedadagrad", "fedbuff", NULL};
+    const char *sname = NULL;
+    if (!get_enum(st, "strategy", "name", "fedavg", strategies, &sname, rep) ||
+        !get_num(st, "strategy", "server_lr", 1.0, 0.0, 1e6, true, &dv, rep))
+        return false;
+    if (strcmp(sname, "fedavgm") == 0 &&
+        !get_num(st, "strategy", "momentum", 0.9, 0.0, 1.0, false, &dv, rep))
+        return false;
+    if (strcmp(sname, "fedprox") == 0 &&
+        !get_num(st, "strategy", "proximal_mu", 0.01, 0.0, 1e6, false, &dv, rep))
+        return false;
+    if ((strcmp(sname, "fedadam") == 0 || strcmp(sname, "fedyogi") == 0) &&
+        (!get_num(st, "strategy", "beta1", 0.9, 0.0, 1.0, false, &dv, rep) ||
+         !get_num(st, "strategy", "beta2", 0.99, 0.0, 1.0, false, &dv, rep)))
+        return false;
+    if ((strcmp(sname, "fedadam") == 0 || strcmp(sname, "fedyogi") == 0 ||
+         strcmp(sname, "fedadagrad") == 0) &&
+        !get_num(st, "strategy", "tau", 1e-3, 0.0, 1e6, true, &dv, rep))
+        return false;
+    if (strcmp(sname, "fedbuff") == 0 &&
+        (!get_int(st, "strategy", "buffer_size", 10, 1, 100000, &iv, rep) ||
+         !get_int(st, "strategy", "max_concurrency", 2, 1, 1000, &iv, rep) ||
+         !get_num(st, "strategy", "staleness_alpha", 0.5, 0.0, 100.0, false, &dv, rep) ||
+         !get_int(st, "strategy", "max_staleness", 10, 0, 1000000, &iv, rep)))
+        return false;
+
+    /* secagg */
+    json_t *sa = sub_object(cfg, "secagg", rep);
+    if (!sa)
+        return false;
+    bool b;
+    if (!get_bool(sa, "secagg", "enabled", true, &b, rep) ||
+        !get_int(sa, "secagg", "neighbors", 0, 0, 65535, &iv, rep) ||
+        !get_num(sa, "secagg", "threshold_fraction", 0.66, 0.5, 1.0, false, &dv, rep) ||
+        !get_bool(sa, "secagg", "consistency_check", false, &b, rep))
+        return false;
+    bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
+
+    /* privacy */
+    json_t *pr = sub_object(cfg, "privacy", rep);
+    if (!pr)
+        return false;
+    static const char *const modes[] = {"none", "central", "distributed", NULL};
+    static const char *const rotations[] = {"none", "hadamard", NULL};
+    const char *mode = NULL;
+    if (!get_enum(pr, "privacy", "mode", "none", modes, &mode, rep) ||
+        !get_int(pr, "privacy", "modulus_bits", 32, 8, secagg_on ? 32 : 62, &iv, rep) ||
+        !get_enum(pr, "privacy", "rotation", "none", rotations, NULL, rep) ||
+        !get_num(pr, "privacy", "clip_norm", 1.0, 0.0, 1e9, true, &dv, rep) ||
+        !get_num(pr, "privacy", "granularity", 1.0 / 1024, 0.0, 1e9, true, &dv, rep))
+        return false;
+    if (strcmp(mode, "none") != 0) {
+        if (!get_num(pr, "privacy", "noise_multiplier", 1.0, 0.0, 1e6, true, &dv, rep) ||
+            !get_num(pr, "privacy", "epsilon_budget", 8.0, 0.0, 1e6, true, &dv, rep) ||
+            !get_num(pr, "privacy", "delta", 1e-6, 0.0, 1.0, true, &dv, rep) ||
+            !get_int(pr, "privacy", "population_size", 100000, 1, INT64_C(1) << 40, &iv, rep))
+            return false;
+        if (dv >= 1.0)
+            return fl__coord_error(rep, 400, "invalid_field", "privacy.delta",
+                                   "'privacy.delta' must be below 1"), false;
+        if (strcmp(mode, "distributed") == 0 && !secagg_on)
+            return fl__coord_error(rep, 400, "invalid_field", "privacy.mode",
+                                   "distributed DP needs secagg.enabled"), false;
+        if (strcmp(json_string_value(json_object_get(up, "weighting")), "uniform") != 0)
+            return fl__coord_error(rep, 400, "invalid_field", "update.weighting",
+                                   "differential privacy needs uniform weighting"), false;
+    }
+    if (p->config != cfg) {
+        json_incref(cfg);
+        if (p->config)
+            json_decref(p->config);
+        p->config = cfg;
+    }
+    return true;
+}
+
+bool fl__coord_region_allowed(const struct fl__coord_pop *p, const char *region) {
+    if (p->any_region)
+        return true;
+    for (size_t i = 0; i < p->n_regions; i++)
+        if (strcmp(p->regions[i], region) == 0)
+            return true;
+    return false;
+}
+
+void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
+    (void)co;
+    if (!r)
+        return;
+    free(r->parts);
+    free(r);
+}
+
+void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
+    if (!p)
+        return;
+    fl__coord_round_free(co, p->round);
+    regions_free(p);
+    if (p->config)
+        json_decref(p->config);
+    free(p);
+}
+
+struct fl__coord_pop *fl__coord_pop_find(fl_coord *co, const char *name) {
+    for (size_t i = 0; i < co->n_pops; i++)
+        if (strcmp(co->pops[i]->name, name) == 0)
+            return co->pops[i];
+    return NULL;
+}
+
+struct fl__coord_pop *fl__coord_pop_by_id(fl_coord *co, int64_t id) {
+    for (size_t i = 0; i < co->n_pops; i++)
+        if (co->pops[i]->id == id)
+            return co->pops[i];
+    return NULL;
+}
+
+void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *reason) {
+    struct fl__coord_round *r = p->round;
+    if (!r)
+        return;
+    fl_status rc = fl_store_round_abandon(co->store, r->id, reason);
+    if (rc != FL_OK)
+        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: abandon failed: %s", (long long)r->id,
+                fl_store_errmsg(co->store));
+    fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s abandoned: %s", (long long)r->id,
+            p->name, reason);
+    atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
+    fl__coord_round_free(co, r);
+    p->round = NULL;
+    p->next_round_at = fl__coord_now(co) + p->sel.round_interval_s * 1000;
+}
+
+json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p) {
+    (void)co;
+    json_t *o = json_pack("{s:s, s:s, s:O}", "name", p->name, "state",
+                          p->running ? "running" : "stopped", "config", p->config);
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "model_version",
+                        p->model_version ? json_integer(p->model_version) : json_null());
+    json_object_set_new(o, "current_round", p->round ? json_integer(p->round->id) : json_null());
+    if (p->round) {
+        json_object_set_new(o, "round_state",
+                            json_string(p->round->state == FL__ROUND_FORMING ? "forming"
+                                                                             : "running"));
+        json_object_set_new(o, "round_selected", json_integer((json_int_t)p->round->n));
+    }
+    return o;
+}
+
+/* ---- loading at startup ---- */
+
+fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
+    struct fl__coord_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    json_error_t jerr;
+    json_t *cfg = json_loads(sp->config_json, 0, &jerr);
+    fl_status rc = FL_OK;
+    struct fl__coord_pop *p = calloc(1, sizeof(*p));
+    if (!p) {
+        rc = FL_ERR_NOMEM;
+        goto out;
+    }
+    if (!cfg || !json_is_object(cfg)) {
+        rc = fl__err_set(&co->err, FL_ERR_CORRUPT, "population %s: config is not JSON", sp->name);
+        goto out;
+    }
+    const char *hash = json_string_value(json_object_get(cfg, "enrollment_token_sha256"));
+    if (!hash || !fl__coord_unhex(p->enroll_hash, 32, hash)) {
+        rc = fl__err_set(&co->err, FL_ERR_CORRUPT, "population %s: no enrollment token hash",
+                         sp->name);
+        goto out;
+    }
+    json_object_del(cfg, "enrollment_token_sha256");
+    if (!fl__coord_pop_parse(co, p, cfg, &rep)) {
+        rc = fl__err_set(&co->err, FL_ERR_CORRUPT, "population %s: stored config invalid",
+                         sp->name);
+        goto out;
+    }
+    p->id = sp->id;
+    p->running = sp->state == FL_STORE_POPULATION_ACTIVE;
+    char tag[FL__COORD_NAME_MAX + 16];
+    snprintf(tag, sizeof(tag), "population/%s", p->name);
+    int64_t v = 0;
+    if (fl_store_tag_resolve(co->store, &v, tag) == FL_OK)
+        p->model_version = v;
+    /* A round left OPEN or RUNNING by a previous process cannot continue: its secagg state
+     * and accumulator lived in that process's memory. */
+    fl_store_round *last = NULL;
+    if (fl_store_round_find(co->store, &last, p->id, 0) == FL_OK) {
+        if (last->state == FL_STORE_ROUND_OPEN || last->state == FL_STORE_ROUND_RUNNING) {
+            if (fl_store_round_abandon(co->store, last->id, "coordinator restarted") == FL_OK) {
+                fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: coordinator "
+                        "restarted", (long long)last->id, p->name);
+                atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
+            }
+        }
+        fl_store_free(co->store, last);
+    }
+    if (co->n_pops == co->cap_pops) {
+        size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
+        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
+        if (!np) {
+            rc = FL_ERR_NOMEM;
+            goto out;
+        }
+        co->pops = np;
+        co->cap_pops = nc;
+    }
+    co->pops[co->n_pops++] = p;
+    p = NULL;
+out:
+    if (rep.json)
+        json_decref(rep.json);
+    if (cfg)
+        json_decref(cfg);
+    fl__coord_pop_free(co, p);
+    return rc;
+}
+
+fl_status fl__coord_pops_load_all(fl_coord *co) {
+    /* Storage has no population listing yet: ids are assigned increasingly from 1 and
+     * populations are never deleted, so walk ids until the first gap. */
+    for (int64_t id = 1;; id++) {
+        fl_store_population *sp = NULL;
+        fl_status rc = fl_store_population_get(co->store, &sp, id);
+        if (rc == FL_ERR_NOT_FOUND)
+            return FL_OK;
+        if (rc != FL_OK)
+            return fl__err_set(&co->err, rc, "%s", fl_store_errmsg(co->store));
+        rc = sp->state == FL_STORE_POPULATION_CLOSED ? FL_OK : fl__coord_pop_load(co, sp);
+        fl_store_free(co->store, sp);
+        if (rc != FL_OK)
+            return rc;
+    }
+}
+
+/* ---- timers ---- */
+
+static void round_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    struct fl__coord_round *r = p->round;
+    fl_status rc = fl_store_round_start(co->store, r->id);
+    if (rc != FL_OK) {
+        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: start failed: %s", (long long)r->id,
+                fl_store_errmsg(co->store));
+        fl__coord_round_abandon(co, p, "storage error at round start");
+        return;
+    }
+    r->state = FL__ROUND_RUNNING;
+    int64_t total = 0;
+    for (int k = 0; k < 5; k++)
+        total += p->deadlines_s[k];
+    r->run_deadline = now + total * 1000;
+    atomic_fetch_add(&co->metrics.rounds_started, 1);
+    fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s running with %zu clients",
+            (long long)r->id, p->name, r->n);
+}
+
+void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    struct fl__coord_round *r = p->round;
+    if (r && r->state == FL__ROUND_FORMING && r->n >= r->cap)
+        round_start(co, p, now);
+}
+
+void fl__coord_tick_pops(fl_coord *co, int64_t now) {
+    for (size_t i = 0; i < co->n_pops; i++) {
+        struct fl__coord_pop *p = co->pops[i];
+        struct fl__coord_round *r = p->round;
+        if (!r)
+            continue;
+        if (r->state == FL__ROUND_FORMING && now >= r->forming_deadline) {
+            if ((int64_t)r->n >= p->sel.min_participants) {
+                round_start(co, p, now);
+            } else {
+                char why[128];
+                snprintf(why, sizeof(why), "too few clients selected: %zu < %lld", r->n,
+                         (long long)p->sel.min_participants);
+                fl__coord_round_abandon(co, p, why);
+            }
+        } else if (r->state == FL__ROUND_RUNNING && now >= r->run_deadline) {
+            fl__coord_round_abandon(co, p, "round deadline passed");
+        }
+    }
+}

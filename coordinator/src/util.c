@@ -1,0 +1,125 @@
+/* Small helpers: hashing, encodings, randomness, validation, file reading. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "coord_internal.h"
+
+void fl__coord_sha256(uint8_t out[32], const void *data, size_t len) {
+    crypto_hash_sha256(out, data, len);
+}
+
+void fl__coord_hex(char *out, const uint8_t *in, size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool fl__coord_unhex(uint8_t *out, size_t n, const char *hex) {
+    if (!hex || strlen(hex) != 2 * n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+void fl__coord_b64url(char *out, const uint8_t *in, size_t n) {
+    sodium_bin2base64(out, sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_URLSAFE_NO_PADDING),
+                      in, n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+}
+
+void fl__coord_b64(char *out, size_t out_len, const uint8_t *in, size_t n) {
+    sodium_bin2base64(out, out_len, in, n, sodium_base64_VARIANT_ORIGINAL);
+}
+
+void fl__coord_random(void *out, size_t n) {
+    randombytes_buf(out, n);
+}
+
+uint32_t fl__coord_random_below(uint32_t n) {
+    return n ? randombytes_uniform(n) : 0;
+}
+
+bool fl__coord_valid_name(const char *s, size_t max, bool dot) {
+    if (!s)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || (dot && c == '.');
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool fl__coord_parse_id(const char *s, int64_t *out) {
+    if (!s || !*s)
+        return false;
+    int64_t v = 0;
+    size_t n = 0;
+    for (; s[n]; n++) {
+        if (s[n] < '0' || s[n] > '9' || n >= 18)
+            return false;
+        v = v * 10 + (s[n] - '0');
+    }
+    if (v <= 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+fl_status fl__coord_read_file(char **out, size_t *len, const char *path, size_t max) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return FL_ERR_IO;
+    fl_status rc = FL_OK;
+    char *buf = malloc(max + 1);
+    if (!buf) {
+        rc = FL_ERR_NOMEM;
+        goto out_close;
+    }
+    size_t got = fread(buf, 1, max + 1, f);
+    if (ferror(f)) {
+        rc = FL_ERR_IO;
+        goto out_free;
+    }
+    if (got > max) {
+        rc = FL_ERR_TOO_LARGE;
+        goto out_free;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    if (len)
+        *len = got;
+    goto out_close;
+out_free:
+    free(buf);
+out_close:
+    fclose(f);
+    return rc;
+}
