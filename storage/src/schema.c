@@ -57,6 +57,13 @@ static const char fl__store_migration_1[] =
     "BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;\n"
     "CREATE TRIGGER models_immutable_delete BEFORE DELETE ON models\n"
     "BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;\n"
+    /* INSERT OR REPLACE deletes the conflicting row without firing DELETE triggers
+     * (recursive_triggers is off), so refuse any insert that would conflict. */
+    "CREATE TRIGGER models_immutable_replace BEFORE INSERT ON models\n"
+    "WHEN EXISTS (SELECT 1 FROM models WHERE version = NEW.version)\n"
+    "  OR EXISTS (SELECT 1 FROM models WHERE ifnull(population_id, 0) =\n"
+    "             ifnull(NEW.population_id, 0) AND sha256 = NEW.sha256)\n"
+    "BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;\n"
     "CREATE TABLE tags (\n"
     "  name TEXT PRIMARY KEY,\n"
     "  version INTEGER NOT NULL REFERENCES models(version),\n"
@@ -113,6 +120,9 @@ static const char fl__store_migration_2[] =
     "CREATE TRIGGER privacy_ledger_append_only_update BEFORE UPDATE ON privacy_ledger\n"
     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
     "CREATE TRIGGER privacy_ledger_append_only_delete BEFORE DELETE ON privacy_ledger\n"
+    "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
+    "CREATE TRIGGER privacy_ledger_append_only_replace BEFORE INSERT ON privacy_ledger\n"
+    "WHEN EXISTS (SELECT 1 FROM privacy_ledger WHERE id = NEW.id)\n"
     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
     "PRAGMA user_version = 2;\n";
 

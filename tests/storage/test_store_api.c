@@ -117,7 +117,7 @@ static void test_open_sets_pragmas(void **state) {
     assert_int_equal(store_raw_int(raw, "PRAGMA application_id"), 0x464C4F54);
     assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM sqlite_schema WHERE type = "
                                         "'trigger' AND name LIKE 'models_immutable%'"),
-                     2);
+                     3);
     sqlite3_close(raw);
     /* Foreign keys are enforced: a tag cannot point at a missing version. */
     assert_int_equal(fl_store_tag_set(st, "production", 42), FL_ERR_NOT_FOUND);
