@@ -219,12 +219,19 @@ out_free:
     return rc;
 }
 
-/* mbedtls_chachapoly_auth_decrypt MACs the ciphertext, decrypts, compares the tag in
- * constant time and zeroizes the output on mismatch before returning: the caller never
- * sees unverified plaintext, matching the sodium backend (which also zeroes out). */
+/* crypto.h requires the tag to be checked before any plaintext reaches out, but
+ * mbedtls_chachapoly_auth_decrypt decrypts into out first and wipes it on a mismatch. So
+ * open runs two passes: (1) recompute the tag through the streaming API, decrypting into a
+ * small stack scratch that is wiped, and compare it in constant time; (2) only if it
+ * matches, auth_decrypt into out (which verifies again). On failure out is zeroed, as the
+ * sodium backend does. Costs one extra ChaCha20 pass; open is not on the hot path. */
+#define FL__SA_MBED_OPEN_SCRATCH 256
+
 static int mbed_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, const uint8_t *ad,
                           size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]) {
     mbedtls_chachapoly_context ctx;
+    uint8_t scratch[FL__SA_MBED_OPEN_SCRATCH];
+    uint8_t tag[FL__SA_AEAD_TAG_BYTES];
     uint8_t sink[1];
     int rc = -1;
     if (!ct || (!ad && ad_len) || !nonce || !key || ct_len < FL__SA_AEAD_TAG_BYTES)
@@ -233,7 +240,18 @@ static int mbed_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, const 
     if (!out && len)
         return -1;
     mbedtls_chachapoly_init(&ctx);
-    if (mbedtls_chachapoly_setkey(&ctx, key) != 0)
+    if (mbedtls_chachapoly_setkey(&ctx, key) != 0 ||
+        mbedtls_chachapoly_starts(&ctx, nonce, MBEDTLS_CHACHAPOLY_DECRYPT) != 0 ||
+        mbedtls_chachapoly_update_aad(&ctx, ad ? ad : fl__sa_mbed_empty, ad_len) != 0)
+        goto out_free;
+    for (size_t off = 0; off < len; off += sizeof(scratch)) {
+        size_t take = len - off < sizeof(scratch) ? len - off : sizeof(scratch);
+        if (mbedtls_chachapoly_update(&ctx, take, ct + off, scratch) != 0)
+            goto out_free;
+    }
+    if (mbedtls_chachapoly_finish(&ctx, tag) != 0)
+        goto out_free;
+    if (fl_memeq_ct(tag, ct + len, sizeof(tag)) != 0)
         goto out_free;
     if (mbedtls_chachapoly_auth_decrypt(&ctx, len, nonce, ad ? ad : fl__sa_mbed_empty, ad_len,
                                         ct + len, ct, out ? out : sink) != 0)
@@ -242,7 +260,9 @@ static int mbed_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, const 
 out_free:
     if (rc != 0 && out)
         fl_memzero(out, len);
-    mbedtls_chachapoly_free(&ctx);
+    fl_memzero(scratch, sizeof(scratch));
+    fl_memzero(tag, sizeof(tag));
+    mbedtls_chachapoly_free(&ctx); /* zeroizes the key schedule */
     return rc;
 }
 

@@ -133,8 +133,10 @@ static int sodium_aead_seal(uint8_t *out, const uint8_t *msg, size_t len, const 
         return -1;
     if (len > crypto_aead_chacha20poly1305_ietf_MESSAGEBYTES_MAX)
         return -1;
+    static const uint8_t empty[1] = {0};
     unsigned long long clen = 0;
-    if (crypto_aead_chacha20poly1305_ietf_encrypt(out, &clen, msg, len, ad, ad_len, NULL, nonce,
+    if (crypto_aead_chacha20poly1305_ietf_encrypt(out, &clen, msg ? msg : empty, len,
+                                                  ad ? ad : empty, ad_len, NULL, nonce,
                                                   key) != 0)
         return -1;
     return clen == (unsigned long long)len + FL__SA_AEAD_TAG_BYTES ? 0 : -1;
@@ -150,8 +152,8 @@ static int sodium_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, cons
         return -1;
     unsigned long long mlen = 0;
     /* A NULL m would make libsodium only verify; always pass a buffer so it decrypts. */
-    if (crypto_aead_chacha20poly1305_ietf_decrypt(out ? out : sink, &mlen, NULL, ct, ct_len, ad,
-                                                  ad_len, nonce, key) != 0)
+    if (crypto_aead_chacha20poly1305_ietf_decrypt(out ? out : sink, &mlen, NULL, ct, ct_len,
+                                                  ad ? ad : sink, ad_len, nonce, key) != 0)
         return -1;
     return 0;
 }
