@@ -1,0 +1,744 @@
+/* End-to-end HTTP tests of the coordinator: the service runs in-process on an ephemeral
+ * 127.0.0.1 port with a temporary SQLite file; requests go through libcurl. Every refused
+ * request is checked to leave the database unchanged. */
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "fl_test.h"
+#include "flotilla/coordinator.h"
+
+#define ADMIN_TOKEN "fla_test-admin-token-0123456789abcdef"
+
+/* ---- fixture ---- */
+
+struct fx {
+    char dir[64];
+    char db[128];
+    fl_coord *co;
+    unsigned port;
+    int64_t now_ms;      /* injected clock */
+};
+
+static int64_t fake_clock(void *user) {
+    return ((struct fx *)user)->now_ms;
+}
+
+static int setup(void **state) {
+    struct fx *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/fl-coord-test-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    snprintf(f->db, sizeof(f->db), "%s/coord.db", f->dir);
+    f->now_ms = 1767225600000;
+    fl_coord_config cfg;
+    fl_coord_config_init(&cfg);
+    cfg.port = 0;
+    cfg.threads = 2;
+    cfg.db_path = f->db;
+    cfg.has_admin_token = 1;
+    crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
+    cfg.clock = fake_clock;
+    cfg.clock_user = f;
+    char err[256];
+    if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK) {
+        fprintf(stderr, "create: %s\n", err);
+        return -1;
+    }
+    if (fl_coord_start(f->co) != FL_OK) {
+        fprintf(stderr, "start: %s\n", fl_coord_errmsg(f->co));
+        return -1;
+    }
+    f->port = fl_coord_port(f->co);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    struct fx *f = *state;
+    fl_coord_destroy(f->co);
+    char p[256];
+    snprintf(p, sizeof(p), "%s-wal", f->db);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s-shm", f->db);
+    unlink(p);
+    unlink(f->db);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* ---- HTTP helper ---- */
+
+struct resp {
+    long status;
+    char *body;
+    size_t len;
+    char headers[4096];
+    size_t hlen;
+};
+
+static size_t on_body(char *p, size_t sz, size_t n, void *u) {
+    struct resp *r = u;
+    char *nb = realloc(r->body, r->len + sz * n + 1);
+    assert_non_null(nb);
+    memcpy(nb + r->len, p, sz * n);
+    r->body = nb;
+    r->len += sz * n;
+    r->body[r->len] = '\0';
+    return sz * n;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *u) {
+    struct resp *r = u;
+    size_t k = sz * n;
+    if (r->hlen + k < sizeof(r->headers)) {
+        memcpy(r->headers + r->hlen, p, k);
+        r->hlen += k;
+        r->headers[r->hlen] = '\0';
+    }
+    return k;
+}
+
+/* Returns the value of header name (case-insensitive) in a static buffer, or NULL. */
+static const char *header(const struct resp *r, const char *name) {
+    static char val[512];
+    size_t n = strlen(name);
+    for (const char *line = r->headers; line && *line;) {
+        if (strncasecmp(line, name, n) == 0 && line[n] == ':') {
+            const char *v = line + n + 1;
+            while (*v == ' ')
+                v++;
+            size_t k = strcspn(v, "\r\n");
+            snprintf(val, sizeof(val), "%.*s", (int)k, v);
+            return val;
+        }
+        line = strchr(line, '\n');
+        if (line)
+            line++;
+    }
+    return NULL;
+}
+
+static void resp_free(struct resp *r) {
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+}
+
+static struct resp http(struct fx *f, const char *method, const char *path, const char *token,
+                        const char *content_type, const void *body, size_t len,
+                        const char *extra_header) {
+    struct resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    char url[512], auth[512], ct[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", f->port, path);
+    struct curl_slist *h = NULL;
+    if (token) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    if (content_type) {
+        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+        h = curl_slist_append(h, ct);
+    }
+    if (extra_header)
+        h = curl_slist_append(h, extra_header);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    } else if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+    CURLcode rc = curl_easy_perform(c);
+    if (rc != CURLE_OK)
+        fprintf(stderr, "curl %s %s: %s\n", method, path, curl_easy_strerror(rc));
+    assert_int_equal(rc, CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+static struct resp http_json(struct fx *f, const char *method, const char *path,
+                             const char *token, const char *json) {
+    return http(f, method, path, token, "application/json", json, json ? strlen(json) : 0, NULL);
+}
+
+/* Asserts an error body {"error":{"status":s,"code":code,...}}. */
+static void assert_error(const struct resp *r, long status, const char *code) {
+    if (r->status != status)
+        fprintf(stderr, "expected %ld got %ld: %s\n", status, r->status, r->body ? r->body : "");
+    assert_int_equal(r->status, status);
+    json_t *j = json_loadb(r->body, r->len, 0, NULL);
+    assert_non_null(j);
+    json_t *e = json_object_get(j, "error");
+    assert_non_null(e);
+    assert_int_equal(json_integer_value(json_object_get(e, "status")), status);
+    assert_string_equal(json_string_value(json_object_get(e, "code")), code);
+    assert_non_null(json_string_value(json_object_get(e, "message")));
+    const char *ct = header(r, "Content-Type");
+    assert_non_null(ct);
+    assert_string_equal(ct, "application/json");
+    json_decref(j);
+}
+
+static json_t *body_json(const struct resp *r) {
+    json_t *j = json_loadb(r->body, r->len, 0, NULL);
+    assert_non_null(j);
+    return j;
+}
+
+/* ---- database fingerprint: refused requests must not change it ---- */
+
+static void db_fingerprint(struct fx *f, char *out, size_t n) {
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *q =
+        "SELECT (SELECT count(*) FROM populations) || '/' ||"
+        " (SELECT coalesce(group_concat(state), '') FROM populations) || '/' ||"
+        " (SELECT count(*) FROM clients) || '/' || (SELECT count(*) FROM models) || '/' ||"
+        " (SELECT count(*) FROM rounds) || '/' ||"
+        " (SELECT coalesce(group_concat(state), '') FROM rounds) || '/' ||"
+        " (SELECT count(*) FROM round_participants) || '/' || (SELECT count(*) FROM tags)";
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, q, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    snprintf(out, n, "%s", (const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+}
+
+/* ---- helpers that set up state through the API ---- */
+
+static const char *POP_JSON =
+    "{\"name\":\"kb-en\",\"allowed_regions\":[\"EU\",\"UK\"],"
+    "\"selection\":{\"target\":2,\"over_selection\":1.5,\"min_participants\":2,"
+    "\"require\":[\"charging\"],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":30,"
+    "\"max_retry_s\":600},"
+    "\"update\":{\"tensors\":[\"w\"]},"
+    "\"strategy\":{\"name\":\"fedadam\"},"
+    "\"privacy\":{\"mode\":\"central\",\"noise_multiplier\":1.1,\"epsilon_budget\":8,"
+    "\"delta\":1e-6}}";
+
+/* Creates the population; returns its enrollment token (malloc'ed). */
+static char *create_population(struct fx *f) {
+    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, POP_JSON);
+    if (r.status != 201)
+        fprintf(stderr, "%s\n", r.body);
+    assert_int_equal(r.status, 201);
+    json_t *j = body_json(&r);
+    const char *tok = json_string_value(json_object_get(j, "enrollment_token"));
+    assert_non_null(tok);
+    assert_true(strncmp(tok, "flp_", 4) == 0);
+    char *out = strdup(tok);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(j, "population"), "state")), "stopped");
+    json_decref(j);
+    resp_free(&r);
+    return out;
+}
+
+static char *enroll(struct fx *f, const char *etok, const char *region) {
+    char body[256];
+    snprintf(body, sizeof(body), "{\"population\":\"kb-en\",\"region\":\"%s\",\"platform\":\"linux\"}",
+             region);
+    struct resp r = http_json(f, "POST", "/v1/enroll", etok, body);
+    assert_int_equal(r.status, 201);
+    json_t *j = body_json(&r);
+    const char *tok = json_string_value(json_object_get(j, "client_token"));
+    assert_non_null(tok);
+    assert_true(strncmp(tok, "flc_", 4) == 0);
+    char *out = strdup(tok);
+    json_decref(j);
+    resp_free(&r);
+    return out;
+}
+
+/* A minimal safetensors file: one F32 tensor "w" of 4 elements. */
+static size_t make_model(uint8_t *buf) {
+    const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+    uint64_t n = strlen(hdr);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(n >> (8 * i));
+    memcpy(buf + 8, hdr, n);
+    float w[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+    memcpy(buf + 8 + n, w, sizeof(w));
+    return 8 + n + sizeof(w);
+}
+
+static void upload_model_and_start(struct fx *f) {
+    uint8_t model[256];
+    size_t n = make_model(model);
+    struct resp r = http(f, "POST", "/v1/admin/populations/kb-en/models", ADMIN_TOKEN,
+                         "application/octet-stream", model, n, NULL);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/kb-en/start", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+}
+
+/* ---- tests ---- */
+
+static void test_ops_endpoints(void **state) {
+    struct fx *f = *state;
+    struct resp r = http(f, "GET", "/healthz", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http(f, "GET", "/readyz", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http(f, "GET", "/nope", NULL, NULL, NULL, 0, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    r = http(f, "POST", "/healthz", NULL, NULL, NULL, 0, NULL);
+    assert_error(&r, 405, "method_not_allowed");
+    assert_string_equal(header(&r, "Allow"), "GET");
+    resp_free(&r);
+
+    r = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    assert_true(strncmp(header(&r, "Content-Type"), "text/plain; version=0.0.4", 25) == 0);
+    /* Prometheus text format: comments, or `name{label="v",...} value`. */
+    regex_t re;
+    assert_int_equal(regcomp(&re,
+                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\""
+                             "(,[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\")*\\})? [-+0-9.eE]+$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+    int samples = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') {
+            assert_true(strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0);
+            continue;
+        }
+        if (regexec(&re, line, 0, NULL, 0) != 0)
+            fprintf(stderr, "bad metrics line: %s\n", line);
+        assert_int_equal(regexec(&re, line, 0, NULL, 0), 0);
+        samples++;
+    }
+    regfree(&re);
+    assert_true(samples > 5);
+    resp_free(&r);
+    r = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_non_null(strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"200\"} 1"));
+    assert_non_null(strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"405\"} 1"));
+    resp_free(&r);
+}
+
+static void test_admin_refusals_change_nothing(void **state) {
+    struct fx *f = *state;
+    char before[256], after[256];
+    db_fingerprint(f, before, sizeof(before));
+    struct resp r = http_json(f, "POST", "/v1/admin/populations", NULL, POP_JSON);
+    assert_error(&r, 401, "unauthorized");
+    assert_non_null(header(&r, "WWW-Authenticate"));
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", "fla_wrong-token-xxxxxxxxxxxxxxxx", POP_JSON);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, "{\"name\": ");
+    assert_error(&r, 400, "malformed_json");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, "[1,2]");
+    assert_error(&r, 400, "malformed_json");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"bad name!\",\"allowed_regions\":[\"EU\"]}");
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"p\",\"allowed_regions\":[\"EU\"],\"selection\":{\"target\":0}}");
+    assert_error(&r, 400, "invalid_field");
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "field")),
+                        "selection.target");
+    json_decref(j);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"p\",\"allowed_regions\":[\"EU\"],\"privacy\":{\"mode\":\"distributed\"},"
+                  "\"secagg\":{\"enabled\":false}}");
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"p\",\"allowed_regions\":[\"EU\"],\"strategy\":{\"name\":\"sgd\"}}");
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+    size_t big = 70 * 1024;
+    char *huge = malloc(big);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    r = http(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, "application/json", huge, big, NULL);
+    assert_error(&r, 413, "body_too_large");
+    resp_free(&r);
+    free(huge);
+    r = http_json(f, "PUT", "/v1/admin/populations", ADMIN_TOKEN, POP_JSON);
+    assert_error(&r, 405, "method_not_allowed");
+    assert_string_equal(header(&r, "Allow"), "GET, POST");
+    resp_free(&r);
+    r = http(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, "text/plain", POP_JSON,
+             strlen(POP_JSON), NULL);
+    assert_error(&r, 415, "unsupported_media_type");
+    resp_free(&r);
+    r = http(f, "POST", "/v1/admin/populations/kb-en/start", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    db_fingerprint(f, after, sizeof(after));
+    assert_string_equal(before, after);
+
+    char *etok = create_population(f);
+    free(etok);
+    db_fingerprint(f, before, sizeof(before));
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, POP_JSON);
+    assert_error(&r, 409, "conflict");
+    resp_free(&r);
+    r = http(f, "POST", "/v1/admin/populations/kb-en/start", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_error(&r, 409, "conflict"); /* no model yet */
+    resp_free(&r);
+    r = http(f, "POST", "/v1/admin/populations/kb-en/models", ADMIN_TOKEN,
+             "application/octet-stream", "not a model", 11, NULL);
+    assert_error(&r, 400, "invalid_message");
+    resp_free(&r);
+    db_fingerprint(f, after, sizeof(after));
+    assert_string_equal(before, after);
+
+    r = http(f, "GET", "/v1/admin/populations", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_int_equal(json_array_size(json_object_get(j, "populations")), 1);
+    json_decref(j);
+    resp_free(&r);
+}
+
+static void test_enrollment(void **state) {
+    struct fx *f = *state;
+    char *etok = create_population(f);
+    char before[256], after[256];
+    db_fingerprint(f, before, sizeof(before));
+    struct resp r = http_json(f, "POST", "/v1/enroll", NULL,
+                              "{\"population\":\"kb-en\",\"region\":\"EU\"}");
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", "flp_wrongwrongwrongwrongwrongwrong",
+                  "{\"population\":\"kb-en\",\"region\":\"EU\"}");
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"other\",\"region\":\"EU\"}");
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"kb-en\",\"region\":\"RU\"}");
+    assert_error(&r, 403, "region_not_allowed");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"kb-en\"}");
+    assert_error(&r, 400, "missing_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"kb-en\",\"region\":7}");
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "not json");
+    assert_error(&r, 400, "malformed_json");
+    resp_free(&r);
+    char big[5000];
+    memset(big, 'x', sizeof(big));
+    r = http(f, "POST", "/v1/enroll", etok, "application/json", big, sizeof(big), NULL);
+    assert_error(&r, 413, "body_too_large");
+    resp_free(&r);
+    r = http_json(f, "GET", "/v1/enroll", etok, NULL);
+    assert_error(&r, 405, "method_not_allowed");
+    resp_free(&r);
+    db_fingerprint(f, after, sizeof(after));
+    assert_string_equal(before, after);
+
+    char *ctok = enroll(f, etok, "EU");
+    db_fingerprint(f, after, sizeof(after));
+    assert_string_not_equal(before, after);
+    /* The token is stored only as a hash. */
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT * FROM clients", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    for (int i = 0; i < sqlite3_column_count(s); i++) {
+        const unsigned char *t = sqlite3_column_text(s, i);
+        if (t)
+            assert_null(strstr((const char *)t, ctok + 22));
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    free(ctok);
+    free(etok);
+}
+
+static void test_checkin_selection(void **state) {
+    struct fx *f = *state;
+    char *etok = create_population(f);
+    char *c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = enroll(f, etok, "EU");
+    const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+                     "\"idle\":false}}";
+    char before[256], after[256];
+
+    /* Stopped population: retry. */
+    struct resp r = http_json(f, "POST", "/v1/checkin", c[0], ok);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "population_stopped");
+    assert_non_null(header(&r, "Retry-After"));
+    json_decref(j);
+    resp_free(&r);
+
+    upload_model_and_start(f);
+    db_fingerprint(f, before, sizeof(before));
+    r = http_json(f, "POST", "/v1/checkin", NULL, ok);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    char forged[128];
+    snprintf(forged, sizeof(forged), "%.21sAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", c[0]);
+    r = http_json(f, "POST", "/v1/checkin", forged, ok);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", etok, ok); /* enrollment token is not a client token */
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", c[0],
+                  "{\"region\":\"RU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+                  "\"idle\":true}}");
+    assert_error(&r, 403, "region_not_allowed");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", c[0], "{\"region\":\"EU\"}");
+    assert_error(&r, 400, "missing_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", c[0],
+                  "{\"region\":\"EU\",\"eligibility\":{\"charging\":1,\"unmetered\":true,"
+                  "\"idle\":true}}");
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", c[0], "{\"region\":");
+    assert_error(&r, 400, "malformed_json");
+    resp_free(&r);
+    char big[9000];
+    memset(big, ' ', sizeof(big));
+    r = http(f, "POST", "/v1/checkin", c[0], "application/json", big, sizeof(big), NULL);
+    assert_error(&r, 413, "body_too_large");
+    resp_free(&r);
+    /* Not eligible: not charging. */
+    r = http_json(f, "POST", "/v1/checkin", c[0],
+                  "{\"region\":\"EU\",\"eligibility\":{\"charging\":false,\"unmetered\":true,"
+                  "\"idle\":true}}");
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "not_eligible");
+    json_decref(j);
+    resp_free(&r);
+    db_fingerprint(f, after, sizeof(after));
+    assert_string_equal(before, after);
+
+    /* target 2 x 1.5 = 3 selected; the 4th gets round_full. */
+    char pid0[64] = "";
+    int64_t round_id = 0;
+    for (int i = 0; i < 3; i++) {
+        r = http_json(f, "POST", "/v1/checkin", c[i], ok);
+        assert_int_equal(r.status, 200);
+        j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+        const char *pid = json_string_value(json_object_get(j, "participation_id"));
+        assert_int_equal(strlen(pid), 32);
+        if (i == 0)
+            snprintf(pid0, sizeof(pid0), "%s", pid);
+        round_id = json_integer_value(json_object_get(j, "round_id"));
+        json_decref(j);
+        resp_free(&r);
+    }
+    /* Check-in again: same participation id (idempotent). */
+    r = http_json(f, "POST", "/v1/checkin", c[0], ok);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "participation_id")), pid0);
+    json_decref(j);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", c[3], ok);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "round_full");
+    assert_true(json_integer_value(json_object_get(j, "retry_after_s")) >= 30);
+    json_decref(j);
+    resp_free(&r);
+
+    /* Task download: signed; verify like a device would. */
+    char path[128], key[80];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)round_id);
+    r = http(f, "GET", path, c[0], NULL, NULL, 0, NULL);
+    assert_error(&r, 400, "missing_field");
+    resp_free(&r);
+    r = http(f, "GET", path, c[3], NULL, NULL, 0, "Idempotency-Key: 00000000000000000000000000000000");
+    assert_error(&r, 403, "not_a_participant");
+    resp_free(&r);
+    snprintf(key, sizeof(key), "Idempotency-Key: %s", pid0);
+    r = http(f, "GET", path, c[0], NULL, NULL, 0, key);
+    assert_int_equal(r.status, 200);
+    uint8_t pk[32], sig[64], msg[64];
+    char kid[FL_COORD_KEY_ID_BYTES];
+    fl_coord_public_key(f->co, pk, kid);
+    assert_string_equal(header(&r, "Flotilla-Key-Id"), kid);
+    size_t siglen = 0, mlen = 0;
+    assert_int_equal(sodium_base642bin(sig, sizeof(sig), header(&r, "Flotilla-Signature"),
+                                       88, NULL, &siglen, NULL, sodium_base64_VARIANT_ORIGINAL),
+                     0);
+    assert_int_equal(siglen, 64);
+    assert_int_equal(fl_coord_signed_message(msg, sizeof(msg), &mlen, "flotilla/v1/task",
+                                             (uint64_t)round_id, r.body, r.len),
+                     FL_OK);
+    assert_int_equal(mlen, 57);
+    assert_int_equal(crypto_sign_verify_detached(sig, msg, mlen, pk), 0);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "protocol")), "flotilla/v1");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "secagg"),
+                                                        "client_index")), 0);
+    const char *model_url = json_string_value(json_object_get(json_object_get(j, "model"), "url"));
+    char murl[128];
+    snprintf(murl, sizeof(murl), "%s", model_url);
+    json_decref(j);
+    resp_free(&r);
+
+    /* Model download: signed, and matches what was uploaded. */
+    r = http(f, "GET", murl, c[0], NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    uint8_t model[256];
+    size_t mn = make_model(model);
+    assert_int_equal(r.len, mn);
+    assert_memory_equal(r.body, model, mn);
+    assert_int_equal(sodium_base642bin(sig, sizeof(sig), header(&r, "Flotilla-Signature"),
+                                       88, NULL, &siglen, NULL, sodium_base64_VARIANT_ORIGINAL),
+                     0);
+    int64_t version = atoll(strrchr(murl, '/') + 1);
+    fl_coord_signed_message(msg, sizeof(msg), &mlen, "flotilla/v1/model", (uint64_t)version,
+                            r.body, r.len);
+    assert_int_equal(crypto_sign_verify_detached(sig, msg, mlen, pk), 0);
+    char etag[128];
+    snprintf(etag, sizeof(etag), "If-None-Match: %s", header(&r, "ETag"));
+    resp_free(&r);
+    r = http(f, "GET", murl, c[0], NULL, NULL, 0, etag);
+    assert_int_equal(r.status, 304);
+    resp_free(&r);
+
+    /* Round is running (cap reached); the admin API shows it. */
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)round_id);
+    r = http(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "running");
+    json_decref(j);
+    resp_free(&r);
+
+    /* Stop aborts the open round with a reason. */
+    r = http(f, "POST", "/v1/admin/populations/kb-en/stop", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "stopped by admin");
+    json_decref(j);
+    resp_free(&r);
+    for (int i = 0; i < 4; i++)
+        free(c[i]);
+    free(etok);
+}
+
+static void test_forming_deadline_and_restart(void **state) {
+    struct fx *f = *state;
+    char *etok = create_population(f);
+    char *c = enroll(f, etok, "UK");
+    upload_model_and_start(f);
+    const char *ok = "{\"region\":\"UK\",\"eligibility\":{\"charging\":true,\"unmetered\":false,"
+                     "\"idle\":false}}";
+    struct resp r = http_json(f, "POST", "/v1/checkin", c, ok);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+    int64_t rid = json_integer_value(json_object_get(j, "round_id"));
+    json_decref(j);
+    resp_free(&r);
+    /* Forming window passes with 1 < min_participants (2): round abandoned. */
+    f->now_ms += 61 * 1000;
+    fl_coord_tick(f->co);
+    char path[64];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    r = http(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(j, "reason")), "too few clients"));
+    json_decref(j);
+    resp_free(&r);
+
+    /* A new round forms; then the coordinator "crashes" (the HTTP server is torn down
+     * without the graceful path is not possible in-process, so reopen the store under a new
+     * coordinator while the old one's round is still open in the database). */
+    r = http_json(f, "POST", "/v1/checkin", c, ok);
+    j = body_json(&r);
+    int64_t rid2 = json_integer_value(json_object_get(j, "round_id"));
+    assert_true(rid2 > rid);
+    json_decref(j);
+    resp_free(&r);
+    fl_coord_config cfg;
+    fl_coord_config_init(&cfg);
+    cfg.db_path = f->db;
+    fl_coord *co2 = NULL;
+    char err[256];
+    assert_int_equal(fl_coord_create(&co2, &cfg, err, sizeof(err)), FL_OK);
+    fl_coord_destroy(co2);
+    r = http(f, "GET", "/v1/admin/populations/kb-en/rounds?limit=5", ADMIN_TOKEN, NULL, NULL, 0,
+             NULL);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    json_t *rounds = json_object_get(j, "rounds");
+    assert_int_equal(json_array_size(rounds), 2);
+    json_t *newest = json_array_get(rounds, 0);
+    assert_int_equal(json_integer_value(json_object_get(newest, "round_id")), rid2);
+    assert_string_equal(json_string_value(json_object_get(newest, "state")), "abandoned");
+    assert_string_equal(json_string_value(json_object_get(newest, "reason")),
+                        "coordinator restarted");
+    json_decref(j);
+    resp_free(&r);
+    r = http(f, "GET", "/v1/admin/populations/kb-en/rounds?limit=0", ADMIN_TOKEN, NULL, NULL, 0,
+             NULL);
+    assert_error(&r, 400, "invalid_parameter");
+    resp_free(&r);
+    free(c);
+    free(etok);
+}
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_enrollment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkin_selection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forming_deadline_and_restart, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
