@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     size_t max = 0;
     for (size_t i = 0; i < n_sizes; i++)
         max = sizes[i] > max ? sizes[i] : max;
-    uint8_t *buf = malloc(max);
+    uint8_t *buf = aligned_alloc(64, (max + 63) / 64 * 64); /* openssl speed aligns too */
     if (!buf) {
         fprintf(stderr, "out of memory\n");
         return 1;
