@@ -587,7 +587,7 @@ static void test_checkin_selection(void **state) {
     resp_free(&r);
 
     /* Task download: signed; verify like a device would. */
-    char path[128], key[80];
+    char path[128], key[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)round_id);
     r = http(f, "GET", path, c[0], NULL, NULL, 0, NULL);
     assert_error(&r, 400, "missing_field");
