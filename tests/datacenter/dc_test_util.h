@@ -1,0 +1,52 @@
+#ifndef FL_DC_TEST_UTIL_H
+#define FL_DC_TEST_UTIL_H
+/* Helpers shared by the datacenter tests: the Fashion-MNIST location, a tolerance check
+ * on canonical-order models, and temporary directories. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flotilla/datacenter.h"
+
+#define DC_FASHION_DIR "/usr/share/datasets/fashion-mnist"
+#define DC_TRAIN_IMAGES DC_FASHION_DIR "/train-images-idx3-ubyte.gz"
+#define DC_TRAIN_LABELS DC_FASHION_DIR "/train-labels-idx1-ubyte.gz"
+
+static inline int dc_have_fashion(void) { return access(DC_TRAIN_IMAGES, R_OK) == 0; }
+
+/* Largest per-tensor relative difference between two models in canonical order:
+ * max over tensors of max|a-b| / max|ref| (ref = b). */
+static inline double dc_model_rel_diff(const fl_dc_config *cfg, const float *a, const float *b) {
+    double worst = 0.0;
+    size_t off = 0;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        size_t lens[2] = {(size_t)cfg->sizes[i + 1] * (size_t)cfg->sizes[i],
+                          (size_t)cfg->sizes[i + 1]};
+        for (int t = 0; t < 2; t++) {
+            double d = 0.0, m = 0.0;
+            for (size_t k = 0; k < lens[t]; k++) {
+                double x = fabs((double)a[off + k] - (double)b[off + k]);
+                d = x > d ? x : d;
+                m = fabs((double)b[off + k]) > m ? fabs((double)b[off + k]) : m;
+            }
+            double r = d / (m > 0.0 ? m : 1.0);
+            worst = r > worst ? r : worst;
+            off += lens[t];
+        }
+    }
+    return worst;
+}
+
+/* Removes a checkpoint tree made by the tests (two levels deep). */
+static inline void dc_rm_tree(const char *dir) {
+    char cmd[1200];
+    if (strncmp(dir, "/tmp/", 5) != 0)
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+#endif
