@@ -145,7 +145,7 @@ static int sodium_aead_seal(uint8_t *out, const uint8_t *msg, size_t len, const 
 /* libsodium checks the tag (constant time) before decrypting and zeroes out on failure. */
 static int sodium_aead_open(uint8_t *out, const uint8_t *ct, size_t ct_len, const uint8_t *ad,
                             size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]) {
-    static uint8_t sink[1];
+    uint8_t sink[1];
     if (!ct || (!ad && ad_len) || !nonce || !key || ct_len < FL__SA_AEAD_TAG_BYTES)
         return -1;
     if (!out && ct_len > FL__SA_AEAD_TAG_BYTES)
