@@ -1,0 +1,151 @@
+/* Configuration: defaults, the JSON config file loader, validation at create. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fl_test.h"
+#include "flotilla/coordinator.h"
+
+static char g_dir[64];
+
+static void write_file(const char *name, const char *text) {
+    char p[256];
+    snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static fl_status load(const char *text, fl_coord_config *cfg, fl_coord_config_doc **doc,
+                      char *err, size_t n) {
+    write_file("c.json", text);
+    char p[256];
+    snprintf(p, sizeof(p), "%s/c.json", g_dir);
+    fl_coord_config_init(cfg);
+    return fl_coord_config_load(doc, cfg, p, err, n);
+}
+
+static void test_defaults_and_sizes(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_init(&cfg);
+    assert_int_equal(cfg.struct_size, sizeof(cfg));
+    assert_string_equal(cfg.listen_address, "127.0.0.1");
+    assert_int_equal(cfg.limits.enroll_bytes, 4096);
+    assert_int_equal(cfg.limits.checkin_bytes, 8192);
+    assert_int_equal(fl_coord_sha256_bytes(), FL_COORD_SHA256_BYTES);
+    assert_int_equal(fl_coord_seed_bytes(), FL_COORD_SEED_BYTES);
+    assert_int_equal(fl_coord_public_key_bytes(), FL_COORD_PUBLIC_KEY_BYTES);
+    assert_int_equal(fl_coord_key_id_bytes(), FL_COORD_KEY_ID_BYTES);
+    fl_coord *co = NULL;
+    char err[256];
+    /* db_path missing: MISUSE naming the field. */
+    assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
+    assert_null(co);
+    assert_non_null(strstr(err, "db_path"));
+    cfg.db_path = ":memory:";
+    cfg.threads = 0;
+    assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
+    assert_non_null(strstr(err, "threads"));
+    fl_coord_destroy(NULL);
+    fl_coord_config_doc_free(NULL);
+}
+
+static void test_load_file(void **state) {
+    (void)state;
+    write_file("admin.token", "fla_0123456789abcdefghijklmnop\n");
+    write_file("sign.key", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    assert_int_equal(load("{\"listen\":\"127.0.0.1\",\"port\":0,\"threads\":2,"
+                          "\"database\":\"coord.db\",\"admin_token_file\":\"admin.token\","
+                          "\"signing_key_file\":\"sign.key\",\"log_level\":\"warn\","
+                          "\"limits\":{\"checkin_bytes\":2048}}",
+                          &cfg, &doc, err, sizeof(err)),
+                     FL_OK);
+    assert_non_null(doc);
+    assert_int_equal(cfg.port, 0);
+    assert_int_equal(cfg.threads, 2);
+    assert_int_equal(cfg.has_admin_token, 1);
+    assert_int_equal(cfg.has_signing_key, 1);
+    assert_int_equal(cfg.signing_seed[31], 0x1f);
+    assert_int_equal(cfg.limits.checkin_bytes, 2048);
+    assert_int_equal(cfg.logger.min_level, FL_LOG_WARN);
+    assert_non_null(strstr(cfg.db_path, g_dir));
+    /* The loaded config creates a working coordinator with the pinned key. */
+    fl_coord *co = NULL;
+    assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_OK);
+    fl_coord_config_doc_free(doc);
+    char kid[FL_COORD_KEY_ID_BYTES];
+    uint8_t pk[32];
+    fl_coord_public_key(co, pk, kid);
+    assert_int_equal(strlen(kid), 16);
+    fl_coord_destroy(co);
+    char p[256];
+    snprintf(p, sizeof(p), "%s/coord.db", g_dir);
+    unlink(p);
+}
+
+static void test_load_errors(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    assert_int_equal(load("{\"database\":\"x.db\",\"bogus\":1}", &cfg, &doc, err, sizeof(err)),
+                     FL_ERR_FORMAT);
+    assert_null(doc);
+    assert_non_null(strstr(err, "bogus"));
+    assert_int_equal(load("{\"port\":70000}", &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+    assert_non_null(strstr(err, "port"));
+    assert_int_equal(load("{\"admin_token_sha256\":\"zz\"}", &cfg, &doc, err, sizeof(err)),
+                     FL_ERR_FORMAT);
+    assert_int_equal(load("{\"limits\":{\"nope\":1}}", &cfg, &doc, err, sizeof(err)),
+                     FL_ERR_FORMAT);
+    assert_int_equal(load("{\"signing_key_file\":\"missing.key\"}", &cfg, &doc, err, sizeof(err)),
+                     FL_ERR_IO);
+    assert_int_equal(load("[1]", &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+    assert_int_equal(load("{\"port\":", &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+    fl_coord_config_init(&cfg);
+    assert_int_equal(fl_coord_config_load(&doc, &cfg, "/nonexistent/c.json", err, sizeof(err)),
+                     FL_ERR_IO);
+}
+
+static void test_signed_message(void **state) {
+    (void)state;
+    uint8_t m[64];
+    size_t n = 0;
+    assert_int_equal(fl_coord_signed_message(m, sizeof(m), &n, "flotilla/v1/model", 3, "ab", 2),
+                     FL_OK);
+    assert_int_equal(n, 58);
+    assert_memory_equal(m, "flotilla/v1/model\0", 18);
+    assert_int_equal(m[18], 3);
+    assert_int_equal(m[25], 0);
+    assert_int_equal(fl_coord_signed_message(m, sizeof(m), &n, "other", 3, "ab", 2),
+                     FL_ERR_MISUSE);
+    assert_int_equal(fl_coord_signed_message(m, 40, &n, "flotilla/v1/task", 3, "ab", 2),
+                     FL_ERR_MISUSE);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof(g_dir), "/tmp/fl-coord-cfg-XXXXXX");
+    if (!mkdtemp(g_dir))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_sizes),
+        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_signed_message),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char p[256];
+    const char *files[] = {"c.json", "admin.token", "sign.key", "coord.db-wal", "coord.db-shm"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", g_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(g_dir);
+    return rc;
+}
