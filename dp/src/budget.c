@@ -189,9 +189,11 @@ static fl_status entry_to_event(fl_dp_event *ev, const fl_dp_ledger_entry *e,
         return fl__err_set(err, FL_ERR_MISUSE, "ledger entry: mechanism is NULL");
     if (!strcmp(e->mechanism, FL_DP_MECH_GAUSSIAN)) {
         fl_dp_event_gaussian(ev, e->q, e->noise_multiplier, e->steps);
-    } else if (!strcmp(e->mechanism, FL_DP_MECH_DISCRETE_GAUSSIAN)) {
+    } else if (!strcmp(e->mechanism, FL_DP_MECH_DISCRETE_GAUSSIAN) ||
+               !strcmp(e->mechanism, "dgauss")) {
         fl_dp_event_discrete_gaussian(ev, e->sigma, e->l2_sensitivity, e->q, e->steps);
-    } else if (!strcmp(e->mechanism, FL_DP_MECH_DISTRIBUTED_DISCRETE_GAUSSIAN)) {
+    } else if (!strcmp(e->mechanism, FL_DP_MECH_DISTRIBUTED_DISCRETE_GAUSSIAN) ||
+               !strcmp(e->mechanism, "ddgauss")) {
         fl_dp_event_distributed_discrete_gaussian(ev, e->sigma, e->participants, e->dim,
                                                   e->l2_sensitivity, e->l1_sensitivity, e->q,
                                                   e->steps);

@@ -552,7 +552,8 @@ FL_API fl_status fl_dp_noise_multiplier_for_epsilon(double *z_out, double *epsil
 
 /* ---- privacy budget ---- */
 
-/* Mechanism names used in ledger entries (the ledger's mechanism text). */
+/* Mechanism names used in ledger entries (the ledger's mechanism text). The short aliases
+ * "dgauss" and "ddgauss" are accepted for the two discrete mechanisms. */
 #define FL_DP_MECH_GAUSSIAN "gaussian"
 #define FL_DP_MECH_DISCRETE_GAUSSIAN "discrete_gaussian"
 #define FL_DP_MECH_DISTRIBUTED_DISCRETE_GAUSSIAN "distributed_discrete_gaussian"
