@@ -93,7 +93,7 @@ static char *dup_str(const char *s) {
 
 static void store_log_forward(void *user, fl_log_level level, const char *msg) {
     fl_coord *co = user;
-    fl__log(&co->logger, level, "storage: %s", msg);
+    fl__log(&co->logger, level, "%s", msg); /* storage prefixes its own */
 }
 
 static int64_t store_clock(void *user) {

@@ -506,7 +506,6 @@ fl_status fl__coord_http_start(fl_coord *co) {
     OPT(MHD_OPTION_CONNECTION_MEMORY_LIMIT, co->limits.connection_memory, NULL);
     OPT(MHD_OPTION_SOCK_ADDR, 0, &ss);
     OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, co);
-    OPT(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, co);
     OPT(MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL);
     if (co->tls_cert) {
         OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, co->tls_cert);
@@ -514,7 +513,10 @@ fl_status fl__coord_http_start(fl_coord *co) {
     }
     OPT(MHD_OPTION_END, 0, NULL);
 #undef OPT
-    co->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, co, MHD_OPTION_ARRAY, opts,
+    co->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, co,
+                                  /* the logger must come first, or MHD logs to stderr */
+                                  MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, co,
+                                  MHD_OPTION_ARRAY, opts,
                                   MHD_OPTION_END);
     if (!co->daemon)
         return fl__err_set(&co->err, FL_ERR_IO, "could not start the HTTP server on %s:%u",
