@@ -23,6 +23,7 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_RELEASE] = "RELEASE fl_op",
     [FL__STORE_ROLLBACK_TO] = "ROLLBACK TO fl_op",
     [FL__STORE_JSON_VALID] = "SELECT json_valid(?1)",
+    [FL__STORE_JSON_TYPE] = "SELECT json_type(?1)",
     /* Only run on valid JSON: json_type raises on malformed input. */
     [FL__STORE_JSON_STRING_ARRAY] = "SELECT json_type(?1) = 'array' AND NOT EXISTS "
                                     "(SELECT 1 FROM json_each(?1) WHERE type <> 'text')",

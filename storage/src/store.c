@@ -57,6 +57,8 @@ fl_status fl__store_map_rc(int rc) {
         return FL_ERR_TOO_LARGE;
     case SQLITE_NOTADB:
         return FL_ERR_FORMAT;
+    case SQLITE_IOERR_NOMEM:
+        return FL_ERR_NOMEM;
     default:
         break;
     }
@@ -194,6 +196,25 @@ fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind
     return FL_OK;
 }
 
+/* json_valid() answers 0 both for malformed text and when its parser runs out of memory
+ * (SQLite 3.40); json_type() tells them apart by raising SQLITE_ERROR or SQLITE_NOMEM. */
+static fl_status json_confirm_invalid(fl_store *st, const char *json, int n, const char *what) {
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_JSON_TYPE);
+    if (!s)
+        return st->err.code;
+    sqlite3_bind_text(s, 1, json, n, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    fl_status r;
+    if (rc == SQLITE_ROW)
+        r = FL_OK; /* valid after all */
+    else if ((rc & 0xff) == SQLITE_ERROR)
+        r = fl__err_set(&st->err, FL_ERR_FORMAT, "%s is not valid JSON", what);
+    else
+        r = fl__store_sqlerr(st, rc, "checking JSON");
+    fl__store_done(s);
+    return r;
+}
+
 fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
                                int string_array, const char **json_out, const char *what) {
     if (!json) {
@@ -211,15 +232,20 @@ fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
             return st->err.code;
         sqlite3_bind_text(s, 1, json, (int)n, SQLITE_STATIC);
         int rc = sqlite3_step(s);
-        int ok = rc == SQLITE_ROW && sqlite3_column_int(s, 0) == 1;
         fl_status r = FL_OK;
         if (rc != SQLITE_ROW)
             r = fl__store_sqlerr(st, rc, "checking JSON");
-        else if (!ok)
-            r = fl__err_set(&st->err, FL_ERR_FORMAT, pass == 0 ? "%s is not valid JSON"
-                                                               : "%s is not a JSON array of strings",
-                            what);
+        else if (sqlite3_column_type(s, 0) == SQLITE_NULL)
+            r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory checking %s", what);
+        else if (sqlite3_column_int(s, 0) != 1)
+            r = FL_ERR_FORMAT;
         fl__store_done(s);
+        if (r == FL_ERR_FORMAT) {
+            r = json_confirm_invalid(st, json, (int)n, what);
+            if (r == FL_OK && pass == 1)
+                r = fl__err_set(&st->err, FL_ERR_FORMAT, "%s is not a JSON array of strings",
+                                what);
+        }
         if (r != FL_OK)
             return r;
     }
@@ -463,8 +489,10 @@ static fl_status pragma_text(fl_store *st, const char *sql, char *buf, size_t ca
                 size_t n = strnlen((const char *)t, cap - 1);
                 memcpy(buf, t, n);
                 buf[n] = '\0';
+                rc = SQLITE_OK;
+            } else {
+                rc = sqlite3_errcode(st->db) == SQLITE_NOMEM ? SQLITE_NOMEM : SQLITE_OK;
             }
-            rc = SQLITE_OK;
         } else if (rc == SQLITE_DONE) {
             rc = SQLITE_OK;
         }
