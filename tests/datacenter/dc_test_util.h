@@ -16,27 +16,38 @@
 
 static inline int dc_have_fashion(void) { return access(DC_TRAIN_IMAGES, R_OK) == 0; }
 
-/* Largest per-tensor relative difference between two models in canonical order:
- * max over tensors of max|a-b| / max|ref| (ref = b). */
-static inline double dc_model_rel_diff(const fl_dc_config *cfg, const float *a, const float *b) {
-    double worst = 0.0;
+/* Relative differences between two models in canonical order (ref = b), the worst over
+ * tensors of: norm: ||a-b||_2 / ||b||_2; max: max|a-b| / max|b|. */
+static inline double dc_model_rel_diff2(const fl_dc_config *cfg, const float *a, const float *b,
+                                        double *norm_out) {
+    double worst = 0.0, worst_norm = 0.0;
     size_t off = 0;
     for (int i = 0; i < cfg->n_layers; i++) {
         size_t lens[2] = {(size_t)cfg->sizes[i + 1] * (size_t)cfg->sizes[i],
                           (size_t)cfg->sizes[i + 1]};
         for (int t = 0; t < 2; t++) {
-            double d = 0.0, m = 0.0;
+            double d = 0.0, m = 0.0, d2 = 0.0, m2 = 0.0;
             for (size_t k = 0; k < lens[t]; k++) {
                 double x = fabs((double)a[off + k] - (double)b[off + k]);
+                double y = fabs((double)b[off + k]);
                 d = x > d ? x : d;
-                m = fabs((double)b[off + k]) > m ? fabs((double)b[off + k]) : m;
+                m = y > m ? y : m;
+                d2 += x * x;
+                m2 += y * y;
             }
-            double r = d / (m > 0.0 ? m : 1.0);
+            double r = d / (m > 0.0 ? m : 1.0), rn = sqrt(d2) / (m2 > 0.0 ? sqrt(m2) : 1.0);
             worst = r > worst ? r : worst;
+            worst_norm = rn > worst_norm ? rn : worst_norm;
             off += lens[t];
         }
     }
+    if (norm_out)
+        *norm_out = worst_norm;
     return worst;
+}
+
+static inline double dc_model_rel_diff(const fl_dc_config *cfg, const float *a, const float *b) {
+    return dc_model_rel_diff2(cfg, a, b, NULL);
 }
 
 /* Removes a checkpoint tree made by the tests (two levels deep). */
