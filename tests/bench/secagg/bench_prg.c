@@ -5,11 +5,11 @@
  *   - the `openssl speed` command itself (--openssl-speed), parsed from its output;
  * plus libsodium's ChaCha20 (crypto_stream_chacha20_ietf) keystream for the record.
  *
- * Usage: bench_prg [--size BYTES[,BYTES...]] [--min-time SECONDS] [--reps N] [--openssl-speed]
- *                  [--json]
- * Sizes accept K/M/G suffixes (binary). Each measurement runs for --min-time seconds (0.5),
- * --reps times (3), interleaved; the best run is reported. Prints a table, or one JSON
- * object with --json. */
+ * Usage: bench_prg [--size BYTES[,BYTES...]] [--min-time SECONDS] [--reps N] [--wall]
+ *                  [--openssl-speed] [--json]
+ * Sizes accept K/M/G suffixes (binary). Each measurement runs for --min-time seconds (0.5)
+ * of thread CPU time (--wall: wall-clock time, and `openssl speed -elapsed`), --reps times
+ * (3), interleaved; the best run is reported. Prints a table, or one JSON object. */
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,9 +39,13 @@ struct result {
 static struct result results[MAX_RESULTS];
 static size_t n_results;
 
+/* CPU time of this thread by default, as `openssl speed` divides by user CPU time unless
+ * given -elapsed: on a shared machine wall time mostly measures the neighbours. */
+static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -133,8 +137,11 @@ static int measure(const char *impl, int (*fn)(struct job *, uint8_t *, size_t),
 
 /* Runs `openssl speed -evp aes-128-ctr -bytes 16384 -seconds 1` and returns its figure in
  * 10^6 bytes/s, or -1. Its table reports 1000s of bytes per second ("12345.67k"). */
-static double openssl_speed_cli(void) {
-    FILE *p = popen("openssl speed -evp aes-128-ctr -bytes 16384 -seconds 1 2>/dev/null", "r");
+static double openssl_speed_cli(int wall) {
+    FILE *p = popen(wall ? "openssl speed -elapsed -evp aes-128-ctr -bytes 16384 -seconds 1 "
+                           "2>/dev/null"
+                         : "openssl speed -evp aes-128-ctr -bytes 16384 -seconds 1 2>/dev/null",
+                    "r");
     char line[512];
     double kbps = -1;
     if (!p)
@@ -178,6 +185,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bad --min-time\n");
                 return 2;
             }
+        } else if (strcmp(argv[i], "--wall") == 0) {
+            bench_clock = CLOCK_MONOTONIC;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = (int)strtol(argv[++i], NULL, 10);
             if (reps < 1 || reps > 100) {
@@ -198,7 +207,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--size BYTES[,BYTES...]] [--min-time S] "
-                            "[--reps N] [--openssl-speed] [--json]\n", argv[0]);
+                            "[--reps N] [--wall] [--openssl-speed] [--json]\n", argv[0]);
             return 2;
         }
     }
@@ -242,7 +251,11 @@ int main(int argc, char **argv) {
         }
         rc |= measure("chacha20-ietf/libsodium", run_chacha20, &j, buf, sizes[i], min_time);
     }
-    double cli_mbps = cli ? openssl_speed_cli() : -1;
+    double cli_mbps = -1;
+    for (int rep = 0; cli && rep < reps; rep++) { /* best of reps, like our own figures */
+        double v = openssl_speed_cli(bench_clock == CLOCK_MONOTONIC);
+        cli_mbps = v > cli_mbps ? v : cli_mbps;
+    }
     EVP_CIPHER_CTX_free(j.evp);
     free(buf);
     if (rc != 0) {
@@ -256,8 +269,9 @@ int main(int argc, char **argv) {
 #endif
 
     if (json) {
-        printf("{\"bench\":\"prg\",\"min_time_s\":%.3f,\"reps\":%d,\"mbedtls_aesni\":%d,", min_time,
-               reps, aesni);
+        printf("{\"bench\":\"prg\",\"clock\":\"%s\",\"min_time_s\":%.3f,\"reps\":%d,"
+               "\"mbedtls_aesni\":%d,",
+               bench_clock == CLOCK_MONOTONIC ? "wall" : "thread-cpu", min_time, reps, aesni);
         if (cli_mbps > 0)
             printf("\"openssl_speed_cli_MBps\":%.1f,", cli_mbps);
         else
