@@ -62,7 +62,8 @@ fl_status fl_dp_accountant_create(fl_dp_accountant **out, const fl_dp_accountant
         fl__err_set(&err, FL_ERR_MISUSE, "cfg.struct_size too small");
         goto out;
     }
-    if (cfg->conversion != FL_DP_CONVERSION_IMPROVED && cfg->conversion != FL_DP_CONVERSION_CLASSIC) {
+    if (cfg->conversion != FL_DP_CONVERSION_IMPROVED &&
+        cfg->conversion != FL_DP_CONVERSION_CLASSIC) {
         fl__err_set(&err, FL_ERR_MISUSE, "cfg.conversion = %d: unknown", (int)cfg->conversion);
         goto out;
     }

@@ -240,7 +240,8 @@ static double zhu_wang_int(const struct ddg_bound *b, double q, unsigned long a)
     for (unsigned long l = 3; l <= a; l++) {
         double dl = (double)l;
         lc += log(da - dl + 1.0) - log(dl);
-        fl__dp_lse_add(&acc, log(3.0) + lc + dl * lq + (da - dl) * l1q + (dl - 1.0) * ddg_eps(b, dl));
+        fl__dp_lse_add(&acc,
+                       log(3.0) + lc + dl * lq + (da - dl) * l1q + (dl - 1.0) * ddg_eps(b, dl));
     }
     return fl__dp_lse_value(&acc) / (da - 1.0);
 }

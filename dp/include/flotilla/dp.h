@@ -74,8 +74,9 @@ FL_API void fl_dp_rng_destroy(fl_dp_rng *rng);
 /* Detail of the last failure on rng (owned by rng, valid until the next call on it). */
 FL_API const char *fl_dp_rng_errmsg(const fl_dp_rng *rng);
 
-/* Writes n uniformly random bytes to out. Returns FL_OK, FL_ERR_MISUSE, or the sticky fill
- * error. */
+/* Writes n uniformly random bytes to out. Each call starts at an 8-byte boundary of the
+ * buffered stream (the rest of a partly used word is skipped), so two calls of 3 bytes are not
+ * bytes 0..5 of the stream. Returns FL_OK, FL_ERR_MISUSE, or the sticky fill error. */
 FL_API fl_status fl_dp_rng_bytes(fl_dp_rng *rng, uint8_t *out, size_t n);
 
 /* *out = a uniform integer in [0, bound), exactly (rejection sampling, no modulo bias).
@@ -419,10 +420,10 @@ typedef struct fl_dp_event {
     size_t struct_size;       /* sizeof(fl_dp_event) */
     fl_dp_event_kind kind;    /* which mechanism */
     double q;                 /* Poisson sampling probability in [0, 1]; 1 = no sampling */
-    double noise_multiplier;  /* GAUSSIAN: noise stddev / L2 sensitivity, >= 0 (0 = no noise) */
-    double sigma;             /* DISCRETE*: stddev parameter of each discrete Gaussian, grid units */
+    double noise_multiplier;  /* GAUSSIAN: noise stddev / L2 sensitivity, >= 0 (0: no noise) */
+    double sigma;             /* DISCRETE*: sigma of each discrete Gaussian, grid units */
     double l2_sensitivity;    /* DISCRETE*: L2 sensitivity on the integer grid, > 0 */
-    double l1_sensitivity;    /* DISTRIBUTED: L1 sensitivity on the grid; 0 = min(sqrt(d) l2, l2^2) */
+    double l1_sensitivity;    /* DISTRIBUTED: L1 sensitivity on the grid; 0 = derived */
     uint64_t dim;             /* DISTRIBUTED: vector dimension d, >= 1 */
     uint64_t n_clients;       /* DISTRIBUTED: number of noise shares summed, >= 1 */
     uint64_t count;           /* how many times the event is composed, >= 0 */
