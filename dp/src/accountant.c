@@ -11,17 +11,17 @@
 #include "rdp_internal.h"
 
 struct fl_dp_accountant {
-    fl_allocator alloc;      /* copied caller allocator (zeroed = libc) */
-    struct fl__err err;      /* last failure */
-    fl_dp_conversion conv;   /* RDP -> DP conversion */
-    size_t n;                /* number of orders */
-    double *orders;          /* (n) Renyi orders */
-    double *rdp;             /* (n) running RDP curve, nats */
-    double *cache;           /* (n) RDP of one occurrence of cache_ev */
-    double *tmp;             /* (n) scratch for what-if queries */
-    fl_dp_event cache_ev;    /* event whose RDP is in cache */
-    int cache_valid;         /* cache holds cache_ev */
-    size_t bytes;            /* size of this block, for free */
+    fl_allocator alloc;    /* copied caller allocator (zeroed = libc) */
+    struct fl__err err;    /* last failure */
+    fl_dp_conversion conv; /* RDP -> DP conversion */
+    size_t n;              /* number of orders */
+    double *orders;        /* (n) Renyi orders */
+    double *rdp;           /* (n) running RDP curve, nats */
+    double *cache;         /* (n) RDP of one occurrence of cache_ev */
+    double *tmp;           /* (n) scratch for what-if queries */
+    fl_dp_event cache_ev;  /* event whose RDP is in cache */
+    int cache_valid;       /* cache holds cache_ev */
+    size_t bytes;          /* size of this block, for free */
 };
 
 void fl_dp_accountant_config_init(fl_dp_accountant_config *cfg) {
@@ -187,8 +187,8 @@ fl_status fl_dp_accountant_delta(fl_dp_accountant *acc, double *delta_out, doubl
     return FL_OK;
 }
 
-fl_status fl_dp_accountant_epsilon_if(fl_dp_accountant *acc, double *epsilon_out,
-                                      double *order_out, const fl_dp_event *ev, double delta) {
+fl_status fl_dp_accountant_epsilon_if(fl_dp_accountant *acc, double *epsilon_out, double *order_out,
+                                      const fl_dp_event *ev, double delta) {
     if (!acc)
         return FL_ERR_MISUSE;
     fl__err_clear(&acc->err);
@@ -291,9 +291,8 @@ fl_status fl_dp_noise_multiplier_for_epsilon(double *z_out, double *epsilon_out,
     if ((rc = eps_for_z(acc, &e_hi, q, hi, steps, delta)) != FL_OK)
         goto out_acc;
     if (e_hi > target_epsilon) {
-        fl__err_set(&err, FL_ERR_RANGE,
-                    "even noise multiplier %g gives epsilon %g > target %g", hi, e_hi,
-                    target_epsilon);
+        fl__err_set(&err, FL_ERR_RANGE, "even noise multiplier %g gives epsilon %g > target %g", hi,
+                    e_hi, target_epsilon);
         goto out_free;
     }
     if ((rc = eps_for_z(acc, &e_lo, q, lo, steps, delta)) != FL_OK)

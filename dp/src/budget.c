@@ -138,7 +138,8 @@ fl_status fl_dp_ledger_entry_parse_params(fl_dp_ledger_entry *e, const char *par
         } else {
             fl__err_set(&err, FL_ERR_FORMAT,
                         "params_json: value of \"%s\" must be a number, string, true, false "
-                        "or null (no nesting)", key);
+                        "or null (no nesting)",
+                        key);
             goto out;
         }
         p = skip_ws(p);
@@ -162,8 +163,7 @@ out:
     return err.code == FL_OK ? FL_OK : fl__dp_err_out(&err, errmsg, errmsg_len);
 }
 
-fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len,
-                                           const fl_dp_ledger_entry *e) {
+fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len, const fl_dp_ledger_entry *e) {
     int n;
     if (!buf || buf_len == 0 || !e)
         return FL_ERR_MISUSE;
@@ -181,8 +181,7 @@ fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len,
     return FL_OK;
 }
 
-static fl_status entry_to_event(fl_dp_event *ev, const fl_dp_ledger_entry *e,
-                                struct fl__err *err) {
+static fl_status entry_to_event(fl_dp_event *ev, const fl_dp_ledger_entry *e, struct fl__err *err) {
     if (!e || e->struct_size < sizeof(fl_dp_ledger_entry))
         return fl__err_set(err, FL_ERR_MISUSE, "ledger entry: NULL or struct_size too small");
     if (!e->mechanism)
@@ -222,8 +221,7 @@ static fl_status budget_valid(const fl_dp_budget *b, struct fl__err *err) {
         return fl__err_set(err, FL_ERR_MISUSE, "budget.epsilon = %g: must be finite and > 0",
                            b->epsilon);
     if (!(b->delta > 0.0 && b->delta < 1.0))
-        return fl__err_set(err, FL_ERR_MISUSE, "budget.delta = %g: must be in (0, 1)",
-                           b->delta);
+        return fl__err_set(err, FL_ERR_MISUSE, "budget.delta = %g: must be in (0, 1)", b->delta);
     return FL_OK;
 }
 

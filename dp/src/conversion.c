@@ -15,8 +15,8 @@
 
 #include "rdp_internal.h"
 
-void fl__dp_to_epsilon(double *eps_out, double *order_out, const double *orders,
-                       const double *rdp, size_t n, double delta, fl_dp_conversion conv) {
+void fl__dp_to_epsilon(double *eps_out, double *order_out, const double *orders, const double *rdp,
+                       size_t n, double delta, fl_dp_conversion conv) {
     double best = INFINITY, best_order = 0.0;
     if (delta >= 1.0) {
         *eps_out = 0.0;
@@ -48,8 +48,8 @@ void fl__dp_to_epsilon(double *eps_out, double *order_out, const double *orders,
         *order_out = best_order;
 }
 
-void fl__dp_to_delta(double *delta_out, double *order_out, const double *orders,
-                     const double *rdp, size_t n, double epsilon, fl_dp_conversion conv) {
+void fl__dp_to_delta(double *delta_out, double *order_out, const double *orders, const double *rdp,
+                     size_t n, double epsilon, fl_dp_conversion conv) {
     double best = INFINITY, best_order = 0.0; /* log delta */
     for (size_t i = 0; i < n; i++) {
         double a = orders[i], r = rdp[i] < 0.0 ? 0.0 : rdp[i], ld;

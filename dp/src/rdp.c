@@ -146,8 +146,8 @@ double fl__dp_log_a_frac(double q, double sigma, double alpha, long *terms_out) 
         double di = (double)i, j = alpha - di;
         double s0 = lc + di * lq + j * l1q + (di * di - di) * inv2s2 + lhalf +
                     fl__dp_log_erfc((di - z0) * rs);
-        double s1 = lc + j * lq + di * l1q + (j * j - j) * inv2s2 + lhalf +
-                    fl__dp_log_erfc((z0 - j) * rs);
+        double s1 =
+            lc + j * lq + di * l1q + (j * j - j) * inv2s2 + lhalf + fl__dp_log_erfc((z0 - j) * rs);
         struct fl__dp_lse *into = sign > 0 ? &sum.pos : &sum.neg;
         fl__dp_lse_add(into, s0);
         fl__dp_lse_add(into, s1);
@@ -320,7 +320,8 @@ fl_status fl__dp_event_validate(const fl_dp_event *ev, struct fl__err *err) {
         if (!(ev->sigma >= 0.5) || !isfinite(ev->sigma))
             return fl__err_set(err, FL_ERR_MISUSE,
                                "event.sigma = %g: the distributed discrete Gaussian bound "
-                               "needs a finite sigma >= 0.5 (grid units)", ev->sigma);
+                               "needs a finite sigma >= 0.5 (grid units)",
+                               ev->sigma);
         if (!(ev->l1_sensitivity >= 0.0) || !isfinite(ev->l1_sensitivity))
             return fl__err_set(err, FL_ERR_MISUSE, "event.l1_sensitivity = %g: must be >= 0",
                                ev->l1_sensitivity);

@@ -71,10 +71,10 @@ double fl__dp_log_a_frac(double q, double sigma, double alpha, long *terms_out);
 double fl__dp_log_erfc(double x);
 
 /* Conversion core without argument checks (delta in (0, 1], epsilon >= 0). */
-void fl__dp_to_epsilon(double *eps_out, double *order_out, const double *orders,
-                       const double *rdp, size_t n, double delta, fl_dp_conversion conv);
-void fl__dp_to_delta(double *delta_out, double *order_out, const double *orders,
-                     const double *rdp, size_t n, double epsilon, fl_dp_conversion conv);
+void fl__dp_to_epsilon(double *eps_out, double *order_out, const double *orders, const double *rdp,
+                       size_t n, double delta, fl_dp_conversion conv);
+void fl__dp_to_delta(double *delta_out, double *order_out, const double *orders, const double *rdp,
+                     size_t n, double epsilon, fl_dp_conversion conv);
 
 /* The handle's error slot, so budget.c can record its messages there. */
 struct fl__err *fl__dp_accountant_err(fl_dp_accountant *acc);

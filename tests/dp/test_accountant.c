@@ -192,7 +192,8 @@ static void test_noise_calibration(void **state) {
         uint64_t steps = (uint64_t)cases[i][1];
         assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, &eps, cases[i][0], steps,
                                                             cases[i][2], cases[i][3], 1e-6, NULL,
-                                                            NULL, msg, sizeof msg), FL_OK);
+                                                            NULL, msg, sizeof msg),
+                         FL_OK);
         assert_true(eps <= cases[i][2]);
         fl_dp_accountant *acc;
         fl_dp_event ev;
@@ -205,22 +206,27 @@ static void test_noise_calibration(void **state) {
     }
     /* The dp_vectors.csv settings come back near their sigma. */
     double z;
-    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.01, 10000, 5.63201067, 1e-5,
-                                                        0, NULL, NULL, NULL, 0), FL_OK);
+    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.01, 10000, 5.63201067, 1e-5, 0,
+                                                        NULL, NULL, NULL, 0),
+                     FL_OK);
     assert_true(rel_err(z, 1.1) < 1e-3);
     char msg[256];
-    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 1.0, 1000000, 1e-3, 1e-9, 0,
-                                                        NULL, NULL, msg, sizeof msg),
+    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 1.0, 1000000, 1e-3, 1e-9, 0, NULL,
+                                                        NULL, msg, sizeof msg),
                      FL_ERR_RANGE);
     assert_non_null(strstr(msg, "target"));
     assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.0, 10, 1, 1e-5, 0, NULL, NULL,
-                                                        msg, sizeof msg), FL_ERR_MISUSE);
+                                                        msg, sizeof msg),
+                     FL_ERR_MISUSE);
     assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.1, 0, 1, 1e-5, 0, NULL, NULL,
-                                                        msg, sizeof msg), FL_ERR_MISUSE);
+                                                        msg, sizeof msg),
+                     FL_ERR_MISUSE);
     assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.1, 10, 1, 1.0, 0, NULL, NULL,
-                                                        msg, sizeof msg), FL_ERR_MISUSE);
-    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.1, 10, 1, 1e-5, 0.7, NULL,
-                                                        NULL, msg, sizeof msg), FL_ERR_MISUSE);
+                                                        msg, sizeof msg),
+                     FL_ERR_MISUSE);
+    assert_int_equal(fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.1, 10, 1, 1e-5, 0.7, NULL, NULL,
+                                                        msg, sizeof msg),
+                     FL_ERR_MISUSE);
 }
 
 /* Every allocation failure is reported as FL_ERR_NOMEM and leaks nothing. */
@@ -249,8 +255,8 @@ static void test_oom_walk(void **state) {
         c.fail_at = k;
         fl_allocator a = fl_test_counting_allocator(&c);
         double z;
-        fl_status rc = fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.5, 10, 2.0, 1e-5, 1e-3,
-                                                          NULL, &a, NULL, 0);
+        fl_status rc = fl_dp_noise_multiplier_for_epsilon(&z, NULL, 0.5, 10, 2.0, 1e-5, 1e-3, NULL,
+                                                          &a, NULL, 0);
         if (rc == FL_OK)
             saw_ok = 1;
         else
@@ -262,12 +268,9 @@ static void test_oom_walk(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_defaults),
-        cmocka_unit_test(test_incremental_equals_batch),
-        cmocka_unit_test(test_mixed_events),
-        cmocka_unit_test(test_epsilon_if_and_reset),
-        cmocka_unit_test(test_config),
-        cmocka_unit_test(test_noise_calibration),
+        cmocka_unit_test(test_create_defaults), cmocka_unit_test(test_incremental_equals_batch),
+        cmocka_unit_test(test_mixed_events),    cmocka_unit_test(test_epsilon_if_and_reset),
+        cmocka_unit_test(test_config),          cmocka_unit_test(test_noise_calibration),
         cmocka_unit_test(test_oom_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,13 +28,14 @@ static void test_budget_allows_then_refuses(void **state) {
     fl_dp_budget b = {2.915, 1e-6};
     fl_dp_budget_report rep;
     char msg[256] = "";
-    assert_int_equal(fl_dp_budget_check(&rep, &b, ledger, 99, &ledger[99], NULL, NULL, msg,
-                                        sizeof msg), FL_OK);
+    assert_int_equal(
+        fl_dp_budget_check(&rep, &b, ledger, 99, &ledger[99], NULL, NULL, msg, sizeof msg), FL_OK);
     assert_true(fabs(rep.epsilon_after - 2.914173762) < 0.01 * 2.914173762);
     assert_true(rep.epsilon_before < rep.epsilon_after && rep.remaining > 0);
     assert_true(rep.epsilon_budget == 2.915 && rep.delta == 1e-6);
-    assert_int_equal(fl_dp_budget_check(&rep, &b, ledger, 100, &ledger[100], NULL, NULL, msg,
-                                        sizeof msg), FL_ERR_BUDGET);
+    assert_int_equal(
+        fl_dp_budget_check(&rep, &b, ledger, 100, &ledger[100], NULL, NULL, msg, sizeof msg),
+        FL_ERR_BUDGET);
     assert_true(rep.remaining < 0 && rep.epsilon_after > 2.915);
     /* The message names the current epsilon, the epsilon after the round and the budget. */
     char want[64];
@@ -60,8 +61,7 @@ static void test_budget_allows_then_refuses(void **state) {
     fl_dp_accountant_destroy(acc);
 
     /* Empty ledger, first round. */
-    assert_int_equal(fl_dp_budget_check(&rep, &b, NULL, 0, &ledger[0], NULL, NULL, NULL, 0),
-                     FL_OK);
+    assert_int_equal(fl_dp_budget_check(&rep, &b, NULL, 0, &ledger[0], NULL, NULL, NULL, 0), FL_OK);
     assert_true(rep.epsilon_before == 0.0);
 }
 
@@ -83,14 +83,14 @@ static void test_discrete_rounds(void **state) {
     ledger[0].q = 0.01;
     ledger[0].participants = 200;
     ledger[0].steps = 1;
-    assert_int_equal(fl_dp_ledger_entry_parse_params(
-                         &ledger[0],
-                         " {\"sigma\": 25, \"l2_sensitivity\": 150, \"dim\": 4096, "
-                         "\"note\": \"x\\\"y\", \"rotation\": true, \"seed\": null}",
-                         NULL, 0),
-                     FL_OK);
-    assert_true(ledger[0].sigma == 25 && ledger[0].l2_sensitivity == 150 &&
-                ledger[0].dim == 4096 && ledger[0].l1_sensitivity == 0);
+    assert_int_equal(
+        fl_dp_ledger_entry_parse_params(&ledger[0],
+                                        " {\"sigma\": 25, \"l2_sensitivity\": 150, \"dim\": 4096, "
+                                        "\"note\": \"x\\\"y\", \"rotation\": true, \"seed\": null}",
+                                        NULL, 0),
+        FL_OK);
+    assert_true(ledger[0].sigma == 25 && ledger[0].l2_sensitivity == 150 && ledger[0].dim == 4096 &&
+                ledger[0].l1_sensitivity == 0);
     fl_dp_ledger_entry_init(&ledger[1], FL_DP_MECH_DISCRETE_GAUSSIAN);
     ledger[1].sigma = 400;
     ledger[1].l2_sensitivity = 100;
@@ -124,9 +124,17 @@ static void test_bad_input(void **state) {
     fl_dp_ledger_entry e;
     fl_dp_ledger_entry_init(&e, FL_DP_MECH_GAUSSIAN);
     const char *bad_json[] = {
-        "[1]", "{\"sigma\": }", "{\"sigma\": 1,}", "{\"sigma\" 1}", "{\"sigma\": 1} x",
-        "{\"sigma\": {\"a\": 1}}", "{\"dim\": -1}", "{\"dim\": 1.5}", "{\"sigma\": 1e999}",
-        "{\"sigma\": \"unterminated}", "{sigma: 1}",
+        "[1]",
+        "{\"sigma\": }",
+        "{\"sigma\": 1,}",
+        "{\"sigma\" 1}",
+        "{\"sigma\": 1} x",
+        "{\"sigma\": {\"a\": 1}}",
+        "{\"dim\": -1}",
+        "{\"dim\": 1.5}",
+        "{\"sigma\": 1e999}",
+        "{\"sigma\": \"unterminated}",
+        "{sigma: 1}",
     };
     for (size_t i = 0; i < sizeof(bad_json) / sizeof(bad_json[0]); i++) {
         msg[0] = '\0';

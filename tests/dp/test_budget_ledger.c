@@ -93,8 +93,7 @@ static fl_status check_round(fl_store *st, int64_t pop, const fl_dp_ledger_entry
 }
 
 /* Appends the round's ledger entry, as the coordinator does when the round commits. */
-static void append_round(fl_store *st, int64_t pop, int64_t round_id,
-                         const fl_dp_ledger_entry *e) {
+static void append_round(fl_store *st, int64_t pop, int64_t round_id, const fl_dp_ledger_entry *e) {
     char params[256];
     assert_int_equal(fl_dp_ledger_entry_format_params(params, sizeof params, e), FL_OK);
     fl_store_ledger_entry row;
@@ -117,8 +116,9 @@ static void test_ledger_budget_across_restarts(void **state) {
     const double budget_eps = 8.0, budget_delta = 1e-5;
     fl_store *st = open_store(f->path);
     int64_t pop = 0;
-    assert_int_equal(fl_store_population_create(st, &pop, "keyboard-en", NULL, budget_eps,
-                                                budget_delta, NULL), FL_OK);
+    assert_int_equal(
+        fl_store_population_create(st, &pop, "keyboard-en", NULL, budget_eps, budget_delta, NULL),
+        FL_OK);
 
     /* Round 1 used distributed DP (discrete Gaussian shares under secure aggregation);
      * later rounds use central DP, q = 0.1, z = 1.0, 10 noisy steps each. */

@@ -36,39 +36,43 @@ static double json_num(const char *js, const char *key) {
 static void test_epsilon(void **state) {
     (void)state;
     char out[4096];
-    assert_int_equal(run("epsilon --q 0.01 --sigma 1.1 --steps 10000 --delta 1e-5", out,
-                         sizeof out), 0);
+    assert_int_equal(
+        run("epsilon --q 0.01 --sigma 1.1 --steps 10000 --delta 1e-5", out, sizeof out), 0);
     assert_non_null(strstr(out, "epsilon = 5.63"));
     assert_non_null(strstr(out, "optimal RDP order 4.7"));
-    assert_int_equal(run("epsilon --q=0.01 --sigma=1.1 --steps=10000 --delta=1e-5 --json", out,
-                         sizeof out), 0);
+    assert_int_equal(
+        run("epsilon --q=0.01 --sigma=1.1 --steps=10000 --delta=1e-5 --json", out, sizeof out), 0);
     double eps = json_num(out, "epsilon");
     assert_true(fabs(eps - 5.63201067) / 5.63201067 < 0.01);
     assert_true(json_num(out, "order") == 4.7);
     /* Classic conversion and custom orders (TF Privacy MNIST tutorial, 1.00). */
     assert_int_equal(run("epsilon --q 0.004266666666666667 --sigma 1.12 --steps 234 --delta 1e-5 "
                          "--classic --json --orders 2,4,8,12,13,14,16,20,32,63",
-                         out, sizeof out), 0);
+                         out, sizeof out),
+                     0);
     assert_true(fabs(json_num(out, "epsilon") - 1.000300912) < 1e-3);
     assert_true(json_num(out, "order") == 13);
-    assert_int_equal(run("delta --q 0.01 --sigma 1.1 --steps 10000 --epsilon 5.63199 --json", out,
-                         sizeof out), 0);
+    assert_int_equal(
+        run("delta --q 0.01 --sigma 1.1 --steps 10000 --epsilon 5.63199 --json", out, sizeof out),
+        0);
     assert_true(fabs(json_num(out, "delta") - 1e-5) / 1e-5 < 1e-3);
 }
 
 static void test_sigma(void **state) {
     (void)state;
     char out[4096];
-    assert_int_equal(run("sigma --q 0.01 --steps 10000 --epsilon 5.632 --delta 1e-5 --json", out,
-                         sizeof out), 0);
+    assert_int_equal(
+        run("sigma --q 0.01 --steps 10000 --epsilon 5.632 --delta 1e-5 --json", out, sizeof out),
+        0);
     double z = json_num(out, "sigma"), eps = json_num(out, "epsilon");
     assert_true(fabs(z - 1.1) < 1e-3 && eps <= 5.632);
-    assert_int_equal(run("sigma --q 0.01 --steps 10000 --epsilon 1 --delta 1e-5 --tol 1e-3", out,
-                         sizeof out), 0);
+    assert_int_equal(
+        run("sigma --q 0.01 --steps 10000 --epsilon 1 --delta 1e-5 --tol 1e-3", out, sizeof out),
+        0);
     assert_non_null(strstr(out, "sigma = "));
     /* Out of reach: computation failure, exit 1. */
-    assert_int_equal(run("sigma --q 1 --steps 1000000 --epsilon 0.001 --delta 1e-9", out,
-                         sizeof out), 1);
+    assert_int_equal(
+        run("sigma --q 1 --steps 1000000 --epsilon 0.001 --delta 1e-9", out, sizeof out), 1);
     assert_non_null(strstr(out, "target"));
 }
 

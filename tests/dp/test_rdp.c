@@ -164,8 +164,9 @@ static void test_conversion(void **state) {
     (void)state;
     double orders[FL_DP_DEFAULT_ORDERS_COUNT], rdp[FL_DP_DEFAULT_ORDERS_COUNT];
     fl_dp_default_orders(orders, FL_DP_DEFAULT_ORDERS_COUNT);
-    assert_int_equal(fl_dp_rdp_sampled_gaussian(rdp, orders, FL_DP_DEFAULT_ORDERS_COUNT, 0.01, 1.0,
-                                                NULL, 0), FL_OK);
+    assert_int_equal(
+        fl_dp_rdp_sampled_gaussian(rdp, orders, FL_DP_DEFAULT_ORDERS_COUNT, 0.01, 1.0, NULL, 0),
+        FL_OK);
     for (size_t i = 0; i < FL_DP_DEFAULT_ORDERS_COUNT; i++)
         rdp[i] *= 1000;
     double e_imp, e_cls, o_imp, o_cls, d, od;
@@ -216,12 +217,15 @@ static void test_bad_arguments(void **state) {
     assert_int_equal(fl_dp_rdp_sampled_gaussian(NULL, good, 2, 0.1, 1, NULL, 0), FL_ERR_MISUSE);
     rdp[0] = rdp[1] = 1;
     assert_int_equal(fl_dp_rdp_to_epsilon(&e, NULL, good, rdp, 2, 0.0, FL_DP_CONVERSION_IMPROVED,
-                                          msg, sizeof msg), FL_ERR_MISUSE);
+                                          msg, sizeof msg),
+                     FL_ERR_MISUSE);
     assert_non_null(strstr(msg, "delta"));
-    assert_int_equal(fl_dp_rdp_to_epsilon(&e, NULL, good, rdp, 2, 1e-5, (fl_dp_conversion)7, msg,
-                                          sizeof msg), FL_ERR_MISUSE);
-    assert_int_equal(fl_dp_rdp_to_delta(&e, NULL, good, rdp, 2, -1, FL_DP_CONVERSION_CLASSIC, msg,
-                                        sizeof msg), FL_ERR_MISUSE);
+    assert_int_equal(
+        fl_dp_rdp_to_epsilon(&e, NULL, good, rdp, 2, 1e-5, (fl_dp_conversion)7, msg, sizeof msg),
+        FL_ERR_MISUSE);
+    assert_int_equal(
+        fl_dp_rdp_to_delta(&e, NULL, good, rdp, 2, -1, FL_DP_CONVERSION_CLASSIC, msg, sizeof msg),
+        FL_ERR_MISUSE);
     fl_dp_event ev;
     fl_dp_event_distributed_discrete_gaussian(&ev, 0.3, 10, 10, 1, 0, 1, 1);
     assert_int_equal(fl_dp_rdp_event(rdp, good, 2, &ev, msg, sizeof msg), FL_ERR_MISUSE);

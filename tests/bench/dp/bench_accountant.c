@@ -134,8 +134,7 @@ int main(int argc, char **argv) {
                us_dist, us_triv, us_same / us_triv,
                (us_same < 1000 && us_dist < 1000) ? "true" : "false");
     } else {
-        printf("accountant, %d orders, %ld rounds of q=0.01 z=1.1, delta=1e-5\n", N_ORDERS,
-               rounds);
+        printf("accountant, %d orders, %ld rounds of q=0.01 z=1.1, delta=1e-5\n", N_ORDERS, rounds);
         printf("  same event:     %.3f ms total, %.3f us per round (compose + epsilon), "
                "epsilon %.4f at order %g\n",
                1e3 * t_same, us_same, eps_same, ord_same);
