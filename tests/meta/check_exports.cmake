@@ -1,6 +1,7 @@
 # cmake -DNM=nm -DLIB=libflotilla-x.so -DCOMP=x -DINCLUDE_DIR=... -DDOC=docs/x.md -P this
 # Fails (FATAL_ERROR) listing every exported symbol that is unprefixed, undeclared in the
-# component's public headers, or (when DOC exists) not mentioned in DOC.
+# component's public headers, or (when DOC exists) not mentioned in DOC, and every fl__
+# internal the library needs from elsewhere (internals are never exported).
 execute_process(COMMAND ${NM} -D --defined-only ${LIB}
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -47,6 +48,14 @@ foreach(line IN LISTS lines)
   if(doc_exists AND NOT dtext MATCHES "(^|[^A-Za-z0-9_])${sym}([^A-Za-z0-9_]|$)")
     list(APPEND bad "${sym}: not documented in ${DOC}")
   endif()
+endforeach()
+# Internals (fl__*) are hidden in every library, so a shared library that still needs one
+# links but breaks every program that loads it.
+execute_process(COMMAND ${NM} -D --undefined-only ${LIB} OUTPUT_VARIABLE undef)
+string(REGEX MATCHALL "[^A-Za-z0-9_]fl__[A-Za-z0-9_]+" internals "${undef}")
+foreach(sym IN LISTS internals)
+  string(SUBSTRING "${sym}" 1 -1 sym)
+  list(APPEND bad "${sym}: needed but never exported (an internal: link core statically)")
 endforeach()
 if(n EQUAL 0)
   message(FATAL_ERROR "${LIB} exports nothing: wrong library or nm output")
