@@ -9,7 +9,8 @@
  * x b >= a 2^64; otherwise (one value of x in 2^64) the comparison continues on the next
  * 64 bits against the remainder (a 2^64 - x b) / b. So one coin costs one 64-bit word and a
  * multiplication, and the answer is exact. Every loop also stops when the rng has failed
- * (it then returns 0 and the caller reports rng->failed). */
+ * (the buffer then reads as zeros, the answers are meaningless and the caller reports
+ * rng->failed). */
 
 #include "rng_bits.h"
 
@@ -61,9 +62,9 @@ static inline unsigned fl__dp_bern_exp1(struct fl_dp_rng *rng) {
     if (!fl__dp_rng_bit(rng))
         return 0; /* K = 2 */
     uint64_t k = 3;
-    while (fl__dp_coin64(rng, 1, k))
+    while (fl__dp_coin64(rng, 1, k) && !rng->failed)
         k++;
-    return (unsigned)(k & 1);
+    return (unsigned)(k & 1) & !rng->failed;
 }
 
 /* Bernoulli(exp(-n/d)) for 0 <= n <= d, 1 <= d < 2^127 (CKS20 Algorithm 1, gamma in [0,1]):
@@ -74,11 +75,12 @@ static inline unsigned fl__dp_bern_exp_frac(struct fl_dp_rng *rng, fl__dp_u128 n
     uint64_t k = 1;
     if ((d >> 64) == 0) {
         /* d k < 2^127: one coin per step. */
-        while (fl__dp_coin128(rng, n, d * k))
+        while (fl__dp_coin128(rng, n, d * k) && !rng->failed)
             k++;
     } else {
         /* Bernoulli(gamma / k) = Bernoulli(gamma) AND Bernoulli(1/k), independent coins. */
-        while (fl__dp_coin128(rng, n, d) && (k == 1 || fl__dp_coin64(rng, 1, k)))
+        while (fl__dp_coin128(rng, n, d) && (k == 1 || fl__dp_coin64(rng, 1, k)) &&
+               !rng->failed)
             k++;
     }
     return (unsigned)(k & 1);
