@@ -28,6 +28,8 @@ function(fl_add_component comp)
   set_target_properties(fl_${name} PROPERTIES OUTPUT_NAME flotilla-${comp}
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
   set_target_properties(fl_${name}_static PROPERTIES OUTPUT_NAME flotilla-${comp}-static)
+  # Symbols from static dependencies stay local: each .so exports only its own FL_API.
+  target_link_options(fl_${name} PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined")
   foreach(t fl_${name} fl_${name}_static)
     fl_target_defaults(${t})
     target_include_directories(${t} PUBLIC
@@ -44,7 +46,9 @@ function(fl_add_component comp)
     string(REPLACE "-" "_" dn "${dep}")
     if(TARGET fl_${dn}_obj)
       target_link_libraries(${obj} PUBLIC fl_${dn}_obj)
-      target_link_libraries(fl_${name} PUBLIC fl_${dn})
+      # The shared library carries its own hidden copy of the dependency (internals such
+      # as fl__alloc are never exported), and consumers also get the dependency's API.
+      target_link_libraries(fl_${name} PRIVATE fl_${dn}_static INTERFACE fl_${dn})
       target_link_libraries(fl_${name}_static PUBLIC fl_${dn}_static)
     else()
       target_link_libraries(${obj} PUBLIC ${dep})
@@ -57,7 +61,7 @@ function(fl_add_component comp)
     if(TARGET fl_${dn}_obj)
       # Objects need the headers only; link the matching library flavour.
       target_include_directories(${obj} PRIVATE $<TARGET_PROPERTY:fl_${dn}_obj,INTERFACE_INCLUDE_DIRECTORIES>)
-      target_link_libraries(fl_${name} PRIVATE fl_${dn})
+      target_link_libraries(fl_${name} PRIVATE fl_${dn}_static)
       target_link_libraries(fl_${name}_static PUBLIC fl_${dn}_static)
     else()
       target_link_libraries(${obj} PRIVATE ${dep})

@@ -31,6 +31,17 @@ if(FL_SANITIZE)
 else()
   set(FL_SANITIZE_FLAGS "")
 endif()
+if(FL_BUILD_FUZZERS)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "FL_BUILD_FUZZERS needs clang: configure with CC=clang")
+  endif()
+  # Libraries get coverage instrumentation so libFuzzer sees their branches; the fuzz
+  # executables add -fsanitize=fuzzer themselves.
+  if(NOT FL_SANITIZE)
+    set(FL_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  endif()
+  list(APPEND FL_SANITIZE_FLAGS -fsanitize=fuzzer-no-link)
+endif()
 
 function(fl_target_defaults tgt)
   target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:C>:${FL_WARNING_FLAGS}>)
