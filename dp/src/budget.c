@@ -4,12 +4,12 @@
  * them here. A round is allowed only if the epsilon of everything already run plus the
  * proposed round, at the budget's delta, stays within the budget's epsilon. */
 
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "rdp_internal.h"
 
@@ -23,162 +23,86 @@ void fl_dp_ledger_entry_init(fl_dp_ledger_entry *e, const char *mechanism) {
     e->steps = 1;
 }
 
-/* ---- params_json: a flat object of numbers ---- */
+/* ---- params_json: a flat JSON object of numbers, read and written with Jansson ---- */
 
-static const char *skip_ws(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
-}
-
-/* Parses a JSON string at p (at its opening quote) into key (truncated to key_len - 1).
- * Returns the position after the closing quote, or NULL on a malformed string. */
-static const char *parse_string(const char *p, char *key, size_t key_len) {
-    size_t k = 0;
-    if (*p != '"')
-        return NULL;
-    p++;
-    while (*p && *p != '"') {
-        char c = *p;
-        if (c == '\\') {
-            p++;
-            if (!*p)
-                return NULL;
-            c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p; /* other escapes kept literally */
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++)
-                    if (!isxdigit((unsigned char)p[i]))
-                        return NULL;
-                p += 4;
-                c = '?';
-            }
-        } else if ((unsigned char)c < 0x20) {
-            return NULL;
-        }
-        if (k + 1 < key_len)
-            key[k++] = c;
-        p++;
+/* Reads an optional finite number member; absent or null leaves *out unchanged. */
+static int get_number(json_t *obj, const char *key, double *out, struct fl__err *err) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+        fl__err_set(err, FL_ERR_FORMAT, "params_json: \"%s\" must be a finite number", key);
+        return -1;
     }
-    if (*p != '"')
-        return NULL;
-    if (key_len > 0)
-        key[k] = '\0';
-    return p + 1;
+    *out = json_number_value(v);
+    return 0;
 }
 
 fl_status fl_dp_ledger_entry_parse_params(fl_dp_ledger_entry *e, const char *params_json,
                                           char *errmsg, size_t errmsg_len) {
     struct fl__err err;
-    const char *p;
+    json_t *root = NULL;
+    json_error_t jerr;
+    double dim = -1.0;
     fl__err_clear(&err);
     if (!e) {
         fl__err_set(&err, FL_ERR_MISUSE, "entry is NULL");
         goto out;
     }
-    if (!params_json || !*skip_ws(params_json))
+    if (!params_json || params_json[strspn(params_json, " \t\r\n")] == '\0')
         goto out;
-    p = skip_ws(params_json);
-    if (*p != '{') {
-        fl__err_set(&err, FL_ERR_FORMAT, "params_json: expected '{' at offset %td",
-                    p - params_json);
-        goto out;
-    }
-    p = skip_ws(p + 1);
-    if (*p == '}') {
-        p++;
-        goto tail;
-    }
-    for (;;) {
-        char key[32];
-        p = parse_string(p, key, sizeof(key));
-        if (!p) {
-            fl__err_set(&err, FL_ERR_FORMAT, "params_json: malformed key");
-            goto out;
-        }
-        p = skip_ws(p);
-        if (*p != ':') {
-            fl__err_set(&err, FL_ERR_FORMAT, "params_json: expected ':' after \"%s\"", key);
-            goto out;
-        }
-        p = skip_ws(p + 1);
-        if (*p == '"') {
-            char ignored[2];
-            p = parse_string(p, ignored, sizeof(ignored));
-            if (!p) {
-                fl__err_set(&err, FL_ERR_FORMAT, "params_json: malformed string for \"%s\"", key);
-                goto out;
-            }
-        } else if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4)) {
-            p += 4;
-        } else if (!strncmp(p, "false", 5)) {
-            p += 5;
-        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-            char *end;
-            errno = 0;
-            double v = strtod(p, &end);
-            if (end == p || errno == ERANGE || !isfinite(v)) {
-                fl__err_set(&err, FL_ERR_FORMAT, "params_json: bad number for \"%s\"", key);
-                goto out;
-            }
-            p = end;
-            if (!strcmp(key, "sigma")) {
-                e->sigma = v;
-            } else if (!strcmp(key, "l2_sensitivity")) {
-                e->l2_sensitivity = v;
-            } else if (!strcmp(key, "l1_sensitivity")) {
-                e->l1_sensitivity = v;
-            } else if (!strcmp(key, "dim")) {
-                if (v < 0.0 || v != floor(v) || v > 9.007199254740992e15) {
-                    fl__err_set(&err, FL_ERR_FORMAT,
-                                "params_json: \"dim\" must be a non-negative integer");
-                    goto out;
-                }
-                e->dim = (uint64_t)v;
-            }
-        } else {
-            fl__err_set(&err, FL_ERR_FORMAT,
-                        "params_json: value of \"%s\" must be a number, string, true, false "
-                        "or null (no nesting)",
-                        key);
-            goto out;
-        }
-        p = skip_ws(p);
-        if (*p == ',') {
-            p = skip_ws(p + 1);
-            continue;
-        }
-        if (*p == '}') {
-            p++;
-            break;
-        }
-        fl__err_set(&err, FL_ERR_FORMAT, "params_json: expected ',' or '}' after \"%s\"", key);
+    root = json_loads(params_json, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        fl__err_set(&err, FL_ERR_FORMAT, "params_json: %s at offset %d", jerr.text,
+                    jerr.position);
         goto out;
     }
-tail:
-    if (*skip_ws(p)) {
-        fl__err_set(&err, FL_ERR_FORMAT, "params_json: trailing characters after '}'");
+    if (!json_is_object(root)) {
+        fl__err_set(&err, FL_ERR_FORMAT, "params_json: expected a JSON object");
         goto out;
+    }
+    if (get_number(root, "sigma", &e->sigma, &err) ||
+        get_number(root, "l2_sensitivity", &e->l2_sensitivity, &err) ||
+        get_number(root, "l1_sensitivity", &e->l1_sensitivity, &err) ||
+        get_number(root, "dim", &dim, &err))
+        goto out;
+    if (json_object_get(root, "dim") && !json_is_null(json_object_get(root, "dim"))) {
+        if (dim < 0.0 || dim != floor(dim) || dim > 9.007199254740992e15) {
+            fl__err_set(&err, FL_ERR_FORMAT, "params_json: \"dim\" must be a non-negative integer");
+            goto out;
+        }
+        e->dim = (uint64_t)dim;
     }
 out:
+    json_decref(root);
     return err.code == FL_OK ? FL_OK : fl__dp_err_out(&err, errmsg, errmsg_len);
 }
 
 fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len, const fl_dp_ledger_entry *e) {
-    int n;
+    fl_status rc = FL_OK;
+    json_t *obj;
     if (!buf || buf_len == 0 || !e)
         return FL_ERR_MISUSE;
+    buf[0] = '\0';
     if (e->mechanism && !strcmp(e->mechanism, FL_DP_MECH_GAUSSIAN))
-        n = snprintf(buf, buf_len, "{}");
+        obj = json_object();
     else
-        n = snprintf(buf, buf_len,
-                     "{\"sigma\": %.17g, \"l2_sensitivity\": %.17g, \"l1_sensitivity\": %.17g, "
-                     "\"dim\": %llu}",
-                     e->sigma, e->l2_sensitivity, e->l1_sensitivity, (unsigned long long)e->dim);
-    if (n < 0 || (size_t)n >= buf_len) {
-        buf[0] = '\0';
-        return FL_ERR_TOO_LARGE;
+        obj = json_pack("{s:f, s:f, s:f, s:I}", "sigma", e->sigma, "l2_sensitivity",
+                        e->l2_sensitivity, "l1_sensitivity", e->l1_sensitivity, "dim",
+                        (json_int_t)e->dim);
+    if (!obj)
+        return FL_ERR_NOMEM;
+    size_t need = json_dumpb(obj, NULL, 0, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (need == 0) {
+        rc = FL_ERR_NOMEM;
+    } else if (need >= buf_len) {
+        rc = FL_ERR_TOO_LARGE;
+    } else {
+        json_dumpb(obj, buf, buf_len, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        buf[need] = '\0';
     }
-    return FL_OK;
+    json_decref(obj);
+    return rc;
 }
 
 static fl_status entry_to_event(fl_dp_event *ev, const fl_dp_ledger_entry *e, struct fl__err *err) {
