@@ -13,7 +13,7 @@
 /* Stops the demo with the store's explanation of what went wrong. */
 static int fail(fl_store *st, const char *step, fl_status rc) {
     fprintf(stderr, "registry-demo: %s failed: %s (%s)\n", step, fl_store_errmsg(st),
-                    fl_status_name(rc));
+            fl_status_name(rc));
     fl_store_close(st);
     return 1;
 }
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
         fl_store_free(st, p);
     } else if (rc == FL_ERR_NOT_FOUND) {
         rc = fl_store_population_create(st, &pop, "demo-keyboard", "{\"rounds\":100}", 8.0, 1e-6,
-                                         "[\"eu\",\"us\"]");
+                                        "[\"eu\",\"us\"]");
     }
     if (rc != FL_OK)
         return fail(st, "setting up the population", rc);
@@ -106,7 +106,8 @@ int main(int argc, char **argv) {
     if (rc != FL_OK)
         return fail(st, "resolving the tag", rc);
     printf("\nDone: \"production\" serves version %lld. Run me again: identical bytes are "
-           "reused, not stored twice.\n", (long long)prod);
+           "reused, not stored twice.\n",
+           (long long)prod);
     fl_store_close(st);
     return same ? 0 : 1;
 }

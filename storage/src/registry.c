@@ -81,9 +81,9 @@ static fl_status find_by_hash(fl_store *st, int64_t population_id, const uint8_t
     return r;
 }
 
-static fl_status insert_model(fl_store *st, int64_t *version, int64_t population_id,
-                              int64_t parent, const uint8_t hash[32], const void *bytes,
-                              size_t len, const char *metadata) {
+static fl_status insert_model(fl_store *st, int64_t *version, int64_t population_id, int64_t parent,
+                              const uint8_t hash[32], const void *bytes, size_t len,
+                              const char *metadata) {
     sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_MODEL_INSERT);
     if (!s)
         return st->err.code;
@@ -210,8 +210,8 @@ out_reset:
     return r;
 }
 
-fl_status fl_store_model_lineage(fl_store *st, fl_store_model **out, size_t *count,
-                                 int64_t version, size_t max) {
+fl_status fl_store_model_lineage(fl_store *st, fl_store_model **out, size_t *count, int64_t version,
+                                 size_t max) {
     fl_status r = fl__store_enter(st, "model_lineage");
     if (r != FL_OK)
         return r;
@@ -230,9 +230,8 @@ fl_status fl_store_model_lineage(fl_store *st, fl_store_model **out, size_t *cou
     } else {
         sqlite3_bind_int64(s, 1, version);
         sqlite3_bind_int64(s, 2, max == 0 || max > (size_t)INT64_MAX ? INT64_MAX : (int64_t)max);
-        r = fl__store_collect(st, s, decode_model_info, sizeof(fl_store_model),
-                              FL__STORE_ROWS_LIST, (void **)out,
-                              count, "walking the lineage");
+        r = fl__store_collect(st, s, decode_model_info, sizeof(fl_store_model), FL__STORE_ROWS_LIST,
+                              (void **)out, count, "walking the lineage");
         if (r == FL_OK && *count == 0)
             r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "model version %lld does not exist",
                             (long long)version);

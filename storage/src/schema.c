@@ -163,7 +163,8 @@ static fl_status read_version(fl_store *st, int64_t *version) {
     if (app != FL__STORE_APPLICATION_ID)
         return fl__err_set(&st->err, FL_ERR_FORMAT,
                            "not a Flotilla store: SQLite file with application_id %lld and "
-                           "%lld tables", (long long)app, (long long)tables);
+                           "%lld tables",
+                           (long long)app, (long long)tables);
     if (*version > FL_STORE_SCHEMA_VERSION)
         return fl__err_set(&st->err, FL_ERR_UNSUPPORTED,
                            "database schema version %lld is newer than this library supports "

@@ -7,11 +7,11 @@
 #define POP_COLS "id, name, config_json, epsilon, delta, allowed_regions_json, created_at, state"
 #define CLIENT_COLS "client_id, region, population_id, enrolled_at, last_seen"
 #define MODEL_COLS "version, parent, population_id, sha256, metadata_json, created_at, size"
-#define ROUND_COLS                                                                              \
-    "id, population_id, round_number, state, config_json, base_version, result_version, "     \
+#define ROUND_COLS                                                                                 \
+    "id, population_id, round_number, state, config_json, base_version, result_version, "          \
     "created_at, started_at, ended_at, checked_in, selected, completed, dropped, abandon_reason"
-#define LEDGER_COLS                                                                             \
-    "id, population_id, round_id, mechanism, sampling_rate, noise_multiplier, clip_norm, "    \
+#define LEDGER_COLS                                                                                \
+    "id, population_id, round_id, mechanism, sampling_rate, noise_multiplier, clip_norm, "         \
     "steps, participants, params_json, created_at"
 
 static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {

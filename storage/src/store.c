@@ -12,7 +12,7 @@
 #include "store_internal.h"
 
 #define FL__STORE_BLOCK_MAGIC UINT64_C(0x464C53544F524531) /* "FLSTORE1" */
-#define FL__STORE_MAX_MODEL_LIMIT ((size_t)1000000000)    /* SQLite's default SQLITE_MAX_LENGTH */
+#define FL__STORE_MAX_MODEL_LIMIT ((size_t)1000000000)     /* SQLite's default SQLITE_MAX_LENGTH */
 #define FL__STORE_DEFAULT_MAX_MODEL ((size_t)512 * 1024 * 1024)
 
 /* Hidden header in front of every result block; 16 bytes keeps the payload 16-aligned. */
@@ -215,8 +215,8 @@ static fl_status json_confirm_invalid(fl_store *st, const char *json, int n, con
     return r;
 }
 
-fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
-                               int string_array, const char **json_out, const char *what) {
+fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt, int string_array,
+                               const char **json_out, const char *what) {
     if (!json) {
         *json_out = dflt;
         return FL_OK;
@@ -243,8 +243,7 @@ fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
         if (r == FL_ERR_FORMAT) {
             r = json_confirm_invalid(st, json, (int)n, what);
             if (r == FL_OK && pass == 1)
-                r = fl__err_set(&st->err, FL_ERR_FORMAT, "%s is not a JSON array of strings",
-                                what);
+                r = fl__err_set(&st->err, FL_ERR_FORMAT, "%s is not a JSON array of strings", what);
         }
         if (r != FL_OK)
             return r;
@@ -355,8 +354,8 @@ union fl__store_any_result {
 };
 
 fl_status fl__store_collect(fl_store *st, sqlite3_stmt *s, fl__store_decode_fn decode,
-                            size_t elem_size, enum fl__store_rows mode, void **out,
-                            size_t *count, const char *what) {
+                            size_t elem_size, enum fl__store_rows mode, void **out, size_t *count,
+                            const char *what) {
     union fl__store_any_result dummy;
     struct fl__store_pack measure = {0};
     size_t n = 0;
@@ -472,7 +471,8 @@ static fl_status check_config(fl_store *st, const fl_store_config *cfg) {
         return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->max_model_bytes must be 1..%zu",
                            FL__STORE_MAX_MODEL_LIMIT);
     if (!cfg->clock && cfg->clock_user)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "cfg->clock_user is set but cfg->clock is NULL");
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "cfg->clock_user is set but cfg->clock is NULL");
     return FL_OK;
 }
 
@@ -511,7 +511,8 @@ static fl_status configure_db(fl_store *st, const char *path, const fl_store_con
     if (sqlite3_db_config(st->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL) != SQLITE_OK ||
         sqlite3_db_config(st->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL) != SQLITE_OK ||
         sqlite3_db_config(st->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 1, &on) != SQLITE_OK || !on)
-        return fl__err_set(&st->err, FL_ERR_UNSUPPORTED, "SQLite refused defensive/trigger settings");
+        return fl__err_set(&st->err, FL_ERR_UNSUPPORTED,
+                           "SQLite refused defensive/trigger settings");
     on = 0;
     if (sqlite3_db_config(st->db, SQLITE_DBCONFIG_ENABLE_FKEY, 1, &on) != SQLITE_OK || !on)
         return fl__err_set(&st->err, FL_ERR_UNSUPPORTED,
@@ -737,7 +738,8 @@ fl_status fl_store_check(fl_store *st) {
             fl__store_sha256(got, bytes, (size_t)len);
             if (want_len != 32 || (int64_t)len != size || memcmp(got, want, 32) != 0) {
                 r = fl__err_set(&st->err, FL_ERR_CORRUPT,
-                                "model version %lld does not match its SHA-256", (long long)version);
+                                "model version %lld does not match its SHA-256",
+                                (long long)version);
                 fl__log(&st->logger, FL_LOG_ERROR, "storage: %s", st->err.msg);
             }
         }

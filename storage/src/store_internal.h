@@ -59,16 +59,16 @@ enum fl__store_stmt_id {
 
 /* The handle. A failed open leaves db NULL and the reason in err. */
 struct fl_store {
-    sqlite3 *db;                                  /* NULL after a failed open */
-    fl_allocator alloc;                           /* copy of the caller's allocator */
-    fl_logger logger;                             /* copy of the caller's logger */
-    fl_store_clock_fn clock;                      /* NULL = CLOCK_REALTIME */
-    void *clock_user;                             /* passed to clock */
-    size_t max_model_bytes;                       /* put limit, bytes */
-    int in_txn;                                   /* 1 between fl_store_begin and commit/rollback */
-    int op_own;                                   /* 1 if the running op began the transaction */
-    sqlite3_stmt *stmt[FL__STORE_STMT_COUNT];     /* lazily prepared, NULL until first use */
-    struct fl__err err;                           /* last failure detail */
+    sqlite3 *db;                              /* NULL after a failed open */
+    fl_allocator alloc;                       /* copy of the caller's allocator */
+    fl_logger logger;                         /* copy of the caller's logger */
+    fl_store_clock_fn clock;                  /* NULL = CLOCK_REALTIME */
+    void *clock_user;                         /* passed to clock */
+    size_t max_model_bytes;                   /* put limit, bytes */
+    int in_txn;                               /* 1 between fl_store_begin and commit/rollback */
+    int op_own;                               /* 1 if the running op began the transaction */
+    sqlite3_stmt *stmt[FL__STORE_STMT_COUNT]; /* lazily prepared, NULL until first use */
+    struct fl__err err;                       /* last failure detail */
 };
 
 /* ---- errors ---- */
@@ -102,23 +102,22 @@ int64_t fl__store_now(const fl_store *st);
 
 /* name: 1..max bytes; kind 0 = any byte >= 0x20, 1 = printable ASCII 0x21..0x7e,
  * 2 = tag alphabet [A-Za-z0-9._:/-]. */
-fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind,
-                               const char *what);
+fl_status fl__store_check_name(fl_store *st, const char *s, size_t max, int kind, const char *what);
 /* json: NULL -> *json_out = dflt; else at most FL_STORE_JSON_MAX bytes (FL_ERR_TOO_LARGE)
  * of valid JSON (FL_ERR_FORMAT); string_array also requires a JSON array of strings. */
-fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt,
-                               int string_array, const char **json_out, const char *what);
+fl_status fl__store_check_json(fl_store *st, const char *json, const char *dflt, int string_array,
+                               const char **json_out, const char *what);
 
 /* ---- result blocks ----
  * A result is one allocation: a hidden header, then the fixed part (an array of public
  * structs), then the variable part (strings, blobs). Building takes two passes over the
  * same rows: measure (base NULL, only sizes add up) then fill. */
 struct fl__store_pack {
-    uint8_t *base;   /* start of the variable part; NULL while measuring */
-    size_t used;     /* bytes of the variable part used (fill) or needed (measure) */
-    size_t cap;      /* bytes available in the variable part (fill only) */
-    int overflow;    /* set when a fill would pass cap or a size overflows */
-    int nomem;       /* set when SQLite could not produce a column value (out of memory) */
+    uint8_t *base; /* start of the variable part; NULL while measuring */
+    size_t used;   /* bytes of the variable part used (fill) or needed (measure) */
+    size_t cap;    /* bytes available in the variable part (fill only) */
+    int overflow;  /* set when a fill would pass cap or a size overflows */
+    int nomem;     /* set when SQLite could not produce a column value (out of memory) */
 };
 
 /* Copies text column col (NULL stays NULL) into the pack; returns the copy (NULL while
@@ -136,17 +135,17 @@ typedef void (*fl__store_decode_fn)(sqlite3_stmt *s, void *elem, struct fl__stor
 
 /* How fl__store_collect reads rows. */
 enum fl__store_rows {
-    FL__STORE_ROWS_LIST,    /* all rows, two passes: the caller holds a transaction */
-    FL__STORE_ROWS_ONE,     /* at most one row, one pass */
-    FL__STORE_ROWS_CURRENT  /* exactly the row the caller already stepped to */
+    FL__STORE_ROWS_LIST,   /* all rows, two passes: the caller holds a transaction */
+    FL__STORE_ROWS_ONE,    /* at most one row, one pass */
+    FL__STORE_ROWS_CURRENT /* exactly the row the caller already stepped to */
 };
 
 /* Collects rows of the bound statement s into one result block of elem_size structs.
  * Leaves *out NULL and *count 0 when there are no rows. Always resets s and clears its
  * bindings. */
 fl_status fl__store_collect(fl_store *st, sqlite3_stmt *s, fl__store_decode_fn decode,
-                            size_t elem_size, enum fl__store_rows mode, void **out,
-                            size_t *count, const char *what);
+                            size_t elem_size, enum fl__store_rows mode, void **out, size_t *count,
+                            const char *what);
 
 /* Existence checks inside an op: FL_OK, or FL_ERR_NOT_FOUND naming what. */
 fl_status fl__store_model_exists(fl_store *st, int64_t version, const char *what);

@@ -88,8 +88,8 @@ fl_status fl_store_population_get(fl_store *st, fl_store_population **out, int64
         return st->err.code;
     sqlite3_bind_int64(s, 1, id);
     size_t n;
-    r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population),
-                          FL__STORE_ROWS_ONE, (void **)out, &n, "reading the population");
+    r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population), FL__STORE_ROWS_ONE,
+                          (void **)out, &n, "reading the population");
     if (r == FL_OK && n == 0)
         r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "population %lld does not exist",
                         (long long)id);
@@ -111,8 +111,8 @@ fl_status fl_store_population_find(fl_store *st, fl_store_population **out, cons
         return st->err.code;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     size_t n;
-    r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population),
-                          FL__STORE_ROWS_ONE, (void **)out, &n, "reading the population");
+    r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population), FL__STORE_ROWS_ONE,
+                          (void **)out, &n, "reading the population");
     if (r == FL_OK && n == 0)
         r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "no population named '%s'", name);
     return r;
@@ -137,8 +137,7 @@ static fl_status population_state(fl_store *st, int64_t id, int *state) {
     return r;
 }
 
-fl_status fl_store_population_set_state(fl_store *st, int64_t id,
-                                        fl_store_population_state state) {
+fl_status fl_store_population_set_state(fl_store *st, int64_t id, fl_store_population_state state) {
     fl_status r = fl__store_enter(st, "population_set_state");
     if (r != FL_OK)
         return r;
@@ -306,8 +305,7 @@ fl_status fl_store_client_touch(fl_store *st, const char *client_id) {
         sqlite3_bind_int64(s, 2, fl__store_now(st));
         r = step_write(st, s, "updating the client");
         if (r == FL_OK && sqlite3_changes(st->db) == 0)
-            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled",
-                            client_id);
+            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled", client_id);
     }
     return fl__store_op_end(st, r);
 }
@@ -697,7 +695,8 @@ static fl_status check_ledger_entry(fl_store *st, const fl_store_ledger_entry *e
     return fl__store_check_name(st, e->mechanism, FL__STORE_MECHANISM_MAX, 1, "entry->mechanism");
 }
 
-fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out, const fl_store_ledger_entry *entry) {
+fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out,
+                                 const fl_store_ledger_entry *entry) {
     fl_status r = fl__store_enter(st, "ledger_append");
     if (r != FL_OK)
         return r;
@@ -721,10 +720,9 @@ fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out, const fl_store_l
         int64_t pop = 0;
         r = round_state(st, entry->round_id, 0, &state, &pop);
         if (r == FL_OK && pop != entry->population_id)
-            r = fl__err_set(&st->err, FL_ERR_MISUSE,
-                            "round %lld belongs to population %lld, not %lld",
-                            (long long)entry->round_id, (long long)pop,
-                            (long long)entry->population_id);
+            r = fl__err_set(
+                &st->err, FL_ERR_MISUSE, "round %lld belongs to population %lld, not %lld",
+                (long long)entry->round_id, (long long)pop, (long long)entry->population_id);
     }
     if (r == FL_OK) {
         sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_LEDGER_INSERT);

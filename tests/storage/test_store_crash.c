@@ -107,9 +107,9 @@ static double now_s(void) {
 /* Every reported version is present with the reported hash (one raw pass, no blobs). */
 static void check_reports_present(sqlite3 *raw, const struct report *reps, size_t n) {
     sqlite3_stmt *s = NULL;
-    assert_int_equal(sqlite3_prepare_v2(raw, "SELECT sha256 FROM models WHERE version = ?1", -1,
-                                        &s, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(raw, "SELECT sha256 FROM models WHERE version = ?1", -1, &s, NULL),
+        SQLITE_OK);
     for (size_t i = 0; i < n; i++) {
         sqlite3_bind_int64(s, 1, reps[i].version);
         if (sqlite3_step(s) != SQLITE_ROW)
@@ -140,11 +140,11 @@ static void check_atomicity(sqlite3 *raw, int64_t base_models) {
     int64_t models = store_raw_int(raw, "SELECT count(*) FROM models");
     int64_t rounds = store_raw_int(raw, "SELECT count(*) FROM rounds");
     int64_t ledger = store_raw_int(raw, "SELECT count(*) FROM privacy_ledger");
-    int64_t good = store_raw_int(raw,
-                                 "SELECT count(*) FROM rounds r WHERE r.state = 2 AND EXISTS "
-                                 "(SELECT 1 FROM models m WHERE m.version = r.result_version) "
-                                 "AND EXISTS (SELECT 1 FROM privacy_ledger l WHERE l.round_id = "
-                                 "r.id)");
+    int64_t good =
+        store_raw_int(raw, "SELECT count(*) FROM rounds r WHERE r.state = 2 AND EXISTS "
+                           "(SELECT 1 FROM models m WHERE m.version = r.result_version) "
+                           "AND EXISTS (SELECT 1 FROM privacy_ledger l WHERE l.round_id = "
+                           "r.id)");
     if (models - base_models != rounds || rounds != ledger || good != rounds)
         fail_msg("half-applied transaction: models %lld (+%lld before), rounds %lld, ledger %lld, "
                  "complete rounds %lld",
@@ -243,8 +243,8 @@ static void test_kill9_writer(void **state) {
     check_reports_readable(st, reps, nrep);
     fl_store_close(st);
     double took = now_s() - t0;
-    print_message("crash test: %d kills, %zu reported commits, %d lives committed, %.1f s\n",
-                  kills, nrep, lives_with_commits, took);
+    print_message("crash test: %d kills, %zu reported commits, %d lives committed, %.1f s\n", kills,
+                  nrep, lives_with_commits, took);
     /* The kills must have landed among commits, not only before the first one. */
     assert_true(lives_with_commits >= kills / 4);
     free(reps);

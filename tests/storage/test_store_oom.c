@@ -57,7 +57,8 @@ static void install_sqlite_hook(void) {
     m.xInit = hook_init;
     m.xShutdown = hook_shutdown;
     if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK ||
-        sqlite3_config(SQLITE_CONFIG_LOOKASIDE, 0, 0) != SQLITE_OK || sqlite3_initialize() != SQLITE_OK)
+        sqlite3_config(SQLITE_CONFIG_LOOKASIDE, 0, 0) != SQLITE_OK ||
+        sqlite3_initialize() != SQLITE_OK)
         abort();
 }
 
@@ -85,8 +86,8 @@ static void world_make(struct world *w) {
     STORE_OK(st, fl_store_model_put(st, &ref, w->pop, w->v1, "version two", 11, NULL));
     w->v2 = ref.version;
     STORE_OK(st, fl_store_round_create(st, &w->round_id, w->pop, 0, w->v1, NULL));
-    STORE_OK(st, fl_store_participant_set(st, w->round_id, "client-1",
-                                          FL_STORE_PARTICIPANT_SELECTED));
+    STORE_OK(st,
+             fl_store_participant_set(st, w->round_id, "client-1", FL_STORE_PARTICIPANT_SELECTED));
     fl_store_ledger_entry e = {0};
     e.population_id = w->pop;
     e.round_id = w->round_id;
@@ -369,8 +370,8 @@ static void test_sqlite_allocator_walk(void **state) {
             if (!injected) {
                 /* The call made fewer than k allocations: it ran clean to the end. */
                 if (r != FL_OK)
-                    fail_msg("%s with no injected failure: %s (%s)", ops[o].name,
-                             fl_status_name(r), fl_store_errmsg(w.st));
+                    fail_msg("%s with no injected failure: %s (%s)", ops[o].name, fl_status_name(r),
+                             fl_store_errmsg(w.st));
                 done = 1;
             }
         }

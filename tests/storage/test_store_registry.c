@@ -164,8 +164,8 @@ static void test_lineage(void **state) {
         char bytes[16], meta[32];
         snprintf(bytes, sizeof(bytes), "model-%d", i);
         snprintf(meta, sizeof(meta), "{\"gen\":%d}", i);
-        STORE_OK(f->st, fl_store_model_put(f->st, &v[i], f->pop, parent, bytes, strlen(bytes),
-                                           meta));
+        STORE_OK(f->st,
+                 fl_store_model_put(f->st, &v[i], f->pop, parent, bytes, strlen(bytes), meta));
         parent = v[i].version;
     }
     fl_store_model *chain = NULL;

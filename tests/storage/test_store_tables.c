@@ -7,8 +7,8 @@
 struct fixture {
     struct store_tdir dir;
     fl_store *st;
-    int64_t now;  /* fake clock, Unix ms */
-    int64_t pop;  /* a population created by setup */
+    int64_t now; /* fake clock, Unix ms */
+    int64_t pop; /* a population created by setup */
 };
 
 static int64_t fixture_clock(void *user) {
@@ -78,12 +78,10 @@ static void test_populations(void **state) {
     assert_int_equal(fl_store_population_create(f->st, &id, "keyboard", NULL, 1, 0, NULL),
                      FL_ERR_EXISTS);
     assert_int_equal(fl_store_population_create(f->st, &id, "", NULL, 1, 0, NULL), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_population_create(f->st, &id, NULL, NULL, 1, 0, NULL),
-                     FL_ERR_MISUSE);
+    assert_int_equal(fl_store_population_create(f->st, &id, NULL, NULL, 1, 0, NULL), FL_ERR_MISUSE);
     assert_int_equal(fl_store_population_create(f->st, &id, "tab\there", NULL, 1, 0, NULL),
                      FL_ERR_MISUSE);
-    assert_int_equal(fl_store_population_create(f->st, &id, "x", NULL, 0, 0, NULL),
-                     FL_ERR_MISUSE);
+    assert_int_equal(fl_store_population_create(f->st, &id, "x", NULL, 0, 0, NULL), FL_ERR_MISUSE);
     assert_non_null(strstr(fl_store_errmsg(f->st), "epsilon"));
     assert_int_equal(fl_store_population_create(f->st, &id, "x", NULL, NAN, 0, NULL),
                      FL_ERR_MISUSE);
@@ -268,8 +266,8 @@ static void test_participants(void **state) {
     assert_int_equal(n, 0);
     assert_null(list);
     for (int i = 0; i < 3; i++)
-        STORE_OK(f->st, fl_store_participant_set(f->st, rid, ids[i],
-                                                 FL_STORE_PARTICIPANT_CHECKED_IN));
+        STORE_OK(f->st,
+                 fl_store_participant_set(f->st, rid, ids[i], FL_STORE_PARTICIPANT_CHECKED_IN));
     f->now += 1;
     STORE_OK(f->st, fl_store_participant_set(f->st, rid, "c-a", FL_STORE_PARTICIPANT_SELECTED));
     STORE_OK(f->st, fl_store_participant_set(f->st, rid, "c-c", FL_STORE_PARTICIPANT_DROPPED));
@@ -402,9 +400,8 @@ static void test_ledger(void **state) {
 
     /* Append-only even for raw SQL. */
     sqlite3 *raw = store_raw_open(f->dir.path);
-    assert_int_not_equal(sqlite3_exec(raw, "UPDATE privacy_ledger SET clip_norm = 9", NULL, NULL,
-                                      NULL),
-                         SQLITE_OK);
+    assert_int_not_equal(
+        sqlite3_exec(raw, "UPDATE privacy_ledger SET clip_norm = 9", NULL, NULL, NULL), SQLITE_OK);
     assert_int_not_equal(sqlite3_exec(raw, "DELETE FROM privacy_ledger", NULL, NULL, NULL),
                          SQLITE_OK);
     assert_int_not_equal(sqlite3_exec(raw,

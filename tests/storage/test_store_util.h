@@ -72,11 +72,11 @@ static inline fl_store *store_open_ok(const char *path, const fl_allocator *a) {
     return st;
 }
 
-#define STORE_OK(st, call)                                                                     \
-    do {                                                                                       \
-        fl_status r_ = (call);                                                                 \
-        if (r_ != FL_OK)                                                                       \
-            fail_msg("%s -> %s: %s", #call, fl_status_name(r_), fl_store_errmsg(st));          \
+#define STORE_OK(st, call)                                                                         \
+    do {                                                                                           \
+        fl_status r_ = (call);                                                                     \
+        if (r_ != FL_OK)                                                                           \
+            fail_msg("%s -> %s: %s", #call, fl_status_name(r_), fl_store_errmsg(st));              \
     } while (0)
 
 #endif

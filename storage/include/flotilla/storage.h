@@ -65,18 +65,18 @@ typedef int64_t (*fl_store_clock_fn)(void *user);
 /* Open-time configuration. Fill with fl_store_config_init(), then change fields.
  * Validated by fl_store_open(); a bad field gives FL_ERR_MISUSE naming it. */
 typedef struct fl_store_config {
-    size_t struct_size;           /* sizeof(fl_store_config); set by fl_store_config_init */
-    const fl_allocator *allocator;/* NULL = libc; copied at open. Covers the store's own
-                                   * allocations (handle, results); SQLite's page cache
-                                   * and parser use SQLite's process-wide allocator. */
-    fl_logger logger;             /* copied at open; default: off */
-    int busy_timeout_ms;          /* wait this long for a lock before FL_ERR_BUSY; 0..600000,
-                                   * default 5000 */
-    int create_if_missing;        /* 1 (default): create the file; 0: FL_ERR_NOT_FOUND if absent */
-    size_t max_model_bytes;       /* largest model accepted by fl_store_model_put, in bytes;
-                                   * 1..1000000000, default 512 MiB */
-    fl_store_clock_fn clock;      /* NULL (default) = CLOCK_REALTIME */
-    void *clock_user;             /* passed to clock */
+    size_t struct_size;            /* sizeof(fl_store_config); set by fl_store_config_init */
+    const fl_allocator *allocator; /* NULL = libc; copied at open. Covers the store's own
+                                    * allocations (handle, results); SQLite's page cache
+                                    * and parser use SQLite's process-wide allocator. */
+    fl_logger logger;              /* copied at open; default: off */
+    int busy_timeout_ms;           /* wait this long for a lock before FL_ERR_BUSY; 0..600000,
+                                    * default 5000 */
+    int create_if_missing;         /* 1 (default): create the file; 0: FL_ERR_NOT_FOUND if absent */
+    size_t max_model_bytes;        /* largest model accepted by fl_store_model_put, in bytes;
+                                    * 1..1000000000, default 512 MiB */
+    fl_store_clock_fn clock;       /* NULL (default) = CLOCK_REALTIME */
+    void *clock_user;              /* passed to clock */
 } fl_store_config;
 
 /* Fills cfg with the defaults documented on each field. cfg NULL is a no-op.
@@ -178,8 +178,8 @@ typedef struct fl_store_population {
  * an array of strings); FL_ERR_TOO_LARGE (JSON over FL_STORE_JSON_MAX); FL_ERR_MISUSE;
  * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE (failed handle). */
 FL_API fl_status fl_store_population_create(fl_store *st, int64_t *id_out, const char *name,
-                                            const char *config_json, double epsilon,
-                                            double delta, const char *allowed_regions_json);
+                                            const char *config_json, double epsilon, double delta,
+                                            const char *allowed_regions_json);
 
 /* Reads population id into *out (release with fl_store_free). Returns FL_OK;
  * FL_ERR_NOT_FOUND; FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
@@ -238,14 +238,14 @@ FL_API fl_status fl_store_client_touch(fl_store *st, const char *client_id);
  * deletes a version, and SQLite triggers refuse it even for raw SQL. */
 
 typedef struct fl_store_model {
-    int64_t version;       /* positive, increasing in put order */
-    int64_t parent;        /* parent version, 0 = none */
-    int64_t population_id; /* owning population, 0 = none */
+    int64_t version;                            /* positive, increasing in put order */
+    int64_t parent;                             /* parent version, 0 = none */
+    int64_t population_id;                      /* owning population, 0 = none */
     char sha256_hex[FL_STORE_SHA256_HEX_BYTES]; /* SHA-256 of the bytes, lowercase hex */
-    const char *metadata_json; /* JSON text */
-    int64_t created_at;    /* Unix ms */
-    size_t size;           /* length of the model in bytes */
-    const uint8_t *bytes;  /* the model (16-byte aligned); NULL in lineage listings */
+    const char *metadata_json;                  /* JSON text */
+    int64_t created_at;                         /* Unix ms */
+    size_t size;                                /* length of the model in bytes */
+    const uint8_t *bytes; /* the model (16-byte aligned); NULL in lineage listings */
 } fl_store_model;
 
 /* What fl_store_model_put stored (or found). */
@@ -319,18 +319,18 @@ typedef struct fl_store_round_counts {
 } fl_store_round_counts;
 
 typedef struct fl_store_round {
-    int64_t id;                    /* positive, assigned by the store */
-    int64_t population_id;         /* owning population */
-    int64_t round_number;          /* 1, 2, ... per population */
-    fl_store_round_state state;    /* lifecycle state */
-    const char *config_json;       /* round configuration, JSON text */
-    int64_t base_version;          /* model the round starts from, 0 = none */
-    int64_t result_version;        /* model it produced, 0 unless COMPLETED */
-    int64_t created_at;            /* Unix ms */
-    int64_t started_at;            /* Unix ms of OPEN -> RUNNING, 0 if not yet */
-    int64_t ended_at;              /* Unix ms of completion or abandonment, 0 if not yet */
-    fl_store_round_counts counts;  /* as last set by fl_store_round_set_counts */
-    const char *abandon_reason;    /* NULL unless ABANDONED */
+    int64_t id;                   /* positive, assigned by the store */
+    int64_t population_id;        /* owning population */
+    int64_t round_number;         /* 1, 2, ... per population */
+    fl_store_round_state state;   /* lifecycle state */
+    const char *config_json;      /* round configuration, JSON text */
+    int64_t base_version;         /* model the round starts from, 0 = none */
+    int64_t result_version;       /* model it produced, 0 unless COMPLETED */
+    int64_t created_at;           /* Unix ms */
+    int64_t started_at;           /* Unix ms of OPEN -> RUNNING, 0 if not yet */
+    int64_t ended_at;             /* Unix ms of completion or abandonment, 0 if not yet */
+    fl_store_round_counts counts; /* as last set by fl_store_round_set_counts */
+    const char *abandon_reason;   /* NULL unless ABANDONED */
 } fl_store_round;
 
 /* Creates a round in state OPEN.
@@ -399,8 +399,8 @@ FL_API fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const 
 /* Lists round_id's participants ordered by client_id into an array of *count entries
  * (release with fl_store_free; *out is NULL when *count is 0). Returns FL_OK (also for an
  * unknown round: zero entries); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
-FL_API fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out,
-                                           size_t *count, int64_t round_id);
+FL_API fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out, size_t *count,
+                                           int64_t round_id);
 
 /* ---- privacy ledger ----
  * Append-only record of every DP release, one entry per round (or per mechanism use). The
@@ -408,17 +408,17 @@ FL_API fl_status fl_store_participant_list(fl_store *st, fl_store_participant **
  * coordinator appends inside the transaction that completes the round. */
 
 typedef struct fl_store_ledger_entry {
-    int64_t id;               /* assigned by the store, increasing in append order */
-    int64_t population_id;    /* population charged */
-    int64_t round_id;         /* round of the release (same population), 0 = none */
-    const char *mechanism;    /* e.g. "gaussian", "ddgauss", "skellam"; 1..64 bytes ASCII */
-    double sampling_rate;     /* q, probability a client takes part, in (0, 1] */
-    double noise_multiplier;  /* noise stddev / clip_norm, >= 0 */
-    double clip_norm;         /* L2 clipping bound, > 0 */
-    int64_t steps;            /* compositions in this entry, >= 1 */
-    int64_t participants;     /* clients whose updates were aggregated, >= 0 */
-    const char *params_json;  /* mechanism-specific parameters, JSON text */
-    int64_t created_at;       /* Unix ms */
+    int64_t id;              /* assigned by the store, increasing in append order */
+    int64_t population_id;   /* population charged */
+    int64_t round_id;        /* round of the release (same population), 0 = none */
+    const char *mechanism;   /* e.g. "gaussian", "ddgauss", "skellam"; 1..64 bytes ASCII */
+    double sampling_rate;    /* q, probability a client takes part, in (0, 1] */
+    double noise_multiplier; /* noise stddev / clip_norm, >= 0 */
+    double clip_norm;        /* L2 clipping bound, > 0 */
+    int64_t steps;           /* compositions in this entry, >= 1 */
+    int64_t participants;    /* clients whose updates were aggregated, >= 0 */
+    const char *params_json; /* mechanism-specific parameters, JSON text */
+    int64_t created_at;      /* Unix ms */
 } fl_store_ledger_entry;
 
 /* Appends one entry. id and created_at in entry are ignored (assigned by the store);

@@ -147,9 +147,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof(path), "%s/raw.db", work);
     sqlite3 *db = NULL;
     sql_ok(db, sqlite3_open(path, &db), "sqlite open");
-    sql_ok(db, sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                                "CREATE TABLE blobs (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
-                            NULL, NULL, NULL),
+    sql_ok(db,
+           sqlite3_exec(db,
+                        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                        "CREATE TABLE blobs (id INTEGER PRIMARY KEY, data BLOB NOT NULL)",
+                        NULL, NULL, NULL),
            "sqlite setup");
     sqlite3_stmt *ins = NULL, *sel = NULL;
     sql_ok(db, sqlite3_prepare_v2(db, "INSERT INTO blobs (data) VALUES (?1)", -1, &ins, NULL),
@@ -227,8 +229,7 @@ int main(int argc, char **argv) {
                "\"get_vs_sqlite_select\":%.3f}}\n",
                put_vs_sqlite, put_vs_fsync, get_vs_sqlite);
     } else {
-        printf("model registry: %zu models of %zu bytes (%.1f MiB) in %s\n", count, size, mb,
-               work);
+        printf("model registry: %zu models of %zu bytes (%.1f MiB) in %s\n", count, size, mb, work);
         printf("  %-14s %10s %10s %10s\n", "measure", "ms/model", "models/s", "MiB/s");
         for (int i = 0; i < nres; i++)
             printf("  %-14s %10.3f %10.1f %10.1f\n", res[i].name,
@@ -240,8 +241,8 @@ int main(int argc, char **argv) {
     }
 
     /* Clean up the work directory. */
-    const char *files[] = {"registry.db", "registry.db-wal", "registry.db-shm", "raw.db",
-                           "raw.db-wal", "raw.db-shm"};
+    const char *files[] = {"registry.db", "registry.db-wal", "registry.db-shm",
+                           "raw.db",      "raw.db-wal",      "raw.db-shm"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", work, files[i]);
         unlink(path);
