@@ -4,10 +4,10 @@
 /* Exact Bernoulli coins for the discrete samplers: Bernoulli(a/b) for rational a/b and
  * Bernoulli(exp(-n/d)) for rational n/d >= 0 (CKS20 Algorithm 1). Integer arithmetic only.
  *
- * Bernoulli(a/b) compares a uniform real U in [0, 1) with a/b, reading U 64 bits at a time:
- * with x the next 64 bits, U < a/b is certain when (x+1) b <= a 2^64 and impossible when
- * x b >= a 2^64; otherwise (one value of x in 2^64) the comparison continues on the next
- * 64 bits against the remainder (a 2^64 - x b) / b. So one coin costs one 64-bit word and a
+ * Bernoulli(a/b) compares a uniform real U in [0, 1) with a/b, reading U w bits at a time:
+ * with x the next w bits, U < a/b is certain when (x+1) b <= a 2^w and impossible when
+ * x b >= a 2^w; otherwise (one value of x in 2^w) the comparison continues on the next
+ * w bits against the remainder (a 2^w - x b) / b. So one coin costs about w bits and a
  * multiplication, and the answer is exact. Every loop also stops when the rng has failed
  * (the buffer then reads as zeros, the answers are meaningless and the caller reports
  * rng->failed). */
@@ -15,12 +15,16 @@
 #include "rng_bits.h"
 
 
-/* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^64. */
+#define FL__DP_COIN_BITS 8 /* bits of U read per comparison step */
+
+/* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^64, reading U FL__DP_COIN_BITS bits at a time
+ * (a step is undecided with probability 2^-8, which costs another step). */
 static inline unsigned fl__dp_coin64(struct fl_dp_rng *rng, uint64_t a, uint64_t b) {
+    const unsigned w = FL__DP_COIN_BITS;
     for (;;) {
-        uint64_t x = fl__dp_rng_u64(rng);
+        uint64_t x = fl__dp_rng_take(rng, w);
         fl__dp_u128 p = (fl__dp_u128)x * b;
-        fl__dp_u128 big_a = (fl__dp_u128)a << 64;
+        fl__dp_u128 big_a = (fl__dp_u128)a << w;
         if (p + b <= big_a)
             return 1;
         if (p >= big_a)

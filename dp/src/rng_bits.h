@@ -48,20 +48,41 @@ static inline uint64_t fl__dp_rng_u64(struct fl_dp_rng *rng) {
     return x;
 }
 
-/* Next uniform bit. */
-static inline unsigned fl__dp_rng_bit(struct fl_dp_rng *rng) {
-    if (rng->nbits == 0) {
+/* Next w uniform bits (1 <= w <= 32) from the reservoir, as an integer in [0, 2^w). A partly
+ * used word is discarded when fewer than w bits are left. */
+static inline uint64_t fl__dp_rng_take(struct fl_dp_rng *rng, unsigned w) {
+    if (rng->nbits < w) {
         rng->bits = fl__dp_rng_u64(rng);
         rng->nbits = 64;
     }
-    unsigned b = (unsigned)(rng->bits & 1u);
-    rng->bits >>= 1;
-    rng->nbits--;
-    return b;
+    uint64_t v = rng->bits & (((uint64_t)1 << w) - 1);
+    rng->bits >>= w;
+    rng->nbits -= w;
+    return v;
 }
 
-/* Uniform integer in [0, bound), bound >= 1, exact (Lemire's multiply-and-reject). */
+/* Next uniform bit. */
+static inline unsigned fl__dp_rng_bit(struct fl_dp_rng *rng) {
+    return (unsigned)fl__dp_rng_take(rng, 1);
+}
+
+/* Uniform integer in [0, bound), bound >= 1, exact (Lemire's multiply-and-reject): with x
+ * uniform on w bits, floor(x bound / 2^w) is uniform once the x whose low product part falls
+ * below 2^w mod bound are rejected. Bounds below 2^24 use 32-bit draws from the reservoir
+ * (rejection probability < 2^-8), larger ones whole 64-bit words. */
 static inline uint64_t fl__dp_rng_below(struct fl_dp_rng *rng, uint64_t bound) {
+    if (bound < ((uint64_t)1 << 24)) {
+        uint64_t m = fl__dp_rng_take(rng, 32) * bound;
+        uint32_t lo = (uint32_t)m;
+        if (lo < bound) {
+            uint32_t thr = (uint32_t)(((uint64_t)1 << 32) % bound);
+            while (lo < thr && !rng->failed) {
+                m = fl__dp_rng_take(rng, 32) * bound;
+                lo = (uint32_t)m;
+            }
+        }
+        return m >> 32;
+    }
     uint64_t x = fl__dp_rng_u64(rng);
     fl__dp_u128 m = (fl__dp_u128)x * bound;
     uint64_t lo = (uint64_t)m;
