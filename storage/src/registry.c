@@ -132,7 +132,9 @@ fl_status fl_store_model_put(fl_store *st, fl_store_model_ref *out, int64_t popu
 
     /* Hash before taking the write lock: it is the slow part for big models. */
     uint8_t hash[32];
-    fl__store_sha256(hash, bytes, len);
+    r = fl__store_sha256_model(st, hash, bytes, len);
+    if (r != FL_OK)
+        return r;
 
     r = fl__store_op_begin(st, 1);
     if (r != FL_OK)
@@ -193,7 +195,9 @@ fl_status fl_store_model_get(fl_store *st, fl_store_model **out, int64_t version
         goto out_reset;
     }
     uint8_t got[32];
-    fl__store_sha256(got, bytes, (size_t)len);
+    r = fl__store_sha256_model(st, got, bytes, (size_t)len);
+    if (r != FL_OK)
+        goto out_reset;
     if (want_len != 32 || memcmp(got, want, 32) != 0 ||
         sqlite3_column_int64(s, 6) != (sqlite3_int64)len) {
         r = fl__err_set(&st->err, FL_ERR_CORRUPT,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "store_internal.h"
@@ -427,7 +428,14 @@ out_reset:
 
 /* ---- hashing ---- */
 
-void fl__store_sha256(uint8_t out[32], const void *data, size_t len) {
+fl_status fl__store_sha256_model(fl_store *st, uint8_t out[32], const void *data, size_t len) {
+    unsigned int n = 0;
+    if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1 || n != 32)
+        return fl__err_set(&st->err, FL_ERR_NOMEM, "SHA-256 failed: OpenSSL is out of memory");
+    return FL_OK;
+}
+
+void fl__store_sha256_token(uint8_t out[32], const void *data, size_t len) {
     crypto_hash_sha256(out, data, (unsigned long long)len);
 }
 
@@ -735,7 +743,9 @@ fl_status fl_store_check(fl_store *st) {
                                 (long long)version);
                 break;
             }
-            fl__store_sha256(got, bytes, (size_t)len);
+            r = fl__store_sha256_model(st, got, bytes, (size_t)len);
+            if (r != FL_OK)
+                break;
             if (want_len != 32 || (int64_t)len != size || memcmp(got, want, 32) != 0) {
                 r = fl__err_set(&st->err, FL_ERR_CORRUPT,
                                 "model version %lld does not match its SHA-256",

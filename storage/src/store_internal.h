@@ -152,7 +152,12 @@ fl_status fl__store_model_exists(fl_store *st, int64_t version, const char *what
 fl_status fl__store_population_exists(fl_store *st, int64_t id);
 
 /* ---- hashing ---- */
-void fl__store_sha256(uint8_t out[32], const void *data, size_t len);
+/* SHA-256 of model bytes: OpenSSL (SHA-NI where the CPU has it, about 6x libsodium's
+ * portable code on big models). Fails only when OpenSSL cannot allocate its context:
+ * FL_ERR_NOMEM, recorded in st->err. */
+fl_status fl__store_sha256_model(fl_store *st, uint8_t out[32], const void *data, size_t len);
+/* SHA-256 of a client token (small secrets): libsodium, cannot fail. */
+void fl__store_sha256_token(uint8_t out[32], const void *data, size_t len);
 void fl__store_hex(char out[FL_STORE_SHA256_HEX_BYTES], const uint8_t hash[32]);
 
 /* ---- schema ---- */

@@ -199,7 +199,7 @@ fl_status fl_store_client_enroll(fl_store *st, const char *client_id, const void
     if (r != FL_OK)
         return r;
     uint8_t hash[32];
-    fl__store_sha256(hash, token, token_len);
+    fl__store_sha256_token(hash, token, token_len);
     r = fl__store_op_begin(st, 1);
     if (r != FL_OK)
         goto out_wipe;
@@ -262,7 +262,7 @@ fl_status fl_store_client_authenticate(fl_store *st, const char *client_id, cons
         return st->err.code;
     uint8_t got[32], want[32];
     /* Hash even when the ID is unknown so both failures cost about the same. */
-    fl__store_sha256(got, token ? token : "", token_len);
+    fl__store_sha256_token(got, token ? token : "", token_len);
     memset(want, 0, sizeof(want));
     sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(s);
