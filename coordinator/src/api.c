@@ -2,6 +2,7 @@
  * config and model downloads (signed), and the admin API. Every handler validates its whole
  * input before it changes anything. */
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,48 +11,6 @@
 #include <sodium.h>
 
 #include "coord_internal.h"
-
-/* ---- client authentication ---- */
-
-struct client_auth {
-    char client_id[FL__COORD_CLIENT_ID_CHARS + 1];
-    int64_t population_id;
-};
-
-/* Checks a client bearer token "flc_<16 hex>.<43 chars>" against storage. Lock held. */
-static bool auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep,
-                        struct client_auth *out) {
-    fl_coord *co = rq->co;
-    const char *tok = fl__coord_bearer(rq);
-    if (!tok || strlen(tok) != 4 + FL__COORD_CLIENT_ID_CHARS + 1 + FL__COORD_SECRET_CHARS ||
-        strncmp(tok, "flc_", 4) != 0 || tok[4 + FL__COORD_CLIENT_ID_CHARS] != '.') {
-        fl__coord_error(rep, 401, "unauthorized", "Authorization", "client bearer token required");
-        return false;
-    }
-    memcpy(out->client_id, tok + 4, FL__COORD_CLIENT_ID_CHARS);
-    out->client_id[FL__COORD_CLIENT_ID_CHARS] = '\0';
-    uint8_t tmp[8];
-    if (!fl__coord_unhex(tmp, 8, out->client_id)) {
-        fl__coord_error(rep, 401, "unauthorized", "Authorization", "client bearer token required");
-        return false;
-    }
-    fl_status rc = fl_store_client_authenticate(co->store, out->client_id, tok, strlen(tok));
-    if (rc == FL_ERR_AUTH) {
-        fl__coord_error(rep, 401, "unauthorized", "Authorization", "unknown client token");
-        return false;
-    }
-    fl_store_client *c = NULL;
-    if (rc == FL_OK)
-        rc = fl_store_client_get(co->store, &c, out->client_id);
-    if (rc != FL_OK) {
-        rep->retry_after_s = 5;
-        fl__coord_error(rep, 503, "unavailable", NULL, "database: %s", fl_store_errmsg(co->store));
-        return false;
-    }
-    out->population_id = c->population_id;
-    fl_store_free(co->store, c);
-    return true;
-}
 
 static int store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status rc) {
     if (rc == FL_ERR_BUSY) {
@@ -281,8 +240,11 @@ static bool checkin_parse(json_t *b, struct checkin_facts *f, struct fl__coord_r
     return true;
 }
 
-/* Creates a forming round for p (lock held). */
-static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+/* Creates a forming round for p (lock held): fixes its parameters from the population
+ * config and base model, and asks the dp accountant whether the round fits the privacy
+ * budget. A round that cannot run leaves nothing in storage; why says why (logged). */
+static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now, char *why,
+                              size_t why_len) {
     struct fl__coord_round *r = calloc(1, sizeof(*r));
     if (!r)
         return FL_ERR_NOMEM;
@@ -295,6 +257,25 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
         free(r);
         return FL_ERR_NOMEM;
     }
+    for (size_t i = 0; i < r->cap; i++)
+        r->parts[i].dropped_at = -1;
+    r->base_version = p->model_version;
+    fl_status prc = fl__coord_round_params_init(co, p, r, why, why_len);
+    if (prc == FL_OK)
+        prc = fl__coord_budget_check(co, p, r, why, why_len);
+    if (prc != FL_OK) {
+        if (prc == FL_ERR_BUDGET) {
+            p->budget_exhausted = true;
+            atomic_fetch_add(&co->metrics.rounds_refused_budget, 1);
+        }
+        if (!why[0])
+            snprintf(why, why_len, "round parameters: %s", fl_status_str(prc));
+        fl__log(&co->logger, prc == FL_ERR_BUDGET ? FL_LOG_WARN : FL_LOG_ERROR,
+                "population %s: round not started: %s", p->name, why);
+        p->next_round_at = now + 60 * 1000;
+        fl__coord_round_free(co, r);
+        return prc;
+    }
     char cfg[256];
     snprintf(cfg, sizeof(cfg), "{\"target\":%lld,\"cap\":%zu,\"min_participants\":%lld}",
              (long long)p->sel.target, r->cap, (long long)p->sel.min_participants);
@@ -305,7 +286,6 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
     }
     r->state = FL__ROUND_FORMING;
     r->forming_deadline = now + p->sel.forming_s * 1000;
-    r->base_version = p->model_version;
     fl__coord_random(r->session_id, sizeof(r->session_id));
     p->round = r;
     fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s forming (cap %zu)", (long long)r->id,
@@ -315,24 +295,25 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
 
 int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
-    struct client_auth ca;
+    struct fl__coord_client_auth ca;
     int status;
     json_t *body = NULL;
-    fl__coord_lock(co);
-    if (!auth_client(rq, rep, &ca)) {
-        status = rep->status;
-        goto out_unlock;
-    }
-    body = fl__coord_parse_body(rq, rep);
-    if (!body) {
-        status = rep->status;
-        goto out_unlock;
-    }
     struct checkin_facts f;
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    body = fl__coord_parse_body(rq, rep);
+    if (!body)
+        return rep->status;
     if (!checkin_parse(body, &f, rep)) {
-        status = rep->status;
-        goto out_unlock;
+        json_decref(body);
+        return rep->status;
     }
+    int64_t now = fl__coord_now(co);
+    if (!fl__coord_pace_check(co, ca.client_id, now, rep)) {
+        json_decref(body);
+        return rep->status;
+    }
+    fl__coord_lock(co);
     struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca.population_id);
     if (!p) {
         status = fl__coord_error(rep, 401, "token_revoked", "Authorization",
@@ -346,7 +327,6 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                  f.region);
         goto out_unlock;
     }
-    int64_t now = fl__coord_now(co);
     struct fl__coord_round *r = p->round;
     if (r)
         for (size_t i = 0; i < r->n; i++)
@@ -370,12 +350,27 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     if (!r) {
+        if (p->budget_exhausted && now < p->next_round_at) {
+            status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
+            goto out_unlock;
+        }
         if (now < p->next_round_at) {
             status = reply_retry(co, rep, clamp_retry(p, (p->next_round_at - now) / 1000),
                                  "no_round_forming");
             goto out_unlock;
         }
-        fl_status rc = round_create(co, p, now);
+        char why[400] = "";
+        fl_status rc = round_create(co, p, now, why, sizeof(why));
+        p->budget_exhausted = rc == FL_ERR_BUDGET;
+        if (rc == FL_ERR_BUDGET) {
+            status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
+            goto out_unlock;
+        }
+        if (rc != FL_OK && why[0]) {
+            /* The population cannot run rounds as configured (logged once per minute). */
+            status = reply_retry(co, rep, clamp_retry(p, 60), "no_round_forming");
+            goto out_unlock;
+        }
         if (rc != FL_OK) {
             status = store_fail(co, rep, rc);
             goto out_unlock;
@@ -404,6 +399,8 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl__coord_round_maybe_start(co, p, now);
 out_unlock:
     fl__coord_unlock(co);
+    /* Pace steering: a retry answer sets when the client may come back (else 429). */
+    fl__coord_pace_set(co, ca.client_id, now, status == 200 ? rep->retry_after_s : 0);
     if (body)
         json_decref(body);
     return status;
@@ -425,14 +422,12 @@ static void sign_body(fl_coord *co, struct fl__coord_reply *rep, const char *ctx
 
 int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
-    struct client_auth ca;
+    struct fl__coord_client_auth ca;
     int status;
     int64_t version;
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
     fl__coord_lock(co);
-    if (!auth_client(rq, rep, &ca)) {
-        status = rep->status;
-        goto out_unlock;
-    }
     struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca.population_id);
     if (!p || strcmp(p->name, rq->seg[2]) != 0 || !fl__coord_parse_id(rq->seg[3], &version)) {
         status = fl__coord_error(rep, 404, "not_found", NULL, "no such model");
@@ -476,103 +471,112 @@ out_unlock:
     return status;
 }
 
-/* Finds the participant of round_id that the client's Idempotency-Key names. Lock held. */
-static struct fl__coord_participant *participant_of(struct fl__coord_req *rq,
-                                                    struct fl__coord_reply *rep,
-                                                    const struct client_auth *ca, int64_t rid,
-                                                    struct fl__coord_pop **pop_out) {
-    const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
-    if (!key) {
-        fl__coord_error(rep, 400, "missing_field", "Idempotency-Key",
-                        "the Idempotency-Key header (participation_id) is required");
-        return NULL;
-    }
-    struct fl__coord_pop *p = fl__coord_pop_by_id(rq->co, ca->population_id);
-    struct fl__coord_round *r = p ? p->round : NULL;
-    if (!r || r->id != rid) {
-        fl__coord_error(rep, 410, "round_closed", NULL, "round %lld is not open",
-                        (long long)rid);
-        return NULL;
-    }
-    for (size_t i = 0; i < r->n; i++)
-        if (strcmp(r->parts[i].client_id, ca->client_id) == 0 &&
-            strlen(key) == FL__COORD_PID_CHARS &&
-            fl_memeq_ct(r->parts[i].pid, key, FL__COORD_PID_CHARS) == 0) {
-            *pop_out = p;
-            return &r->parts[i];
-        }
-    fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
-                    "not a participant of round %lld", (long long)rid);
-    return NULL;
-}
-
-/* Builds the task config of docs/protocol.md section 4.2 for one participant. */
+/* Builds the task config of docs/protocol.md section 4.2 for one participant of the running
+ * round: everything the device needs to train, encode and mask exactly as the round's
+ * aggregation will decode. */
 static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
                          const struct fl__coord_participant *pt) {
     struct fl__coord_round *r = p->round;
+    const struct fl__coord_round_params *rp = &r->rp;
     json_t *cfg = p->config;
     json_t *pr = json_object_get(cfg, "privacy");
-    json_t *sa = json_object_get(cfg, "secagg");
     json_t *st = json_object_get(cfg, "strategy");
-    char sid[64], model_url[128];
+    json_t *up = json_object_get(cfg, "update");
+    char sid[64], rseed[64], qseed[64], model_url[128];
     fl__coord_b64(sid, sizeof(sid), r->session_id, 32);
+    fl__coord_b64(rseed, sizeof(rseed), rp->rotation_seed, 32);
+    fl__coord_b64(qseed, sizeof(qseed), rp->quant_seed, 32);
     snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
              (long long)r->base_version);
     json_t *training = json_deep_copy(json_object_get(cfg, "training"));
     json_t *mu = json_object_get(st, "proximal_mu");
     json_object_set_new(training, "optimizer", json_string("sgd"));
     json_object_set_new(training, "proximal_mu", json_real(mu ? json_number_value(mu) : 0.0));
-    json_t *dp = json_deep_copy(pr);
-    json_object_del(dp, "epsilon_budget");
-    json_object_del(dp, "delta");
-    json_object_del(dp, "population_size");
-    json_object_set_new(dp, "mechanism", json_string("discrete_gaussian"));
-    json_object_set_new(dp, "clip_kind", json_string("flat"));
-    int64_t base = r->forming_deadline;
-    int64_t dl[5];
-    for (int k = 0; k < 5; k++) {
-        base += p->deadlines_s[k] * 1000;
-        dl[k] = base;
+    json_t *tensors = json_array();
+    for (size_t i = 0; i < rp->n_tensors; i++)
+        json_array_append_new(tensors, json_string(rp->tensors[i]));
+    json_t *update = json_pack("{s:o, s:I, s:I, s:O, s:O}", "tensors", tensors, "length",
+                               (json_int_t)rp->vec_len, "dim", (json_int_t)rp->dim, "weighting",
+                               json_object_get(up, "weighting"), "weight_cap",
+                               json_object_get(up, "weight_cap"));
+    const char *mode = rp->dp == FL__DP_DISTRIBUTED ? "distributed"
+                       : rp->dp == FL__DP_CENTRAL   ? "central"
+                                                    : "none";
+    json_t *dp = json_pack("{s:s, s:f, s:s, s:I, s:f, s:f}", "mode", mode, "clip_norm", rp->clip,
+                           "clip_kind", "flat", "modulus_bits", (json_int_t)rp->bits,
+                           "granularity", rp->granularity, "beta", rp->beta);
+    if (dp && rp->dp != FL__DP_NONE)
+        json_object_set_new(dp, "noise_multiplier", json_real(rp->noise_multiplier));
+    if (dp && rp->dp == FL__DP_DISTRIBUTED) {
+        json_object_set_new(dp, "mechanism", json_string("discrete_gaussian"));
+        json_object_set_new(dp, "client_sigma",
+                            json_real(sqrt((double)rp->sigma2_num / (double)rp->sigma2_den)));
+        json_object_set_new(dp, "client_variance_num", json_integer((json_int_t)rp->sigma2_num));
+        json_object_set_new(dp, "client_variance_den", json_integer((json_int_t)rp->sigma2_den));
+        json_object_set_new(dp, "min_survivors", json_integer(rp->n_min));
+        json_object_set_new(dp, "rotation", json_pack("{s:s, s:s}", "kind", "hadamard", "seed",
+                                                      rseed));
+        json_object_set_new(dp, "quantization_seed", json_string(qseed));
+    } else if (dp) {
+        json_object_set_new(dp, "rotation", json_pack("{s:s}", "kind", "none"));
     }
+    json_t *sa = json_pack("{s:b}", "enabled", rp->secagg ? 1 : 0);
+    if (sa && rp->secagg) {
+        json_object_set_new(sa, "session_id", json_string(sid));
+        json_object_set_new(sa, "client_index", json_integer(pt->index));
+        json_object_set_new(sa, "num_clients", json_integer((json_int_t)r->n));
+        json_object_set_new(sa, "neighbors", json_integer(rp->degree));
+        json_object_set_new(sa, "threshold", json_integer(rp->threshold));
+        json_object_set_new(sa, "modulus_bits", json_integer(rp->bits));
+        json_object_set_new(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
+    }
+    const int64_t *dl = r->phase_deadline;
     json_t *t = json_pack(
-        "{s:s, s:s, s:I, s:s, s:{s:I, s:s}, s:O, s:o, s:O, s:o,"
-        " s:{s:O, s:s, s:I, s:I, s:I, s:O},"
+        "{s:s, s:s, s:I, s:s, s:{s:I, s:s}, s:O, s:o, s:o, s:o, s:o,"
         " s:{s:I, s:I, s:I, s:I, s:I}}",
         "protocol", "flotilla/v1", "population", p->name, "round_id", (json_int_t)r->id, "kind",
         "sync", "model", "version", (json_int_t)r->base_version, "url", model_url,
         "data_schema", json_object_get(cfg, "data_schema") ? json_object_get(cfg, "data_schema")
                                                            : json_null(),
-        "training", training, "update", json_object_get(cfg, "update"), "dp", dp,
-        "secagg", "enabled", json_object_get(sa, "enabled"), "session_id", sid, "client_index",
-        (json_int_t)pt->index, "num_clients", (json_int_t)r->n, "neighbors",
-        (json_int_t)json_integer_value(json_object_get(sa, "neighbors")), "modulus_bits",
-        json_object_get(pr, "modulus_bits"),
+        "training", training, "update", update, "dp", dp, "secagg", sa,
         "deadlines", "advertise_unix_ms", (json_int_t)dl[0], "share_unix_ms", (json_int_t)dl[1],
         "masked_unix_ms", (json_int_t)dl[2], "consistency_unix_ms", (json_int_t)dl[3],
         "unmask_unix_ms", (json_int_t)dl[4]);
     (void)co;
+    (void)pr;
     return t;
 }
 
 int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
-    struct client_auth ca;
+    struct fl__coord_client_auth ca;
     int status;
     int64_t rid;
     struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    if (!fl__coord_parse_id(rq->seg[2], &rid))
+        return fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                               "round id must be a positive integer");
     fl__coord_lock(co);
-    if (!auth_client(rq, rep, &ca)) {
-        status = rep->status;
-        goto out_unlock;
-    }
-    if (!fl__coord_parse_id(rq->seg[2], &rid)) {
-        status = fl__coord_error(rep, 400, "invalid_parameter", "round_id",
-                                 "round id must be a positive integer");
-        goto out_unlock;
-    }
-    struct fl__coord_participant *pt = participant_of(rq, rep, &ca, rid, &p);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
     if (!pt) {
         status = rep->status;
+        goto out_unlock;
+    }
+    if (r->state == FL__ROUND_FORMING) {
+        /* The secagg graph (num_clients) is fixed only when the round starts. */
+        int64_t left = (r->forming_deadline - fl__coord_now(co)) / 1000;
+        rep->retry_after_s = (int)(left > 1 ? (left < 30 ? left : 30) : 1);
+        status = fl__coord_error(rep, 425, "phase_not_open", NULL,
+                                 "round %lld is still forming; fetch the task when it starts",
+                                 (long long)rid);
+        goto out_unlock;
+    }
+    if (r != p->round) {
+        status = fl__coord_error(rep, 410, "round_closed", NULL, "round %lld has ended",
+                                 (long long)rid);
         goto out_unlock;
     }
     json_t *t = task_json(co, p, pt);

@@ -13,6 +13,10 @@
 #include "flotilla/coordinator.h"
 #include "flotilla/storage.h"
 
+struct fl_secagg_server;
+struct MHD_Connection;
+struct fl__coord_auth_cache;
+
 #define FL__COORD_NAME_MAX 64         /* population names */
 #define FL__COORD_REGION_MAX 32       /* region strings */
 #define FL__COORD_CLIENT_ID_CHARS 16  /* hex client ids */
@@ -37,6 +41,10 @@ enum fl__coord_route {
     FL__R_ADMIN_POP_MODELS,
     FL__R_ADMIN_POP_ROUNDS,
     FL__R_ADMIN_ROUND,
+    FL__R_SECAGG_POST,      /* POST /v1/rounds/{id}/secagg/{phase} */
+    FL__R_SECAGG_RESULT,    /* GET /v1/rounds/{id}/secagg/{phase}/result */
+    FL__R_UPDATE,           /* POST /v1/rounds/{id}/update */
+    FL__R_STATUS,           /* GET /v1/rounds/{id}/status */
     FL__R_COUNT
 };
 
@@ -58,6 +66,12 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t rounds_completed;
     atomic_uint_fast64_t rounds_abandoned;
     atomic_uint_fast64_t bytes_in;
+    atomic_uint_fast64_t rate_limited;     /* check-ins answered 429 */
+    atomic_uint_fast64_t auth_cache_hits;  /* client auths served from memory */
+    atomic_uint_fast64_t auth_cache_misses;/* client auths that read SQLite */
+    atomic_uint_fast64_t long_polls_parked;/* result requests suspended */
+    atomic_uint_fast64_t updates_accepted; /* plain updates and masked inputs folded */
+    atomic_uint_fast64_t rounds_refused_budget; /* rounds not started: privacy budget */
 };
 
 const char *fl__coord_route_name(enum fl__coord_route r);
@@ -79,27 +93,88 @@ struct fl__coord_selection {
     int64_t forming_s, jitter_s, min_retry_s, max_retry_s, round_interval_s;
 };
 
+/* Protocol phases of a round (docs/protocol.md section 5). Plain rounds use only
+ * FL__PH_MASKED (the /update post). */
+enum fl__coord_phase {
+    FL__PH_ADVERTISE = 0,
+    FL__PH_SHARE = 1,
+    FL__PH_MASKED = 2,
+    FL__PH_CONSISTENCY = 3,
+    FL__PH_UNMASK = 4,
+    FL__PH_COUNT = 5,
+    FL__PH_DONE = 5             /* every phase closed: aggregating or finished */
+};
+
+extern const char *const fl__coord_phase_names[FL__PH_COUNT];
+
 struct fl__coord_participant {
     char client_id[FL__COORD_CLIENT_ID_CHARS + 1];
     char pid[FL__COORD_PID_CHARS + 1]; /* participation id (Idempotency-Key) */
     uint32_t index;                    /* secagg index 0..n-1 */
+    uint8_t posted;                    /* bit k: a message of phase k was accepted */
+    int8_t dropped_at;                 /* phase it missed (-1 = alive) */
+    uint8_t hash[FL__PH_COUNT][32];    /* SHA-256 of the accepted message per phase */
+    uint8_t *result[FL__PH_COUNT];     /* server message for it after phase k closed */
+    uint32_t result_len[FL__PH_COUNT];
 };
 
 enum fl__coord_round_state {
     FL__ROUND_FORMING = 0,
-    FL__ROUND_RUNNING = 1
+    FL__ROUND_RUNNING = 1,
+    FL__ROUND_COMPLETED = 2,
+    FL__ROUND_ABANDONED = 3
+};
+
+enum fl__coord_dp_mode { FL__DP_NONE = 0, FL__DP_CENTRAL = 1, FL__DP_DISTRIBUTED = 2 };
+
+/* Everything a round's devices and its aggregation need to agree on, fixed when the round
+ * is created (docs/protocol.md sections 4.2, 5.1 and 9). */
+struct fl__coord_round_params {
+    bool secagg;                /* secure aggregation on */
+    enum fl__coord_dp_mode dp;  /* privacy mode */
+    bool weight_examples;       /* weighting "examples" (else uniform) */
+    int64_t weight_cap;         /* largest device weight */
+    uint32_t bits;              /* b: coordinates are mod 2^b */
+    size_t dim;                 /* d: floats in the flattened update tensors */
+    size_t dim_coded;           /* d' (padded, distributed) or d: coded coordinates */
+    size_t vec_len;             /* dim_coded + 1 (trailing weight coordinate) */
+    double clip;                /* L2 clip C, model units */
+    double granularity;         /* gamma */
+    double beta;                /* conditional rounding bias */
+    double noise_multiplier;    /* z (DP modes) */
+    uint64_t sigma2_num, sigma2_den; /* central: variance on the sum; distributed: per
+                                        client; lattice units^2 */
+    uint32_t n_min;             /* distributed: fewest survivors the noise is sized for */
+    double l2_bound;            /* sensitivity on the lattice (DP modes) */
+    double q;                   /* sampling rate target / population_size */
+    uint8_t rotation_seed[32];  /* distributed: public Hadamard seed */
+    uint8_t quant_seed[32];     /* public quantizer seed (sent, unused by v1 encoders) */
+    uint32_t degree, threshold; /* secagg k and t once the round runs */
+    char **tensors;             /* update tensor names, in order */
+    size_t n_tensors;
 };
 
 struct fl__coord_round {
     int64_t id;                 /* storage round id */
+    int64_t number;             /* round number in the population */
     enum fl__coord_round_state state;
     int64_t forming_deadline;   /* Unix ms */
-    int64_t run_deadline;       /* Unix ms, once RUNNING */
+    int64_t started_at;         /* Unix ms, once RUNNING */
+    int64_t run_deadline;       /* Unix ms, once RUNNING: the unmask deadline */
+    int64_t phase_deadline[FL__PH_COUNT]; /* Unix ms, once RUNNING */
+    int phase;                  /* enum fl__coord_phase open now (FL__PH_DONE at the end) */
     size_t cap;                 /* ceil(target * over_selection) */
     size_t n;                   /* participants so far */
     struct fl__coord_participant *parts; /* cap entries */
     uint8_t session_id[32];     /* secagg session id / graph seed */
     int64_t base_version;       /* model version the round trains from */
+    struct fl__coord_round_params rp;
+    struct fl_secagg_server *sa;/* secagg server state machine (secagg rounds, running) */
+    uint64_t *acc;              /* plain rounds: (vec_len) running sum mod 2^b */
+    uint32_t received;          /* plain rounds: updates folded into acc */
+    uint32_t survivors;         /* clients in the final sum */
+    int64_t new_version;        /* model version produced (COMPLETED) */
+    char reason[256];           /* why it was abandoned */
 };
 
 struct fl__coord_pop {
@@ -117,9 +192,35 @@ struct fl__coord_pop {
     struct fl__coord_round *round;           /* forming or running round, or NULL */
     int64_t next_round_at;                   /* Unix ms when the next round may form */
     uint64_t clients;                        /* enrolled through this process (gauge) */
+    struct fl__coord_round *last;            /* the last finished round (results stay
+                                                fetchable until the next one ends) */
+    bool budget_exhausted;                   /* the last budget check refused a round */
+    int64_t rounds_completed;                /* completed rounds seen by this process */
+    /* server optimiser state (fedavgm/fedadam/fedyogi/fedadagrad), (dim) floats each */
+    float *opt_m, *opt_v;
+    size_t opt_dim;
+    int64_t opt_version;                     /* model version the state belongs to */
 };
 
 /* ---- the handle ---- */
+
+/* Test-only hook (never set in production): called with the decoded plain sum of a round
+ * (vec_len words mod 2^b, after unmasking; never an individual update) and the averaged
+ * delta (dim floats) before the strategy is applied. Lock held. */
+typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum,
+                                       size_t vec_len, uint32_t count, const float *delta,
+                                       size_t dim);
+void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user);
+
+/* A parked long poll (docs/protocol.md section 5): one suspended HTTP connection. */
+struct fl__coord_waiter {
+    struct fl__coord_waiter *prev, *next;
+    struct MHD_Connection *conn;
+    int64_t round_id;
+    int phase;                  /* enum fl__coord_phase; -1 = round status */
+    int64_t deadline_mono;      /* monotonic ms when the poll answers 204 */
+    bool linked;
+};
 
 struct fl_coord {
     fl_allocator alloc;
@@ -151,17 +252,33 @@ struct fl_coord {
     size_t n_pops, cap_pops;
 
     struct fl__coord_metrics metrics;
+
+    struct fl__coord_waiter *waiters;  /* parked long polls (lock held) */
+    size_t n_waiters;
+    struct fl__coord_auth_cache *auth; /* client token cache (own lock) */
+    fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
+    void *debug_user;
 };
 
 int64_t fl__coord_now(const fl_coord *co);
+/* The configured allocator for public library calls (NULL = libc: the internal copy of
+ * "no allocator" is all zero, which public APIs reject). */
+static inline const fl_allocator *fl__coord_pub_alloc(const fl_coord *co) {
+    return co->alloc.alloc ? &co->alloc : NULL;
+}
+/* Monotonic milliseconds (long-poll timeouts; not the configurable clock). */
+int64_t fl__coord_mono_ms(void);
 void fl__coord_lock(fl_coord *co);
 void fl__coord_unlock(fl_coord *co);
 struct fl__coord_pop *fl__coord_pop_find(fl_coord *co, const char *name);
 struct fl__coord_pop *fl__coord_pop_by_id(fl_coord *co, int64_t id);
 void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p);
 void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r);
-/* Abandons p's current round in storage and memory (lock held). */
+/* Abandons p's current round in storage and memory (lock held): wakes its pollers, and
+ * keeps it as p->last so devices can read the outcome. */
 void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *reason);
+/* Moves p's current round to p->last (terminal state set by the caller). Lock held. */
+void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p);
 
 /* ---- HTTP layer ---- */
 
@@ -193,6 +310,9 @@ struct fl__coord_req {
     char path_buf[512];
     const uint8_t *body;
     size_t body_len;
+    bool park;                     /* set by a handler that suspended the connection */
+    int64_t wait_until;            /* monotonic ms end of a long poll; 0 = first call */
+    struct fl__coord_waiter waiter;/* linked into co->waiters while parked */
 };
 
 /* Sets an error reply {"error":{status,code,message[,field][,retry_after_s]}}. Returns
@@ -218,6 +338,73 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep);
+int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *rep);
+int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *rep);
+int fl__coord_h_update(struct fl__coord_req *rq, struct fl__coord_reply *rep);
+int fl__coord_h_status(struct fl__coord_req *rq, struct fl__coord_reply *rep);
+
+/* ---- client authentication (auth.c) ---- */
+
+struct fl__coord_client_auth {
+    char client_id[FL__COORD_CLIENT_ID_CHARS + 1];
+    int64_t population_id;
+};
+
+/* Checks a client bearer token "flc_<16 hex>.<43 chars>": from the in-memory cache, or
+ * against storage on a miss (taking the coordinator lock for it). Must be called WITHOUT
+ * the coordinator lock. On failure sets a 401/503 reply and returns false. */
+bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                           struct fl__coord_client_auth *out);
+/* Check-in pacing (docs/protocol.md section 8): false (and a 429 reply) when the client
+ * comes back earlier than 90% of the retry_after_s it was last given. */
+bool fl__coord_pace_check(fl_coord *co, const char *client_id, int64_t now,
+                          struct fl__coord_reply *rep);
+/* Records the retry_after_s given to client_id at now (0 clears). */
+void fl__coord_pace_set(fl_coord *co, const char *client_id, int64_t now, int retry_s);
+fl_status fl__coord_auth_cache_create(fl_coord *co);
+void fl__coord_auth_cache_destroy(fl_coord *co);
+
+/* ---- rounds (round.c) ---- */
+
+/* Body cap of a secagg post / update for round rid (takes the lock). */
+size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *phase);
+/* Fills r->rp for a new round of p from its config and model (lock held). Sets a reason
+ * in why (why_len bytes) and returns an error when the round cannot be run. */
+fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
+                                      struct fl__coord_round *r, char *why, size_t why_len);
+/* Starts a forming round (lock held): secagg server or accumulator, phase deadlines. */
+void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now);
+/* Phase deadlines and early closes (lock held). */
+void fl__coord_round_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
+/* Wakes pollers of round_id waiting for phase (or any phase when phase < 0). Lock held. */
+void fl__coord_waiters_wake(fl_coord *co, int64_t round_id, int phase);
+/* Answers timed-out polls (lock held). */
+void fl__coord_waiters_expire(fl_coord *co, int64_t now_mono);
+/* Finds the round of p with id rid: the current one or the last finished one. */
+struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid);
+/* The participant of round_id that the request's Idempotency-Key names (lock held). */
+struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
+                                                      struct fl__coord_reply *rep,
+                                                      const struct fl__coord_client_auth *ca,
+                                                      int64_t rid,
+                                                      struct fl__coord_pop **pop_out,
+                                                      struct fl__coord_round **round_out);
+
+/* ---- aggregation and commit (aggregate.c) ---- */
+
+/* Budget check for a new round of p (lock held). FL_OK: allowed; FL_ERR_BUDGET: refused,
+ * why says so; other codes: storage/dp failure. */
+fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
+                                 const struct fl__coord_round *r, char *why, size_t why_len);
+/* Decodes the final sum (vec_len words mod 2^b of count clients), adds central noise,
+ * applies the strategy and commits model + round + ledger in one transaction. Sets the
+ * round COMPLETED (or ABANDONED with a reason) and retires it. Lock held. */
+void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint64_t *sum,
+                               uint32_t count);
+/* Loads the population's optimiser state from the registry (startup). */
+void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p);
+/* Frees a round's parameters. */
+void fl__coord_round_params_free(struct fl__coord_round_params *rp);
 
 /* Starts/stops the MHD daemon (http.c). */
 fl_status fl__coord_http_start(fl_coord *co);

@@ -177,6 +177,11 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
                  fl_store_errmsg(co->store));
         goto out_fail;
     }
+    rc = fl__coord_auth_cache_create(co);
+    if (rc != FL_OK) {
+        snprintf(errmsg, errmsg_len, "out of memory");
+        goto out_fail;
+    }
     rc = fl__coord_pops_load_all(co);
     if (rc != FL_OK) {
         snprintf(errmsg, errmsg_len, "loading populations: %s", fl__err_msg(&co->err));
@@ -216,6 +221,7 @@ int64_t fl_coord_tick(fl_coord *co) {
     int64_t now = fl__coord_now(co);
     fl__coord_lock(co);
     fl__coord_tick_pops(co, now);
+    fl__coord_waiters_expire(co, fl__coord_mono_ms());
     fl__coord_unlock(co);
     return 100;
 }
@@ -227,6 +233,10 @@ void fl_coord_stop(fl_coord *co) {
     atomic_store(&co->ready, false);
     if (was)
         return;
+    /* Answer parked long polls (503) before the daemon goes away. */
+    fl__coord_lock(co);
+    fl__coord_waiters_expire(co, INT64_MAX);
+    fl__coord_unlock(co);
     fl__coord_http_stop(co);
     fl__coord_lock(co);
     for (size_t i = 0; i < co->n_pops; i++)
@@ -244,6 +254,7 @@ void fl_coord_destroy(fl_coord *co) {
     for (size_t i = 0; i < co->n_pops; i++)
         fl__coord_pop_free(co, co->pops[i]);
     free(co->pops);
+    fl__coord_auth_cache_destroy(co);
     fl_store_close(co->store);
     free(co->listen_address);
     free(co->db_path);
@@ -288,4 +299,11 @@ fl_status fl_coord_signed_message(uint8_t *out, size_t out_len, size_t *written,
     crypto_hash_sha256(out + c + 9, body, body_len);
     *written = need;
     return FL_OK;
+}
+
+void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user) {
+    fl__coord_lock(co);
+    co->debug_sum = fn;
+    co->debug_user = user;
+    fl__coord_unlock(co);
 }

@@ -21,6 +21,7 @@ struct req_ctx {
     size_t body_len;   /* expected length */
     size_t body_got;   /* received so far */
     bool answered;     /* a reply was already queued (early error) */
+    bool parked;       /* the handler suspended the connection (long poll) */
     struct fl__coord_req rq;
 };
 
@@ -114,9 +115,10 @@ static const char *route_allow(enum fl__coord_route r) {
     switch (r) {
     case FL__R_HEALTHZ: case FL__R_READYZ: case FL__R_METRICS: case FL__R_TASK:
     case FL__R_MODEL: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_ROUNDS: case FL__R_ADMIN_ROUND:
+    case FL__R_SECAGG_RESULT: case FL__R_STATUS:
         return "GET";
     case FL__R_ENROLL: case FL__R_CHECKIN: case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP:
-    case FL__R_ADMIN_POP_MODELS:
+    case FL__R_ADMIN_POP_MODELS: case FL__R_SECAGG_POST: case FL__R_UPDATE:
         return "POST";
     case FL__R_ADMIN_POPS:
         return "GET, POST";
@@ -130,7 +132,7 @@ const char *fl__coord_route_name(enum fl__coord_route r) {
         "not_found", "healthz", "readyz", "metrics", "enroll", "checkin", "task", "model",
         "admin_populations", "admin_population", "admin_population_start",
         "admin_population_stop", "admin_population_models", "admin_population_rounds",
-        "admin_round"};
+        "admin_round", "secagg_post", "secagg_result", "update", "status"};
     return (unsigned)r < FL__R_COUNT ? names[r] : "unknown";
 }
 
@@ -172,6 +174,14 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
         return FL__R_CHECKIN;
     if (k == 4 && SEG(1, "rounds") && SEG(3, "task"))
         return FL__R_TASK;
+    if (k == 4 && SEG(1, "rounds") && SEG(3, "update"))
+        return FL__R_UPDATE;
+    if (k == 4 && SEG(1, "rounds") && SEG(3, "status"))
+        return FL__R_STATUS;
+    if (k == 5 && SEG(1, "rounds") && SEG(3, "secagg"))
+        return FL__R_SECAGG_POST;
+    if (k == 6 && SEG(1, "rounds") && SEG(3, "secagg") && SEG(5, "result"))
+        return FL__R_SECAGG_RESULT;
     if (k == 4 && SEG(1, "models"))
         return FL__R_MODEL;
     if (k >= 3 && SEG(1, "admin")) {
@@ -196,10 +206,13 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
     return FL__R_NOT_FOUND;
 }
 
-static size_t route_cap(const fl_coord *co, enum fl__coord_route r, const char *method) {
+static size_t route_cap(fl_coord *co, const struct fl__coord_req *rq, enum fl__coord_route r,
+                        const char *method) {
     if (strcmp(method, "POST") != 0)
         return 0;
     switch (r) {
+    case FL__R_SECAGG_POST: return fl__coord_round_body_cap(co, rq->seg[2], rq->seg[4]);
+    case FL__R_UPDATE: return fl__coord_round_body_cap(co, rq->seg[2], NULL);
     case FL__R_ENROLL: return co->limits.enroll_bytes;
     case FL__R_CHECKIN: return co->limits.checkin_bytes;
     case FL__R_ADMIN_POPS: return co->limits.admin_json_bytes;
@@ -267,6 +280,14 @@ static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     case FL__R_ADMIN_POP_STOP: case FL__R_ADMIN_POP_MODELS: case FL__R_ADMIN_POP_ROUNDS:
     case FL__R_ADMIN_ROUND:
         return fl__coord_h_admin(rq, rep);
+    case FL__R_SECAGG_POST:
+        return fl__coord_h_secagg_post(rq, rep);
+    case FL__R_SECAGG_RESULT:
+        return fl__coord_h_secagg_result(rq, rep);
+    case FL__R_UPDATE:
+        return fl__coord_h_update(rq, rep);
+    case FL__R_STATUS:
+        return fl__coord_h_status(rq, rep);
     default:
         return fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
     }
@@ -403,7 +424,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->rq.method = method;
         ctx->route = route_of(&ctx->rq, url);
         ctx->rq.route = ctx->route;
-        ctx->cap = route_cap(co, ctx->route, method);
+        ctx->cap = route_cap(co, &ctx->rq, ctx->route, method);
         if (early_checks(co, ctx, conn, method, &rep)) {
             ctx->answered = true;
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
@@ -411,6 +432,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return r;
         }
         return MHD_YES;
+    }
+    if (ctx->parked) {
+        /* Resumed long poll: run the handler again; it answers or parks once more. */
+        ctx->parked = false;
+        goto run_handler;
     }
     if (ctx->answered) {
         *upload_data_size = 0; /* discard whatever still arrives */
@@ -437,11 +463,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     ctx->answered = true;
     ctx->rq.body = ctx->body;
     ctx->rq.body_len = ctx->body_got;
+run_handler:
     if (atomic_load(&co->stopped) && ctx->route != FL__R_HEALTHZ) {
         rep.retry_after_s = 5;
         fl__coord_error(&rep, 503, "unavailable", NULL, "coordinator is shutting down");
     } else {
+        ctx->rq.park = false;
         dispatch(&ctx->rq, &rep);
+        if (ctx->rq.park) {
+            /* Suspended by the handler (lock held there); no reply until resumed. */
+            ctx->parked = true;
+            reply_clear(&rep);
+            return MHD_YES;
+        }
     }
     if (!rep.json && !rep.bytes && rep.status == 0)
         fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
@@ -459,6 +493,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!ctx)
         return;
+    if (ctx->rq.waiter.linked) {
+        /* Only at daemon shutdown: a parked poll that was never resumed. */
+        fl_coord *co = ctx->rq.co;
+        fl__coord_lock(co);
+        if (ctx->rq.waiter.linked) {
+            struct fl__coord_waiter *w = &ctx->rq.waiter;
+            if (w->prev)
+                w->prev->next = w->next;
+            else
+                co->waiters = w->next;
+            if (w->next)
+                w->next->prev = w->prev;
+            w->linked = false;
+            co->n_waiters--;
+        }
+        fl__coord_unlock(co);
+    }
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;
@@ -477,7 +528,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 fl_status fl__coord_http_start(fl_coord *co) {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, co->listen_address, &s4->sin_addr) == 1) {

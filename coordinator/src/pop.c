@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flotilla/secagg.h"
+
 #include "coord_internal.h"
 
-static const char *phase_names[5] = {"advertise", "share", "masked", "consistency", "unmask"};
+#define phase_names fl__coord_phase_names
 
 /* ---- field helpers: each sets a 400 naming path.key and returns false on a bad value ---- */
 
@@ -282,6 +284,12 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         !get_num(sa, "secagg", "threshold_fraction", 0.66, 0.5, 1.0, false, &dv, rep) ||
         !get_bool(sa, "secagg", "consistency_check", false, &b, rep))
         return false;
+    if (b)
+        /* The consistency phase is SecAgg's active-adversary mode, which needs per-client
+         * signing keys certified by an authority; protocol v1 carries none yet. */
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
+                               "'secagg.consistency_check' is not supported yet (needs client "
+                               "identity certificates)"), false;
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
 
     /* privacy */
@@ -291,6 +299,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     static const char *const modes[] = {"none", "central", "distributed", NULL};
     static const char *const rotations[] = {"none", "hadamard", NULL};
     const char *mode = NULL;
+    bool rot_defaulted = json_object_get(pr, "rotation") == NULL;
     if (!get_enum(pr, "privacy", "mode", "none", modes, &mode, rep) ||
         !get_int(pr, "privacy", "modulus_bits", 32, 8, secagg_on ? 32 : 62, &iv, rep) ||
         !get_enum(pr, "privacy", "rotation", "none", rotations, NULL, rep) ||
@@ -313,6 +322,18 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
             return fl__coord_error(rep, 400, "invalid_field", "update.weighting",
                                    "differential privacy needs uniform weighting"), false;
     }
+    /* The distributed-DP encoder always rotates (randomised Hadamard); the others never. */
+    const char *rot = json_string_value(json_object_get(pr, "rotation"));
+    bool dist = strcmp(mode, "distributed") == 0;
+    if (dist != (strcmp(rot, "hadamard") == 0)) {
+        if (rot_defaulted) {
+            json_object_set_new(pr, "rotation", json_string(dist ? "hadamard" : "none"));
+        } else {
+            return fl__coord_error(rep, 400, "invalid_field", "privacy.rotation",
+                                   "'privacy.rotation' must be 'hadamard' with distributed DP "
+                                   "and 'none' otherwise"), false;
+        }
+    }
     if (p->config != cfg) {
         json_incref(cfg);
         if (p->config)
@@ -332,9 +353,17 @@ bool fl__coord_region_allowed(const struct fl__coord_pop *p, const char *region)
 }
 
 void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
-    (void)co;
     if (!r)
         return;
+    fl_secagg_server_destroy(r->sa);
+    if (r->acc) {
+        fl_memzero(r->acc, r->rp.vec_len * sizeof(uint64_t));
+        fl__free(&co->alloc, r->acc, r->rp.vec_len * sizeof(uint64_t));
+    }
+    for (size_t i = 0; i < r->n; i++)
+        for (int k = 0; k < FL__PH_COUNT; k++)
+            free(r->parts[i].result[k]);
+    fl__coord_round_params_free(&r->rp);
     free(r->parts);
     free(r);
 }
@@ -343,6 +372,9 @@ void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
     if (!p)
         return;
     fl__coord_round_free(co, p->round);
+    fl__coord_round_free(co, p->last);
+    free(p->opt_m);
+    free(p->opt_v);
     regions_free(p);
     if (p->config)
         json_decref(p->config);
@@ -371,18 +403,21 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     if (rc != FL_OK)
         fl__log(&co->logger, FL_LOG_ERROR, "round %lld: abandon failed: %s", (long long)r->id,
                 fl_store_errmsg(co->store));
-    fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s abandoned: %s", (long long)r->id,
+    fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: %s", (long long)r->id,
             p->name, reason);
     atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
-    fl__coord_round_free(co, r);
-    p->round = NULL;
-    p->next_round_at = fl__coord_now(co) + p->sel.round_interval_s * 1000;
+    r->state = FL__ROUND_ABANDONED;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    fl__coord_round_retire(co, p);
 }
 
 json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p) {
     (void)co;
     json_t *o = json_pack("{s:s, s:s, s:O}", "name", p->name, "state",
-                          p->running ? "running" : "stopped", "config", p->config);
+                          !p->running            ? "stopped"
+                          : p->budget_exhausted ? "budget_exhausted"
+                                                : "running",
+                          "config", p->config);
     if (!o)
         return NULL;
     json_object_set_new(o, "model_version",
@@ -433,6 +468,7 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     int64_t v = 0;
     if (fl_store_tag_resolve(co->store, &v, tag) == FL_OK)
         p->model_version = v;
+    fl__coord_opt_load(co, p);
     /* A round left OPEN or RUNNING by a previous process cannot continue: its secagg state
      * and accumulator lived in that process's memory. */
     fl_store_round *last = NULL;
@@ -486,29 +522,10 @@ fl_status fl__coord_pops_load_all(fl_coord *co) {
 
 /* ---- timers ---- */
 
-static void round_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
-    struct fl__coord_round *r = p->round;
-    fl_status rc = fl_store_round_start(co->store, r->id);
-    if (rc != FL_OK) {
-        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: start failed: %s", (long long)r->id,
-                fl_store_errmsg(co->store));
-        fl__coord_round_abandon(co, p, "storage error at round start");
-        return;
-    }
-    r->state = FL__ROUND_RUNNING;
-    int64_t total = 0;
-    for (int k = 0; k < 5; k++)
-        total += p->deadlines_s[k];
-    r->run_deadline = now + total * 1000;
-    atomic_fetch_add(&co->metrics.rounds_started, 1);
-    fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s running with %zu clients",
-            (long long)r->id, p->name, r->n);
-}
-
 void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     if (r && r->state == FL__ROUND_FORMING && r->n >= r->cap)
-        round_start(co, p, now);
+        fl__coord_round_run(co, p, now);
 }
 
 void fl__coord_tick_pops(fl_coord *co, int64_t now) {
@@ -519,15 +536,15 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
             continue;
         if (r->state == FL__ROUND_FORMING && now >= r->forming_deadline) {
             if ((int64_t)r->n >= p->sel.min_participants) {
-                round_start(co, p, now);
+                fl__coord_round_run(co, p, now);
             } else {
                 char why[128];
                 snprintf(why, sizeof(why), "too few clients selected: %zu < %lld", r->n,
                          (long long)p->sel.min_participants);
                 fl__coord_round_abandon(co, p, why);
             }
-        } else if (r->state == FL__ROUND_RUNNING && now >= r->run_deadline) {
-            fl__coord_round_abandon(co, p, "round deadline passed");
+        } else if (r->state == FL__ROUND_RUNNING) {
+            fl__coord_round_tick(co, p, now);
         }
     }
 }

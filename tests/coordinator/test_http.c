@@ -31,6 +31,12 @@ static int64_t fake_clock(void *user) {
     return ((struct fx *)user)->now_ms;
 }
 
+static void test_log(void *user, fl_log_level level, const char *msg) {
+    (void)user;
+    if (level >= FL_LOG_WARN || getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "  [coordinator] %s\n", msg);
+}
+
 static int setup(void **state) {
     struct fx *f = calloc(1, sizeof(*f));
     snprintf(f->dir, sizeof(f->dir), "/tmp/fl-coord-test-XXXXXX");
@@ -47,6 +53,8 @@ static int setup(void **state) {
     crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
     cfg.clock = fake_clock;
     cfg.clock_user = f;
+    cfg.logger.fn = test_log;
+    cfg.logger.min_level = FL_LOG_DEBUG;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK) {
         fprintf(stderr, "create: %s\n", err);
@@ -510,6 +518,13 @@ static void test_checkin_selection(void **state) {
     json_decref(j);
     resp_free(&r);
 
+    /* Checking in again before retry_after_s (less 10%) is 429 and changes nothing. */
+    r = http_json(f, "POST", "/v1/checkin", c[0], ok);
+    assert_error(&r, 429, "rate_limited");
+    assert_non_null(header(&r, "Retry-After"));
+    resp_free(&r);
+    f->now_ms += 601 * 1000; /* max_retry_s */
+
     upload_model_and_start(f);
     db_fingerprint(f, before, sizeof(before));
     r = http_json(f, "POST", "/v1/checkin", NULL, ok);
@@ -555,6 +570,7 @@ static void test_checkin_selection(void **state) {
     resp_free(&r);
     db_fingerprint(f, after, sizeof(after));
     assert_string_equal(before, after);
+    f->now_ms += 601 * 1000; /* past the not_eligible retry_after_s */
 
     /* target 2 x 1.5 = 3 selected; the 4th gets round_full. */
     char pid0[64] = "";
@@ -676,6 +692,8 @@ static void test_forming_deadline_and_restart(void **state) {
                      "\"idle\":false}}";
     struct resp r = http_json(f, "POST", "/v1/checkin", c, ok);
     json_t *j = body_json(&r);
+    if (strcmp(json_string_value(json_object_get(j, "status")), "selected") != 0)
+        fprintf(stderr, "%s\n", r.body);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
     int64_t rid = json_integer_value(json_object_get(j, "round_id"));
     json_decref(j);

@@ -1,0 +1,682 @@
+/* Round parameters, the privacy-budget check, and aggregation: decoding the final sum
+ * (docs/protocol.md sections 5.1 and 9), central DP noise, the server strategies (FedAvg,
+ * FedAvgM, FedProx, FedAdagrad, FedAdam, FedYogi; Reddi et al. 2021), and the one storage
+ * transaction that records a completed round: new model version, its tag, the optimiser
+ * state, participants, the round record and the privacy-ledger entry. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flotilla/dp.h"
+#include "flotilla/tensor.h"
+
+#include "coord_internal.h"
+
+/* Probability bound on any coordinate of a distributed-DP sum wrapping mod 2^b. */
+#define DDG_WRAP_PROB 1e-9
+
+void fl__coord_round_params_free(struct fl__coord_round_params *rp) {
+    for (size_t i = 0; i < rp->n_tensors; i++)
+        free(rp->tensors[i]);
+    free(rp->tensors);
+    rp->tensors = NULL;
+    rp->n_tensors = 0;
+}
+
+static void central_params(fl_dp_central_params *cp, const struct fl__coord_round_params *rp) {
+    fl_dp_central_params_init(cp);
+    cp->clip = rp->clip;
+    cp->granularity = rp->granularity;
+    cp->beta = rp->beta;
+    cp->sigma2_num = rp->sigma2_num;
+    cp->sigma2_den = rp->sigma2_den;
+}
+
+static void distributed_params(fl_dp_distributed_params *dp,
+                               const struct fl__coord_round_params *rp) {
+    fl_dp_distributed_params_init(dp);
+    dp->dim = rp->dim;
+    dp->clip = rp->clip;
+    dp->granularity = rp->granularity;
+    dp->beta = rp->beta;
+    dp->modulus_bits = rp->bits;
+    dp->n_min = rp->n_min;
+    dp->sigma2_num = rp->sigma2_num;
+    dp->sigma2_den = rp->sigma2_den;
+}
+
+/* Adds tensor names to rp: update.tensors, or every F32 tensor of the model. Fills dim. */
+static fl_status collect_tensors(struct fl__coord_round_params *rp, json_t *list,
+                                 const fl_safetensors *st, char *why, size_t why_len) {
+    size_t n = list ? json_array_size(list) : fl_safetensors_count(st);
+    rp->tensors = calloc(n ? n : 1, sizeof(char *));
+    if (!rp->tensors)
+        return FL_ERR_NOMEM;
+    rp->dim = 0;
+    for (size_t i = 0; i < n; i++) {
+        fl_tensor_view v;
+        if (list) {
+            const char *name = json_string_value(json_array_get(list, i));
+            if (!name || fl_safetensors_find(st, &v, name) != FL_OK) {
+                snprintf(why, why_len, "update tensor '%.64s' is not in the model",
+                         name ? name : "?");
+                return FL_ERR_FORMAT;
+            }
+            if (v.dtype != FL_DTYPE_F32) {
+                snprintf(why, why_len, "update tensor '%.64s' is not F32", name);
+                return FL_ERR_FORMAT;
+            }
+        } else {
+            fl_safetensors_at(st, &v, i);
+            if (v.dtype != FL_DTYPE_F32)
+                continue;
+        }
+        rp->tensors[rp->n_tensors] = strdup(v.name);
+        if (!rp->tensors[rp->n_tensors])
+            return FL_ERR_NOMEM;
+        rp->n_tensors++;
+        rp->dim += v.nbytes / 4;
+    }
+    if (rp->dim == 0) {
+        snprintf(why, why_len, "the model has no F32 update tensors");
+        return FL_ERR_FORMAT;
+    }
+    return FL_OK;
+}
+
+fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
+                                      struct fl__coord_round *r, char *why, size_t why_len) {
+    struct fl__coord_round_params *rp = &r->rp;
+    json_t *cfg = p->config;
+    json_t *pr = json_object_get(cfg, "privacy");
+    json_t *up = json_object_get(cfg, "update");
+    const char *mode = json_string_value(json_object_get(pr, "mode"));
+    rp->secagg = json_is_true(json_object_get(json_object_get(cfg, "secagg"), "enabled"));
+    rp->dp = strcmp(mode, "central") == 0       ? FL__DP_CENTRAL
+             : strcmp(mode, "distributed") == 0 ? FL__DP_DISTRIBUTED
+                                                : FL__DP_NONE;
+    rp->weight_examples =
+        strcmp(json_string_value(json_object_get(up, "weighting")), "examples") == 0;
+    rp->weight_cap = json_integer_value(json_object_get(up, "weight_cap"));
+    rp->bits = (uint32_t)json_integer_value(json_object_get(pr, "modulus_bits"));
+    rp->clip = json_number_value(json_object_get(pr, "clip_norm"));
+    rp->granularity = json_number_value(json_object_get(pr, "granularity"));
+    rp->beta = exp(-0.5);
+    rp->noise_multiplier = rp->dp != FL__DP_NONE
+                               ? json_number_value(json_object_get(pr, "noise_multiplier"))
+                               : 0.0;
+    double pop_size = rp->dp != FL__DP_NONE
+                          ? (double)json_integer_value(json_object_get(pr, "population_size"))
+                          : 1.0;
+    rp->q = (double)p->sel.target / pop_size;
+    if (rp->q > 1.0)
+        rp->q = 1.0;
+    fl__coord_random(rp->rotation_seed, sizeof(rp->rotation_seed));
+    fl__coord_random(rp->quant_seed, sizeof(rp->quant_seed));
+
+    fl_store_model *m = NULL;
+    fl_safetensors *st = NULL;
+    fl_status rc = fl_store_model_get(co->store, &m, r->base_version);
+    if (rc != FL_OK) {
+        snprintf(why, why_len, "model version %lld: %s", (long long)r->base_version,
+                 fl_store_errmsg(co->store));
+        goto out;
+    }
+    rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
+    if (rc == FL_OK)
+        rc = fl_safetensors_parse(st, m->bytes, m->size);
+    if (rc != FL_OK) {
+        snprintf(why, why_len, "model version %lld is not safetensors: %s",
+                 (long long)r->base_version, fl_safetensors_errmsg(st));
+        goto out;
+    }
+    rc = collect_tensors(rp, json_object_get(up, "tensors"), st, why, why_len);
+    if (rc != FL_OK)
+        goto out;
+    rp->dim_coded = rp->dim;
+    if (rp->dp == FL__DP_DISTRIBUTED) {
+        fl_dp_distributed_params dp;
+        fl_dp_distributed_params_init(&dp);
+        dp.dim = rp->dim;
+        dp.clip = rp->clip;
+        dp.beta = rp->beta;
+        dp.modulus_bits = rp->bits;
+        dp.n_min = (uint32_t)p->sel.min_participants;
+        rc = fl_dp_distributed_choose(&dp, rp->noise_multiplier, (uint32_t)r->cap,
+                                      DDG_WRAP_PROB);
+        fl_dp_distributed_info info;
+        if (rc == FL_OK)
+            rc = fl_dp_distributed_info_get(&info, &dp, dp.n_min);
+        if (rc != FL_OK) {
+            snprintf(why, why_len, "no distributed-DP parameters for %u bits, %zu clients, "
+                     "d=%zu (%s)", rp->bits, r->cap, rp->dim, fl_status_str(rc));
+            goto out;
+        }
+        rp->granularity = dp.granularity;
+        rp->sigma2_num = dp.sigma2_num;
+        rp->sigma2_den = dp.sigma2_den;
+        rp->n_min = dp.n_min;
+        rp->l2_bound = info.l2_bound;
+        rp->dim_coded = info.dim_padded;
+    } else if (rp->dp == FL__DP_CENTRAL) {
+        fl_dp_central_params cp;
+        fl_dp_central_info info;
+        rp->sigma2_num = rp->sigma2_den = 1;
+        central_params(&cp, rp);
+        rc = fl_dp_central_info_get(&info, &cp, rp->dim);
+        double var = rp->noise_multiplier * info.l2_bound;
+        var *= var;
+        if (rc == FL_OK)
+            rc = fl_dp_variance_to_rational(&rp->sigma2_num, &rp->sigma2_den, var, 1);
+        if (rc != FL_OK) {
+            snprintf(why, why_len, "central noise variance %.3g is out of range for "
+                     "granularity %g", var, rp->granularity);
+            goto out;
+        }
+        rp->l2_bound = info.l2_bound;
+    }
+    rp->vec_len = rp->dim_coded + 1;
+    if (rp->secagg && rp->vec_len > 268435456u) {
+        snprintf(why, why_len, "update vector of %zu coordinates is too long for secagg",
+                 rp->vec_len);
+        rc = FL_ERR_RANGE;
+    }
+out:
+    fl_safetensors_destroy(st);
+    fl_store_free(co->store, m);
+    return rc;
+}
+
+/* ---- privacy ledger and budget ---- */
+
+/* The ledger entry a round of rp with `participants` clients charges. */
+static void round_entry(fl_dp_ledger_entry *e, const struct fl__coord_round_params *rp,
+                        uint64_t participants) {
+    bool dist = rp->dp == FL__DP_DISTRIBUTED;
+    fl_dp_ledger_entry_init(e, dist ? FL_DP_MECH_DISTRIBUTED_DISCRETE_GAUSSIAN
+                                    : FL_DP_MECH_DISCRETE_GAUSSIAN);
+    e->q = rp->q;
+    e->noise_multiplier = rp->noise_multiplier;
+    e->clip_norm = rp->clip;
+    e->steps = 1;
+    e->participants = participants;
+    e->sigma = sqrt((double)rp->sigma2_num / (double)rp->sigma2_den);
+    e->l2_sensitivity = rp->l2_bound;
+    if (dist)
+        e->dim = rp->dim_coded;
+}
+
+fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
+                                 const struct fl__coord_round *r, char *why, size_t why_len) {
+    const struct fl__coord_round_params *rp = &r->rp;
+    if (rp->dp == FL__DP_NONE)
+        return FL_OK;
+    json_t *pr = json_object_get(p->config, "privacy");
+    fl_dp_budget budget = {json_number_value(json_object_get(pr, "epsilon_budget")),
+                           json_number_value(json_object_get(pr, "delta"))};
+    fl_store_ledger_entry *le = NULL;
+    size_t n = 0;
+    fl_status rc = fl_store_ledger_list(co->store, &le, &n, p->id);
+    if (rc != FL_OK) {
+        snprintf(why, why_len, "reading the privacy ledger: %s", fl_store_errmsg(co->store));
+        return rc;
+    }
+    fl_dp_ledger_entry *es = n ? fl__calloc(&co->alloc, n, sizeof(*es)) : NULL;
+    if (n && !es) {
+        fl_store_free(co->store, le);
+        snprintf(why, why_len, "out of memory");
+        return FL_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n && rc == FL_OK; i++) {
+        fl_dp_ledger_entry_init(&es[i], le[i].mechanism);
+        es[i].q = le[i].sampling_rate;
+        es[i].noise_multiplier = le[i].noise_multiplier;
+        es[i].clip_norm = le[i].clip_norm;
+        es[i].steps = (uint64_t)le[i].steps;
+        es[i].participants = (uint64_t)le[i].participants;
+        rc = fl_dp_ledger_entry_parse_params(&es[i], le[i].params_json, why, why_len);
+    }
+    fl_dp_ledger_entry proposed;
+    /* The noise of a distributed round is sized for n_min survivors: charge that case. */
+    round_entry(&proposed, rp, rp->dp == FL__DP_DISTRIBUTED ? rp->n_min : r->cap);
+    fl_dp_budget_report report;
+    memset(&report, 0, sizeof(report));
+    char msg[256] = "";
+    if (rc == FL_OK)
+        rc = fl_dp_budget_check(&report, &budget, es, n, &proposed, NULL, fl__coord_pub_alloc(co), msg,
+                                sizeof(msg));
+    if (rc == FL_ERR_BUDGET)
+        snprintf(why, why_len, "privacy budget exhausted: %s", msg);
+    else if (rc != FL_OK && msg[0])
+        snprintf(why, why_len, "privacy budget check failed: %s", msg);
+    else if (rc == FL_OK)
+        fl__log(&co->logger, FL_LOG_INFO,
+                "population %s: privacy budget allows the round (epsilon %.4f -> %.4f of %.4f "
+                "at delta %g)", p->name, report.epsilon_before, report.epsilon_after,
+                report.epsilon_budget, report.delta);
+    fl__free(&co->alloc, es, n * sizeof(*es));
+    fl_store_free(co->store, le);
+    return rc;
+}
+
+/* ---- strategies ---- */
+
+enum strategy { ST_FEDAVG, ST_FEDAVGM, ST_FEDADAGRAD, ST_FEDADAM, ST_FEDYOGI };
+
+static enum strategy strategy_of(const char *name) {
+    if (strcmp(name, "fedavgm") == 0)
+        return ST_FEDAVGM;
+    if (strcmp(name, "fedadagrad") == 0)
+        return ST_FEDADAGRAD;
+    if (strcmp(name, "fedadam") == 0)
+        return ST_FEDADAM;
+    if (strcmp(name, "fedyogi") == 0)
+        return ST_FEDYOGI;
+    return ST_FEDAVG; /* fedavg, fedprox (clients add the proximal term), fedbuff */
+}
+
+static double num_or(json_t *o, const char *key, double def) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+/* Applies the population's strategy to the flattened weights w (dim) with the averaged
+ * delta d, producing the new optimiser state in m, v (dim each; NULL when unused). The
+ * previous state is p->opt_* if it belongs to the base version, else zero moments and
+ * v = tau^2 (Reddi et al. 2021 initialise v_{-1} >= tau^2). */
+static void apply_strategy(struct fl__coord_pop *p, int64_t base_version, float *w,
+                           const float *d, size_t dim, float *m, float *v) {
+    json_t *st = json_object_get(p->config, "strategy");
+    enum strategy s = strategy_of(json_string_value(json_object_get(st, "name")));
+    double lr = num_or(st, "server_lr", 1.0);
+    double tau = num_or(st, "tau", 1e-3);
+    double b1 = num_or(st, "beta1", 0.9), b2 = num_or(st, "beta2", 0.99);
+    double mom = num_or(st, "momentum", 0.9);
+    bool prev = p->opt_dim == dim && p->opt_version == base_version;
+    for (size_t i = 0; i < dim; i++) {
+        double di = d[i];
+        double mi = prev && p->opt_m ? p->opt_m[i] : 0.0;
+        double vi = prev && p->opt_v ? p->opt_v[i] : tau * tau;
+        switch (s) {
+        case ST_FEDAVG:
+            w[i] = (float)(w[i] + lr * di);
+            break;
+        case ST_FEDAVGM:
+            mi = mom * mi + di;
+            w[i] = (float)(w[i] + lr * mi);
+            break;
+        case ST_FEDADAGRAD:
+            vi += di * di;
+            w[i] = (float)(w[i] + lr * di / (sqrt(vi) + tau));
+            break;
+        case ST_FEDADAM:
+        case ST_FEDYOGI:
+            mi = b1 * mi + (1 - b1) * di;
+            if (s == ST_FEDADAM) {
+                vi = b2 * vi + (1 - b2) * di * di;
+            } else {
+                double dd = di * di, sg = vi - dd > 0 ? 1.0 : vi - dd < 0 ? -1.0 : 0.0;
+                vi = vi - (1 - b2) * dd * sg;
+            }
+            w[i] = (float)(w[i] + lr * mi / (sqrt(vi) + tau));
+            break;
+        }
+        if (m)
+            m[i] = (float)mi;
+        if (v)
+            v[i] = (float)vi;
+    }
+}
+
+/* ---- optimiser state in the registry ---- */
+
+static void opt_tag(char *out, size_t n, const struct fl__coord_pop *p) {
+    snprintf(out, n, "population/%s/optimizer", p->name);
+}
+
+void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p) {
+    char tag[FL__COORD_NAME_MAX + 32];
+    opt_tag(tag, sizeof(tag), p);
+    int64_t v = 0;
+    fl_store_model *m = NULL;
+    fl_safetensors *st = NULL;
+    if (fl_store_tag_resolve(co->store, &v, tag) != FL_OK ||
+        fl_store_model_get(co->store, &m, v) != FL_OK)
+        return;
+    if (fl_safetensors_create(&st, fl__coord_pub_alloc(co)) == FL_OK &&
+        fl_safetensors_parse(st, m->bytes, m->size) == FL_OK) {
+        fl_tensor_view tm, tv;
+        bool hm = fl_safetensors_find(st, &tm, "m") == FL_OK && tm.dtype == FL_DTYPE_F32;
+        bool hv = fl_safetensors_find(st, &tv, "v") == FL_OK && tv.dtype == FL_DTYPE_F32;
+        size_t dim = hm ? tm.nbytes / 4 : hv ? tv.nbytes / 4 : 0;
+        if (dim && (!hm || !hv || tm.nbytes == tv.nbytes)) {
+            p->opt_m = hm ? malloc(tm.nbytes) : NULL;
+            p->opt_v = hv ? malloc(tv.nbytes) : NULL;
+            if ((!hm || p->opt_m) && (!hv || p->opt_v)) {
+                if (hm)
+                    memcpy(p->opt_m, tm.data, tm.nbytes);
+                if (hv)
+                    memcpy(p->opt_v, tv.data, tv.nbytes);
+                p->opt_dim = dim;
+                p->opt_version = m->parent;
+            } else {
+                free(p->opt_m);
+                free(p->opt_v);
+                p->opt_m = p->opt_v = NULL;
+            }
+        }
+    }
+    fl_safetensors_destroy(st);
+    fl_store_free(co->store, m);
+}
+
+/* Serialises a writer into a malloc'ed buffer. */
+static fl_status writer_bytes(fl_safetensors_writer *w, uint8_t **out, size_t *len) {
+    fl_status rc = fl_safetensors_writer_size(w, len);
+    if (rc != FL_OK)
+        return rc;
+    *out = malloc(*len);
+    if (!*out)
+        return FL_ERR_NOMEM;
+    rc = fl_safetensors_writer_serialize(w, *out, *len);
+    if (rc != FL_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* ---- aggregation ---- */
+
+/* Turns the final sum into the averaged delta (dim floats). */
+static fl_status decode_sum(fl_coord *co, const struct fl__coord_round_params *rp,
+                            const uint64_t *sum, uint32_t count, float *delta, char *why,
+                            size_t why_len) {
+    fl_status rc = FL_OK;
+    if (rp->dp == FL__DP_DISTRIBUTED) {
+        fl_dp_distributed_params dp;
+        distributed_params(&dp, rp);
+        rc = fl_dp_distributed_decode(delta, sum, rp->dim_coded, &dp, rp->rotation_seed,
+                                      fl__coord_pub_alloc(co));
+        if (rc != FL_OK) {
+            snprintf(why, why_len, "distributed-DP decode failed: %s", fl_status_str(rc));
+            return rc;
+        }
+        for (size_t i = 0; i < rp->dim; i++)
+            delta[i] = (float)((double)delta[i] / count);
+        return FL_OK;
+    }
+    int64_t *z = fl__alloc_array(&co->alloc, rp->dim, sizeof(int64_t));
+    if (!z)
+        return FL_ERR_NOMEM;
+    uint64_t mod = (uint64_t)1 << rp->bits, half = mod >> 1;
+    for (size_t i = 0; i < rp->dim; i++)
+        z[i] = sum[i] >= half ? -(int64_t)(mod - sum[i]) : (int64_t)sum[i];
+    if (rp->dp == FL__DP_CENTRAL) {
+        fl_dp_central_params cp;
+        fl_dp_rng *rng = NULL;
+        central_params(&cp, rp);
+        rc = fl_dp_rng_create_os(&rng, fl__coord_pub_alloc(co));
+        if (rc == FL_OK)
+            rc = fl_dp_central_noise(rng, z, rp->dim, &cp);
+        fl_dp_rng_destroy(rng);
+        if (rc != FL_OK)
+            snprintf(why, why_len, "central noise failed: %s", fl_status_str(rc));
+    }
+    uint64_t wsum = sum[rp->vec_len - 1];
+    double denom = rp->weight_examples ? (double)wsum : (double)count;
+    if (rc == FL_OK && denom <= 0) {
+        snprintf(why, why_len, "the weights sum to zero");
+        rc = FL_ERR_RANGE;
+    }
+    if (rc == FL_OK)
+        for (size_t i = 0; i < rp->dim; i++)
+            delta[i] = (float)((double)z[i] * rp->granularity / denom);
+    fl_memzero(z, rp->dim * sizeof(int64_t));
+    fl__free(&co->alloc, z, rp->dim * sizeof(int64_t));
+    return rc;
+}
+
+/* Builds the new model's safetensors bytes (base with the update tensors replaced by w) and
+ * the optimiser state bytes (NULL when the strategy keeps none). */
+static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
+                             const float *delta, uint8_t **model, size_t *model_len,
+                             uint8_t **opt, size_t *opt_len, float **m_out, float **v_out,
+                             char *why, size_t why_len) {
+    const struct fl__coord_round_params *rp = &r->rp;
+    fl_store_model *bm = NULL;
+    fl_safetensors *st = NULL;
+    fl_safetensors_writer *w = NULL, *ow = NULL;
+    float *wv = NULL, *m = NULL, *v = NULL;
+    size_t *offs = NULL;
+    *model = *opt = NULL;
+    fl_status rc = fl_store_model_get(co->store, &bm, r->base_version);
+    if (rc == FL_OK)
+        rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
+    if (rc == FL_OK)
+        rc = fl_safetensors_parse(st, bm->bytes, bm->size);
+    if (rc != FL_OK) {
+        snprintf(why, why_len, "reading the base model: %s", fl_status_str(rc));
+        goto out;
+    }
+    wv = fl__alloc_array(&co->alloc, rp->dim, sizeof(float));
+    offs = calloc(rp->n_tensors + 1, sizeof(size_t));
+    enum strategy s = strategy_of(
+        json_string_value(json_object_get(json_object_get(p->config, "strategy"), "name")));
+    bool need_m = s == ST_FEDAVGM || s == ST_FEDADAM || s == ST_FEDYOGI;
+    bool need_v = s == ST_FEDADAGRAD || s == ST_FEDADAM || s == ST_FEDYOGI;
+    if (need_m)
+        m = malloc(rp->dim * sizeof(float));
+    if (need_v)
+        v = malloc(rp->dim * sizeof(float));
+    if (!wv || !offs || (need_m && !m) || (need_v && !v)) {
+        rc = FL_ERR_NOMEM;
+        goto out;
+    }
+    size_t off = 0;
+    for (size_t t = 0; t < rp->n_tensors; t++) {
+        fl_tensor_view tv;
+        if (fl_safetensors_find(st, &tv, rp->tensors[t]) != FL_OK) {
+            rc = FL_ERR_FORMAT;
+            goto out;
+        }
+        offs[t] = off;
+        memcpy(wv + off, tv.data, tv.nbytes);
+        off += tv.nbytes / 4;
+    }
+    apply_strategy(p, r->base_version, wv, delta, rp->dim, m, v);
+    for (size_t i = 0; i < rp->dim; i++)
+        if (!isfinite(wv[i])) {
+            snprintf(why, why_len, "the new weights are not finite (coordinate %zu)", i);
+            rc = FL_ERR_RANGE;
+            goto out;
+        }
+    rc = fl_safetensors_writer_create(&w, fl__coord_pub_alloc(co));
+    for (size_t i = 0; rc == FL_OK && i < fl_safetensors_count(st); i++) {
+        fl_tensor_view tv;
+        fl_safetensors_at(st, &tv, i);
+        const void *data = tv.data;
+        for (size_t t = 0; t < rp->n_tensors; t++)
+            if (strcmp(rp->tensors[t], tv.name) == 0)
+                data = wv + offs[t];
+        rc = fl_safetensors_writer_add(w, tv.name, tv.dtype, tv.ndim, tv.shape, data,
+                                       tv.nbytes);
+    }
+    for (size_t i = 0; rc == FL_OK && i < fl_safetensors_metadata_count(st); i++) {
+        const char *k, *val;
+        fl_safetensors_metadata_at(st, &k, &val, i);
+        rc = fl_safetensors_writer_set_metadata(w, k, val);
+    }
+    char num[32];
+    snprintf(num, sizeof(num), "%lld", (long long)r->id);
+    if (rc == FL_OK)
+        rc = fl_safetensors_writer_set_metadata(w, "flotilla.round_id", num);
+    snprintf(num, sizeof(num), "%lld", (long long)r->base_version);
+    if (rc == FL_OK)
+        rc = fl_safetensors_writer_set_metadata(w, "flotilla.parent_version", num);
+    if (rc == FL_OK)
+        rc = writer_bytes(w, model, model_len);
+    if (rc == FL_OK && (m || v)) {
+        uint64_t shape[1] = {rp->dim};
+        rc = fl_safetensors_writer_create(&ow, fl__coord_pub_alloc(co));
+        if (rc == FL_OK && m)
+            rc = fl_safetensors_writer_add(ow, "m", FL_DTYPE_F32, 1, shape, m,
+                                           rp->dim * sizeof(float));
+        if (rc == FL_OK && v)
+            rc = fl_safetensors_writer_add(ow, "v", FL_DTYPE_F32, 1, shape, v,
+                                           rp->dim * sizeof(float));
+        if (rc == FL_OK)
+            rc = fl_safetensors_writer_set_metadata(
+                ow, "flotilla.optimizer",
+                json_string_value(json_object_get(json_object_get(p->config, "strategy"),
+                                                  "name")));
+        if (rc == FL_OK)
+            rc = writer_bytes(ow, opt, opt_len);
+    }
+    if (rc != FL_OK && !why[0])
+        snprintf(why, why_len, "building the new model: %s", fl_status_str(rc));
+out:
+    if (rc == FL_OK) {
+        *m_out = m;
+        *v_out = v;
+    } else {
+        free(m);
+        free(v);
+        free(*model);
+        *model = NULL;
+    }
+    fl_safetensors_writer_destroy(ow);
+    fl_safetensors_writer_destroy(w);
+    fl_safetensors_destroy(st);
+    fl_store_free(co->store, bm);
+    free(offs);
+    if (wv)
+        fl__free(&co->alloc, wv, rp->dim * sizeof(float));
+    return rc;
+}
+
+/* Writes everything a completed round produces in one transaction. */
+static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
+                              const uint8_t *model, size_t model_len, const uint8_t *opt,
+                              size_t opt_len, uint32_t count, int64_t *version_out) {
+    char meta[256], tag[FL__COORD_NAME_MAX + 32];
+    fl_store_model_ref ref, oref;
+    snprintf(meta, sizeof(meta),
+             "{\"source\":\"round\",\"round_id\":%lld,\"participants\":%u,\"key_id\":\"%s\"}",
+             (long long)r->id, count, co->key_id);
+    fl_status rc = fl_store_begin(co->store);
+    if (rc != FL_OK)
+        return rc;
+    rc = fl_store_model_put(co->store, &ref, p->id, r->base_version, model, model_len, meta);
+    snprintf(tag, sizeof(tag), "population/%s", p->name);
+    if (rc == FL_OK)
+        rc = fl_store_tag_set(co->store, tag, ref.version);
+    if (rc == FL_OK && opt) {
+        opt_tag(tag, sizeof(tag), p);
+        rc = fl_store_model_put(co->store, &oref, 0, ref.version, opt, opt_len,
+                                "{\"kind\":\"optimizer_state\"}");
+        if (rc == FL_OK)
+            rc = fl_store_tag_set(co->store, tag, oref.version);
+    }
+    uint32_t done = 0;
+    for (size_t i = 0; rc == FL_OK && i < r->n; i++) {
+        const struct fl__coord_participant *pt = &r->parts[i];
+        bool in = (pt->posted & (1u << FL__PH_MASKED)) &&
+                  (pt->dropped_at < 0 || pt->dropped_at > FL__PH_MASKED);
+        done += in;
+        rc = fl_store_participant_set(co->store, r->id, pt->client_id,
+                                      in ? FL_STORE_PARTICIPANT_COMPLETED
+                                         : FL_STORE_PARTICIPANT_DROPPED);
+    }
+    fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, (int64_t)count,
+                                    (int64_t)r->n - (int64_t)count};
+    (void)done;
+    if (rc == FL_OK)
+        rc = fl_store_round_set_counts(co->store, r->id, &counts);
+    if (rc == FL_OK)
+        rc = fl_store_round_complete(co->store, r->id, ref.version);
+    if (rc == FL_OK && r->rp.dp != FL__DP_NONE) {
+        fl_dp_ledger_entry e;
+        char params[512];
+        round_entry(&e, &r->rp, count);
+        rc = fl_dp_ledger_entry_format_params(params, sizeof(params), &e);
+        fl_store_ledger_entry le = {0};
+        le.population_id = p->id;
+        le.round_id = r->id;
+        le.mechanism = e.mechanism;
+        le.sampling_rate = e.q;
+        le.noise_multiplier = e.noise_multiplier;
+        le.clip_norm = e.clip_norm;
+        le.steps = (int64_t)e.steps;
+        le.participants = (int64_t)e.participants;
+        le.params_json = params;
+        if (rc == FL_OK)
+            rc = fl_store_ledger_append(co->store, NULL, &le);
+    }
+    if (rc == FL_OK)
+        rc = fl_store_commit(co->store);
+    if (rc != FL_OK && fl_store_in_transaction(co->store))
+        fl_store_rollback(co->store);
+    if (rc == FL_OK)
+        *version_out = ref.version;
+    return rc;
+}
+
+void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint64_t *sum,
+                               uint32_t count) {
+    struct fl__coord_round *r = p->round;
+    const struct fl__coord_round_params *rp = &r->rp;
+    char why[400] = "";
+    uint8_t *model = NULL, *opt = NULL;
+    size_t model_len = 0, opt_len = 0;
+    float *m = NULL, *v = NULL;
+    int64_t version = 0;
+    if (count == 0) {
+        fl__coord_round_abandon(co, p, "no update reached the sum");
+        return;
+    }
+    float *delta = fl__calloc(&co->alloc, rp->dim, sizeof(float));
+    fl_status rc = delta ? decode_sum(co, rp, sum, count, delta, why, sizeof(why))
+                         : FL_ERR_NOMEM;
+    if (rc == FL_OK && co->debug_sum)
+        co->debug_sum(co->debug_user, r->id, sum, rp->vec_len, count, delta, rp->dim);
+    if (rc == FL_OK)
+        rc = build_model(co, p, r, delta, &model, &model_len, &opt, &opt_len, &m, &v, why,
+                         sizeof(why));
+    if (rc == FL_OK) {
+        rc = commit_round(co, p, r, model, model_len, opt, opt_len, count, &version);
+        if (rc != FL_OK)
+            snprintf(why, sizeof(why), "commit failed: %s", fl_store_errmsg(co->store));
+    }
+    if (delta) {
+        fl_memzero(delta, rp->dim * sizeof(float));
+        fl__free(&co->alloc, delta, rp->dim * sizeof(float));
+    }
+    free(model);
+    free(opt);
+    if (rc != FL_OK) {
+        free(m);
+        free(v);
+        if (!why[0])
+            snprintf(why, sizeof(why), "aggregation failed: %s", fl_status_str(rc));
+        fl__coord_round_abandon(co, p, why);
+        return;
+    }
+    free(p->opt_m);
+    free(p->opt_v);
+    p->opt_m = m;
+    p->opt_v = v;
+    p->opt_dim = (m || v) ? rp->dim : 0;
+    p->opt_version = version;
+    p->model_version = version;
+    p->rounds_completed++;
+    r->state = FL__ROUND_COMPLETED;
+    r->new_version = version;
+    r->survivors = count;
+    atomic_fetch_add(&co->metrics.rounds_completed, 1);
+    fl__log(&co->logger, FL_LOG_INFO,
+            "round %lld of %s completed: %u client(s) in the sum, model version %lld",
+            (long long)r->id, p->name, count, (long long)version);
+    fl__coord_round_retire(co, p);
+}

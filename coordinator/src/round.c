@@ -1,0 +1,793 @@
+/* Running rounds: the secure-aggregation phases over HTTP (docs/protocol.md section 5), the
+ * plain /update path, per-phase deadlines, idempotency per (round, client, phase), and
+ * long polls parked with libmicrohttpd's suspend/resume.
+ *
+ * Privacy: in secagg rounds a device's message goes straight into the secagg server state
+ * machine, which folds masked inputs into one accumulator; in plain rounds the update is
+ * folded into the round's accumulator and the request buffer is freed with the request. No
+ * per-device update is kept or written anywhere; only SHA-256 digests of accepted messages
+ * are remembered (for idempotent retries). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+#include "flotilla/secagg.h"
+
+#include "coord_internal.h"
+
+const char *const fl__coord_phase_names[FL__PH_COUNT] = {"advertise", "share", "masked",
+                                                         "consistency", "unmask"};
+
+int64_t fl__coord_mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int phase_of_name(const char *s) {
+    for (int k = 0; k < FL__PH_COUNT; k++)
+        if (strcmp(s, fl__coord_phase_names[k]) == 0)
+            return k;
+    return -1;
+}
+
+/* The secagg message type a device posts in phase k. */
+static fl_secagg_msg_type phase_msg_type(int k) {
+    static const fl_secagg_msg_type t[FL__PH_COUNT] = {
+        FL_SECAGG_MSG_ADVERTISE, FL_SECAGG_MSG_SHARES, FL_SECAGG_MSG_MASKED_INPUT,
+        FL_SECAGG_MSG_CONSISTENCY_SIG, FL_SECAGG_MSG_UNMASK_SHARES};
+    return t[k];
+}
+
+static int phase_of_secagg(fl_secagg_phase ph) {
+    switch (ph) {
+    case FL_SECAGG_PHASE_ADVERTISE: return FL__PH_ADVERTISE;
+    case FL_SECAGG_PHASE_SHARE_KEYS: return FL__PH_SHARE;
+    case FL_SECAGG_PHASE_MASKED_INPUT: return FL__PH_MASKED;
+    case FL_SECAGG_PHASE_CONSISTENCY: return FL__PH_CONSISTENCY;
+    case FL_SECAGG_PHASE_UNMASK: return FL__PH_UNMASK;
+    default: return FL__PH_DONE;
+    }
+}
+
+/* ---- lookups ---- */
+
+struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid) {
+    if (p->round && p->round->id == rid)
+        return p->round;
+    if (p->last && p->last->id == rid)
+        return p->last;
+    return NULL;
+}
+
+struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
+                                                      struct fl__coord_reply *rep,
+                                                      const struct fl__coord_client_auth *ca,
+                                                      int64_t rid,
+                                                      struct fl__coord_pop **pop_out,
+                                                      struct fl__coord_round **round_out) {
+    const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (!key) {
+        fl__coord_error(rep, 400, "missing_field", "Idempotency-Key",
+                        "the Idempotency-Key header (participation_id) is required");
+        return NULL;
+    }
+    struct fl__coord_pop *p = fl__coord_pop_by_id(rq->co, ca->population_id);
+    struct fl__coord_round *r = p ? fl__coord_round_lookup(p, rid) : NULL;
+    if (!r) {
+        fl__coord_error(rep, 410, "round_closed", NULL, "round %lld is not open",
+                        (long long)rid);
+        return NULL;
+    }
+    /* A client appears at most once per round; compare its key in constant time. */
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->parts[i].client_id, ca->client_id) == 0) {
+            if (strlen(key) != FL__COORD_PID_CHARS ||
+                fl_memeq_ct(r->parts[i].pid, key, FL__COORD_PID_CHARS) != 0)
+                break;
+            *pop_out = p;
+            *round_out = r;
+            return &r->parts[i];
+        }
+    fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
+                    "not a participant of round %lld", (long long)rid);
+    return NULL;
+}
+
+/* ---- long-poll waiters ---- */
+
+static void waiter_unlink(fl_coord *co, struct fl__coord_waiter *w) {
+    if (!w->linked)
+        return;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        co->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    w->linked = false;
+    co->n_waiters--;
+}
+
+/* Parks the request: links its waiter and suspends the connection. The handler returns
+ * without a reply; libmicrohttpd calls it again after MHD_resume_connection. Lock held, so
+ * that a wake-up cannot slip in between linking and suspending. */
+static int park(struct fl__coord_req *rq, struct fl__coord_reply *rep, int64_t rid, int phase) {
+    fl_coord *co = rq->co;
+    struct fl__coord_waiter *w = &rq->waiter;
+    w->conn = rq->conn;
+    w->round_id = rid;
+    w->phase = phase;
+    w->deadline_mono = rq->wait_until;
+    w->prev = NULL;
+    w->next = co->waiters;
+    if (co->waiters)
+        co->waiters->prev = w;
+    co->waiters = w;
+    w->linked = true;
+    co->n_waiters++;
+    MHD_suspend_connection(rq->conn);
+    rq->park = true;
+    atomic_fetch_add(&co->metrics.long_polls_parked, 1);
+    rep->status = 0;
+    return 0;
+}
+
+void fl__coord_waiters_wake(fl_coord *co, int64_t round_id, int phase) {
+    struct fl__coord_waiter *w = co->waiters, *next;
+    for (; w; w = next) {
+        next = w->next;
+        if (w->round_id != round_id || (phase >= 0 && w->phase != phase))
+            continue;
+        waiter_unlink(co, w);
+        MHD_resume_connection(w->conn);
+    }
+}
+
+void fl__coord_waiters_expire(fl_coord *co, int64_t now_mono) {
+    struct fl__coord_waiter *w = co->waiters, *next;
+    for (; w; w = next) {
+        next = w->next;
+        if (now_mono < w->deadline_mono && !atomic_load(&co->stopped))
+            continue;
+        waiter_unlink(co, w);
+        MHD_resume_connection(w->conn);
+    }
+}
+
+/* Parses ?wait= (0..60, default 30), capped by the configuration. */
+static bool wait_param(struct fl__coord_req *rq, struct fl__coord_reply *rep, int def,
+                       int *out) {
+    const char *ws = MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "wait");
+    int v = def;
+    if (ws) {
+        size_t n = strlen(ws);
+        if (n == 0 || n > 2 || ws[0] < '0' || ws[0] > '9' ||
+            (n == 2 && (ws[1] < '0' || ws[1] > '9'))) {
+            fl__coord_error(rep, 400, "invalid_parameter", "wait", "'wait' must be 0-60");
+            return false;
+        }
+        v = ws[0] - '0';
+        if (n == 2)
+            v = v * 10 + (ws[1] - '0');
+        if (v > 60) {
+            fl__coord_error(rep, 400, "invalid_parameter", "wait", "'wait' must be 0-60");
+            return false;
+        }
+    }
+    if (v > (int)rq->co->max_long_poll_s)
+        v = (int)rq->co->max_long_poll_s;
+    *out = v;
+    return true;
+}
+
+/* ---- outcome ---- */
+
+static const char *round_state_word(const struct fl__coord_round *r) {
+    switch (r->state) {
+    case FL__ROUND_FORMING: return "forming";
+    case FL__ROUND_COMPLETED: return "completed";
+    case FL__ROUND_ABANDONED: return "abandoned";
+    case FL__ROUND_RUNNING:
+        return r->phase < FL__PH_COUNT && r->rp.secagg ? fl__coord_phase_names[r->phase]
+               : r->phase < FL__PH_COUNT               ? "masked"
+                                                       : "aggregating";
+    }
+    return "unknown";
+}
+
+static json_t *outcome_json(const struct fl__coord_round *r) {
+    json_t *o = json_pack("{s:I, s:s}", "round_id", (json_int_t)r->id, "state",
+                          round_state_word(r));
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "new_model_version",
+                        r->new_version ? json_integer(r->new_version) : json_null());
+    json_object_set_new(o, "participants",
+                        json_integer(r->state == FL__ROUND_COMPLETED ? (json_int_t)r->survivors
+                                                                     : (json_int_t)r->n));
+    json_object_set_new(o, "reason", r->reason[0] ? json_string(r->reason) : json_null());
+    return o;
+}
+
+static bool terminal(const struct fl__coord_round *r) {
+    return r->state == FL__ROUND_COMPLETED || r->state == FL__ROUND_ABANDONED;
+}
+
+/* ---- running a round ---- */
+
+size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *phase) {
+    int64_t rid;
+    size_t cap = 4096; /* unknown rounds: small, the handler answers 404/410 */
+    if (!fl__coord_parse_id(rid_text, &rid))
+        return cap;
+    int k = phase ? phase_of_name(phase) : FL__PH_MASKED;
+    fl__coord_lock(co);
+    for (size_t i = 0; i < co->n_pops; i++) {
+        struct fl__coord_round *r = fl__coord_round_lookup(co->pops[i], rid);
+        if (!r)
+            continue;
+        size_t kk = r->rp.degree ? r->rp.degree : (r->cap > 1 ? r->cap - 1 : 1);
+        if (k == FL__PH_SHARE)
+            cap = 256 * kk + 4096;
+        else if (k == FL__PH_MASKED)
+            cap = 8 * r->rp.vec_len + 4096;
+        else if (k == FL__PH_UNMASK)
+            cap = 128 * (kk + 1) + 4096;
+        break;
+    }
+    fl__coord_unlock(co);
+    return cap;
+}
+
+static void free_results(struct fl__coord_round *r) {
+    for (size_t i = 0; i < r->n; i++)
+        for (int k = 0; k < FL__PH_COUNT; k++) {
+            free(r->parts[i].result[k]);
+            r->parts[i].result[k] = NULL;
+        }
+}
+
+void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
+    struct fl__coord_round *r = p->round;
+    if (!r)
+        return;
+    if (r->sa) {
+        fl_secagg_server_destroy(r->sa);
+        r->sa = NULL;
+    }
+    if (r->acc) {
+        fl_memzero(r->acc, r->rp.vec_len * sizeof(uint64_t));
+        fl__free(&co->alloc, r->acc, r->rp.vec_len * sizeof(uint64_t));
+        r->acc = NULL;
+    }
+    /* Keep the last phase's results only while a poll may still ask; the outcome JSON is
+     * built from the round record. */
+    if (r->state == FL__ROUND_ABANDONED)
+        free_results(r);
+    fl__coord_round_free(co, p->last);
+    p->last = r;
+    p->round = NULL;
+    p->next_round_at = fl__coord_now(co) + p->sel.round_interval_s * 1000;
+    fl__coord_waiters_wake(co, r->id, -1);
+}
+
+void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    struct fl__coord_round *r = p->round;
+    char why[256];
+    fl_status rc = fl_store_round_start(co->store, r->id);
+    if (rc != FL_OK) {
+        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: start failed: %s", (long long)r->id,
+                fl_store_errmsg(co->store));
+        fl__coord_round_abandon(co, p, "storage error at round start");
+        return;
+    }
+    r->state = FL__ROUND_RUNNING;
+    r->started_at = now;
+    fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, 0, 0};
+    fl_store_round_set_counts(co->store, r->id, &counts);
+    int64_t t = now;
+    for (int k = 0; k < FL__PH_COUNT; k++) {
+        bool used = r->rp.secagg ? k != FL__PH_CONSISTENCY : k == FL__PH_MASKED;
+        if (used)
+            t += p->deadlines_s[k] * 1000;
+        r->phase_deadline[k] = t;
+    }
+    r->run_deadline = t;
+    if (r->rp.secagg) {
+        if (r->n < 2) {
+            fl__coord_round_abandon(co, p, "secure aggregation needs at least 2 clients");
+            return;
+        }
+        json_t *sa = json_object_get(p->config, "secagg");
+        int64_t kcfg = json_integer_value(json_object_get(sa, "neighbors"));
+        double frac = json_number_value(json_object_get(sa, "threshold_fraction"));
+        fl_secagg_config cfg;
+        fl_secagg_config_init(&cfg);
+        cfg.num_clients = (uint32_t)r->n;
+        cfg.dim = (uint32_t)r->rp.vec_len;
+        cfg.bits = r->rp.bits;
+        if (kcfg > 0) {
+            uint32_t k = (uint32_t)kcfg;
+            if (k % 2)
+                k++;
+            if (k >= cfg.num_clients - 1 || k < 2)
+                k = cfg.num_clients - 1;
+            uint32_t th = (uint32_t)(frac * k + 0.999999);
+            cfg.degree = k;
+            cfg.threshold = th < 1 ? 1 : th > k ? k : th;
+        }
+        fl_secagg_config tried = cfg;
+        rc = fl_secagg_config_resolve(&cfg, why, sizeof(why));
+        if (rc != FL_OK && kcfg > 0) {
+            cfg = tried;
+            cfg.degree = cfg.threshold = 0; /* the configured k does not fit n: derive */
+            rc = fl_secagg_config_resolve(&cfg, why, sizeof(why));
+        }
+        if (rc == FL_OK)
+            rc = fl_secagg_server_create(&r->sa, &cfg, (uint64_t)r->id, r->session_id,
+                                         fl__coord_pub_alloc(co));
+        if (rc != FL_OK) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "secure aggregation could not start: %s",
+                     rc == FL_ERR_NOMEM ? "out of memory" : why);
+            fl__coord_round_abandon(co, p, msg);
+            return;
+        }
+        fl_secagg_server_params(r->sa, &r->rp.degree, &r->rp.threshold);
+        r->phase = FL__PH_ADVERTISE;
+    } else {
+        r->acc = fl__calloc(&co->alloc, r->rp.vec_len, sizeof(uint64_t));
+        if (!r->acc) {
+            fl__coord_round_abandon(co, p, "out of memory for the accumulator");
+            return;
+        }
+        r->phase = FL__PH_MASKED;
+    }
+    atomic_fetch_add(&co->metrics.rounds_started, 1);
+    fl__log(&co->logger, FL_LOG_INFO,
+            "round %lld of %s running with %zu clients (%s, d=%zu, vector %zu, k=%u, t=%u)",
+            (long long)r->id, p->name, r->n, r->rp.secagg ? "secagg" : "plain", r->rp.dim,
+            r->rp.vec_len, r->rp.degree, r->rp.threshold);
+}
+
+static uint32_t alive_posted(const struct fl__coord_round *r, int k) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->parts[i].dropped_at < 0 && (r->parts[i].posted & (1u << k)))
+            m++;
+    return m;
+}
+
+/* Closes phase r->phase: drops the clients that did not post, checks the minimum, advances
+ * the secagg server, caches each survivor's next message, and wakes the pollers. After the
+ * last phase, aggregates and commits. Lock held. */
+static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    struct fl__coord_round *r = p->round;
+    int k = r->phase;
+    char why[400];
+    for (size_t i = 0; i < r->n; i++)
+        if (r->parts[i].dropped_at < 0 && !(r->parts[i].posted & (1u << k)))
+            r->parts[i].dropped_at = (int8_t)k;
+    uint32_t m = alive_posted(r, k);
+    if (k <= FL__PH_MASKED && (int64_t)m < p->sel.min_participants) {
+        snprintf(why, sizeof(why), "too few survivors in phase %s: %u < %lld",
+                 fl__coord_phase_names[k], m, (long long)p->sel.min_participants);
+        fl__coord_round_abandon(co, p, why);
+        return;
+    }
+    if (!r->rp.secagg) {
+        r->phase = FL__PH_DONE;
+        fl__coord_waiters_wake(co, r->id, k);
+        fl__coord_round_aggregate(co, p, r->acc, r->received);
+        return;
+    }
+    fl_status rc = fl_secagg_server_advance(r->sa);
+    if (rc == FL_ERR_NOMEM) {
+        fl__log(&co->logger, FL_LOG_WARN, "round %lld: out of memory closing phase %s; retrying",
+                (long long)r->id, fl__coord_phase_names[k]);
+        return;
+    }
+    if (rc != FL_OK) {
+        snprintf(why, sizeof(why), "secure aggregation failed in phase %s (%u posted): %s",
+                 fl__coord_phase_names[k], m, fl_secagg_server_errmsg(r->sa));
+        fl__coord_round_abandon(co, p, why);
+        return;
+    }
+    int next = phase_of_secagg(fl_secagg_server_phase(r->sa));
+    if (next == FL__PH_DONE) {
+        const uint32_t *sum = NULL;
+        size_t dim = 0;
+        uint32_t count = 0;
+        uint64_t *s64 = NULL;
+        if (fl_secagg_server_result(r->sa, &sum, &dim, &count) == FL_OK &&
+            dim == r->rp.vec_len)
+            s64 = fl__alloc_array(&co->alloc, dim, sizeof(uint64_t));
+        if (!s64) {
+            fl__coord_round_abandon(co, p, "could not read the secure aggregation result");
+            return;
+        }
+        for (size_t i = 0; i < dim; i++)
+            s64[i] = sum[i];
+        r->phase = FL__PH_DONE;
+        fl__coord_round_aggregate(co, p, s64, count);
+        fl__free(&co->alloc, s64, dim * sizeof(uint64_t));
+        return;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        struct fl__coord_participant *pt = &r->parts[i];
+        const uint8_t *msg;
+        size_t len;
+        if (pt->dropped_at >= 0)
+            continue;
+        if (fl_secagg_server_outgoing(r->sa, pt->index, &msg, &len) != FL_OK) {
+            pt->dropped_at = (int8_t)next; /* the library left it out of the next phase */
+            continue;
+        }
+        pt->result[k] = malloc(len ? len : 1);
+        if (!pt->result[k]) {
+            pt->dropped_at = (int8_t)next;
+            continue;
+        }
+        memcpy(pt->result[k], msg, len);
+        pt->result_len[k] = (uint32_t)len;
+    }
+    /* Results of phases before k are no longer asked for by a device that follows the
+     * protocol; free them to keep memory O(n * k). */
+    if (k > 0)
+        for (size_t i = 0; i < r->n; i++) {
+            free(r->parts[i].result[k - 1]);
+            r->parts[i].result[k - 1] = NULL;
+        }
+    r->phase = next;
+    fl__log(&co->logger, FL_LOG_DEBUG, "round %lld: phase %s closed with %u, now %s",
+            (long long)r->id, fl__coord_phase_names[k], m, fl__coord_phase_names[next]);
+    (void)now;
+    fl__coord_waiters_wake(co, r->id, k);
+}
+
+/* Closes the open phase if every live participant posted or its deadline passed. */
+static void maybe_close(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    for (int guard = 0; guard < FL__PH_COUNT; guard++) {
+        struct fl__coord_round *r = p->round;
+        if (!r || r->state != FL__ROUND_RUNNING || r->phase >= FL__PH_DONE)
+            return;
+        int k = r->phase;
+        bool all;
+        if (r->rp.secagg) {
+            all = fl_secagg_server_pending(r->sa) == 0;
+        } else {
+            uint32_t alive = 0;
+            for (size_t i = 0; i < r->n; i++)
+                alive += r->parts[i].dropped_at < 0;
+            all = r->received >= alive;
+        }
+        if (!all && now < r->phase_deadline[k])
+            return;
+        close_phase(co, p, now);
+        if (p->round == r && r->phase == k)
+            return; /* not advanced (retry later) */
+    }
+}
+
+void fl__coord_round_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+    maybe_close(co, p, now);
+}
+
+/* ---- posting a message ---- */
+
+static int reply_accepted(struct fl__coord_reply *rep, const struct fl__coord_round *r, int k,
+                          int status) {
+    rep->replayed = status == 200;
+    return fl__coord_json(rep, status,
+                          json_pack("{s:I, s:s, s:b}", "round_id", (json_int_t)r->id, "phase",
+                                    r->rp.secagg ? fl__coord_phase_names[k] : "update",
+                                    "accepted", 1));
+}
+
+/* Folds a plain update into the accumulator after validating every word. */
+static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b, size_t len,
+                      struct fl__coord_reply *rep) {
+    const struct fl__coord_round_params *rp = &r->rp;
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    if (len != rp->vec_len * wb)
+        return fl__coord_error(rep, 400, "invalid_message", NULL,
+                               "an update is %zu little-endian %zu-byte words (%zu bytes), got "
+                               "%zu bytes", rp->vec_len, wb, rp->vec_len * wb, len);
+    uint64_t mask = rp->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << rp->bits) - 1;
+    uint64_t w = wb == 4 ? fl__get_u32le(b + (rp->vec_len - 1) * 4)
+                         : fl__get_u64le(b + (rp->vec_len - 1) * 8);
+    int64_t wmax = rp->weight_examples ? rp->weight_cap : 1;
+    if (w < 1 || w > (uint64_t)wmax)
+        return fl__coord_error(rep, 400, "invalid_message", NULL,
+                               "the weight coordinate must be 1..%lld", (long long)wmax);
+    for (size_t i = 0; i < rp->vec_len; i++) {
+        uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
+        if (x & ~mask)
+            return fl__coord_error(rep, 400, "invalid_message", NULL,
+                                   "coordinate %zu is not below 2^%u", i, rp->bits);
+    }
+    for (size_t i = 0; i < rp->vec_len; i++) {
+        uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
+        r->acc[i] = (r->acc[i] + x) & mask;
+    }
+    r->received++;
+    (void)co;
+    return 202;
+}
+
+/* Common part of secagg posts and plain updates (lock held). */
+static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                        struct fl__coord_pop *p, struct fl__coord_round *r,
+                        struct fl__coord_participant *pt, int k) {
+    int64_t now = fl__coord_now(co);
+    if (r->state == FL__ROUND_FORMING) {
+        int64_t left = (r->forming_deadline - now) / 1000;
+        rep->retry_after_s = (int)(left > 1 ? (left < 60 ? left : 60) : 1);
+        return fl__coord_error(rep, 425, "phase_not_open", NULL,
+                               "round %lld is still forming", (long long)r->id);
+    }
+    uint8_t h[32];
+    fl__coord_sha256(h, rq->body, rq->body_len);
+    if (pt->posted & (1u << k)) {
+        if (fl_memeq_ct(h, pt->hash[k], 32) == 0)
+            return reply_accepted(rep, r, k, 200);
+        return fl__coord_error(rep, 409, "already_submitted", NULL,
+                               "a different message for phase %s was already accepted",
+                               fl__coord_phase_names[k]);
+    }
+    if (terminal(r))
+        return fl__coord_error(rep, 410, "round_closed", NULL, "round %lld has ended%s%s",
+                               (long long)r->id, r->reason[0] ? ": " : "", r->reason);
+    if (pt->dropped_at >= 0)
+        return fl__coord_error(rep, 410, "round_closed", NULL,
+                               "this client was dropped from the round in phase %s",
+                               fl__coord_phase_names[pt->dropped_at]);
+    if (r->phase < k) {
+        int64_t left = (r->phase_deadline[r->phase] - now) / 1000;
+        rep->retry_after_s = (int)(left > 1 ? (left < 5 ? left : 5) : 1);
+        return fl__coord_error(rep, 425, "phase_not_open", NULL, "phase %s has not started yet",
+                               fl__coord_phase_names[k]);
+    }
+    if (r->phase > k || now >= r->phase_deadline[k])
+        return fl__coord_error(rep, 410, "round_closed", NULL, "phase %s is closed",
+                               r->rp.secagg ? fl__coord_phase_names[k] : "update");
+    if (rq->body_len == 0)
+        return fl__coord_error(rep, 400, "invalid_message", NULL, "empty body");
+    int status;
+    if (r->rp.secagg) {
+        fl_secagg_msg_type type;
+        uint64_t mrid;
+        uint32_t from;
+        if (fl_secagg_message_peek(&type, &mrid, &from, rq->body, rq->body_len) != FL_OK ||
+            type != phase_msg_type(k) || mrid != (uint64_t)r->id || from != pt->index)
+            return fl__coord_error(rep, 400, "invalid_message", NULL,
+                                   "not a %s message of this client for round %lld",
+                                   fl__coord_phase_names[k], (long long)r->id);
+        fl_status rc = fl_secagg_server_receive(r->sa, pt->index, rq->body, rq->body_len);
+        switch (rc) {
+        case FL_OK:
+            status = 202;
+            break;
+        case FL_ERR_EXISTS:
+            return fl__coord_error(rep, 409, "already_submitted", NULL,
+                                   "phase %s already has a message from this client",
+                                   fl__coord_phase_names[k]);
+        case FL_ERR_ABORTED:
+            return fl__coord_error(rep, 410, "round_closed", NULL, "secure aggregation failed");
+        case FL_ERR_NOMEM:
+            rep->retry_after_s = 2;
+            return fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+        default:
+            return fl__coord_error(rep, 400, "invalid_message", NULL, "%s message rejected: %s",
+                                   fl__coord_phase_names[k], fl_secagg_server_errmsg(r->sa));
+        }
+    } else {
+        const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+        (void)ct;
+        status = fold_plain(co, r, rq->body, rq->body_len, rep);
+        if (status != 202)
+            return status;
+    }
+    memcpy(pt->hash[k], h, 32);
+    pt->posted |= (uint8_t)(1u << k);
+    if (k == FL__PH_MASKED)
+        atomic_fetch_add(&co->metrics.updates_accepted, 1);
+    reply_accepted(rep, r, k, 202);
+    maybe_close(co, p, now);
+    return 202;
+}
+
+static bool octet_stream(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+    if (ct && strcmp(ct, "application/octet-stream") != 0) {
+        fl__coord_error(rep, 415, "unsupported_media_type", "Content-Type",
+                        "messages are application/octet-stream");
+        return false;
+    }
+    return true;
+}
+
+int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct fl__coord_client_auth ca;
+    int64_t rid;
+    int k = phase_of_name(rq->seg[4]);
+    if (k < 0)
+        return fl__coord_error(rep, 404, "not_found", "phase", "no secagg phase '%.32s'",
+                               rq->seg[4]);
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    if (!fl__coord_parse_id(rq->seg[2], &rid))
+        return fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                               "round id must be a positive integer");
+    if (!octet_stream(rq, rep))
+        return rep->status;
+    int status;
+    struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    fl__coord_lock(co);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
+    if (!pt) {
+        status = rep->status;
+    } else if (!r->rp.secagg) {
+        status = fl__coord_error(rep, 404, "not_found", NULL,
+                                 "round %lld has no secure aggregation: POST .../update",
+                                 (long long)rid);
+    } else if (k == FL__PH_CONSISTENCY) {
+        status = fl__coord_error(rep, 404, "not_found", "phase",
+                                 "round %lld has no consistency phase", (long long)rid);
+    } else {
+        status = post_message(co, rq, rep, p, r, pt, k);
+    }
+    fl__coord_unlock(co);
+    return status;
+}
+
+int fl__coord_h_update(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct fl__coord_client_auth ca;
+    int64_t rid;
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    if (!fl__coord_parse_id(rq->seg[2], &rid))
+        return fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                               "round id must be a positive integer");
+    if (!octet_stream(rq, rep))
+        return rep->status;
+    int status;
+    struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    fl__coord_lock(co);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
+    if (!pt)
+        status = rep->status;
+    else if (r->rp.secagg)
+        status = fl__coord_error(rep, 404, "not_found", NULL,
+                                 "round %lld uses secure aggregation: POST .../secagg/{phase}",
+                                 (long long)rid);
+    else
+        status = post_message(co, rq, rep, p, r, pt, FL__PH_MASKED);
+    fl__coord_unlock(co);
+    return status;
+}
+
+/* ---- results and status (long polls) ---- */
+
+static int reply_outcome(struct fl__coord_reply *rep, const struct fl__coord_round *r) {
+    json_t *o = outcome_json(r);
+    if (!o)
+        return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+    return fl__coord_json(rep, 200, o);
+}
+
+/* Sets the long-poll end on the first call; true when the poll has time left. */
+static bool poll_time_left(struct fl__coord_req *rq, int wait_s) {
+    int64_t now = fl__coord_mono_ms();
+    if (rq->wait_until == 0)
+        rq->wait_until = now + (int64_t)wait_s * 1000;
+    return wait_s > 0 && now < rq->wait_until && !atomic_load(&rq->co->stopped);
+}
+
+static int reply_no_content(struct fl__coord_reply *rep) {
+    rep->retry_after_s = 0;
+    rep->status = 204;
+    return 204;
+}
+
+int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct fl__coord_client_auth ca;
+    int64_t rid;
+    int wait_s;
+    int k = phase_of_name(rq->seg[4]);
+    if (k < 0)
+        return fl__coord_error(rep, 404, "not_found", "phase", "no secagg phase '%.32s'",
+                               rq->seg[4]);
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    if (!fl__coord_parse_id(rq->seg[2], &rid))
+        return fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                               "round id must be a positive integer");
+    if (!wait_param(rq, rep, 30, &wait_s))
+        return rep->status;
+    int status;
+    struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    fl__coord_lock(co);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
+    if (!pt) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    if (!r->rp.secagg || k == FL__PH_CONSISTENCY) {
+        status = fl__coord_error(rep, 404, "not_found", "phase", "round %lld has no %s phase",
+                                 (long long)rid, fl__coord_phase_names[k]);
+        goto out_unlock;
+    }
+    if (k == FL__PH_UNMASK && terminal(r)) {
+        status = reply_outcome(rep, r);
+        goto out_unlock;
+    }
+    bool closed = r->state != FL__ROUND_FORMING && r->phase > k;
+    if (closed && pt->result[k]) {
+        /* Copied under the lock: closing the next phase frees the cached message. */
+        rep->bytes_owned = malloc(pt->result_len[k] ? pt->result_len[k] : 1);
+        if (!rep->bytes_owned) {
+            rep->retry_after_s = 1;
+            status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+            goto out_unlock;
+        }
+        memcpy(rep->bytes_owned, pt->result[k], pt->result_len[k]);
+        rep->bytes = (const uint8_t *)rep->bytes_owned;
+        rep->len = pt->result_len[k];
+        rep->content_type = "application/octet-stream";
+        rep->status = status = 200;
+        goto out_unlock;
+    }
+    if (closed || terminal(r) || (pt->dropped_at >= 0 && pt->dropped_at <= k)) {
+        status = fl__coord_error(rep, 410, "round_closed", NULL,
+                                 "no %s result for this client%s%s", fl__coord_phase_names[k],
+                                 r->reason[0] ? ": " : "", r->reason);
+        goto out_unlock;
+    }
+    if (!poll_time_left(rq, wait_s)) {
+        status = reply_no_content(rep);
+        goto out_unlock;
+    }
+    status = park(rq, rep, rid, k);
+out_unlock:
+    fl__coord_unlock(co);
+    return status;
+}
+
+int fl__coord_h_status(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    struct fl__coord_client_auth ca;
+    int64_t rid;
+    int wait_s;
+    if (!fl__coord_auth_client(rq, rep, &ca))
+        return rep->status;
+    if (!fl__coord_parse_id(rq->seg[2], &rid))
+        return fl__coord_error(rep, 400, "invalid_parameter", "round_id",
+                               "round id must be a positive integer");
+    if (!wait_param(rq, rep, 0, &wait_s))
+        return rep->status;
+    int status;
+    struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    fl__coord_lock(co);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
+    if (!pt)
+        status = rep->status;
+    else if (terminal(r) || !poll_time_left(rq, wait_s))
+        status = reply_outcome(rep, r);
+    else
+        status = park(rq, rep, rid, -1);
+    fl__coord_unlock(co);
+    return status;
+}
