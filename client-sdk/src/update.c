@@ -1,0 +1,540 @@
+/* Task config parsing and the private update pipeline (docs/protocol.md 4.2 and 5.1):
+ * delta = trained - global over update.tensors, weighting, L2 clip, quantization to the
+ * integer lattice of step gamma with unbiased randomized rounding, distributed-DP noise,
+ * reduction modulo 2^b, and the trailing weight coordinate. */
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_round.h"
+#include "flotilla/dp.h"
+
+#define FL_SECAGG_MAX_DIM_FALLBACK (INT64_C(1) << 31) /* longest update vector accepted */
+
+/* ---- task config ---- */
+
+#define TASK_TOKENS 4096
+
+static bool name_ok(const char *s, size_t max, const char *extra) {
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr(extra, c)))
+            return false;
+    }
+    return true;
+}
+
+/* Gets an integer field in [lo, hi]; absent gives def unless required. */
+static bool get_int(const struct fl__client_json *j, long obj, const char *key, int64_t lo,
+                    int64_t hi, int64_t def, bool required, int64_t *out) {
+    long t = fl__client_json_get(j, obj, key);
+    if (t < 0) {
+        *out = def;
+        return !required;
+    }
+    int64_t v;
+    if (!fl__client_json_int(j, t, &v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool get_num(const struct fl__client_json *j, long obj, const char *key, double lo,
+                    double hi, double def, bool required, double *out) {
+    long t = fl__client_json_get(j, obj, key);
+    if (t < 0) {
+        *out = def;
+        return !required;
+    }
+    double v;
+    if (!fl__client_json_num(j, t, &v) || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool get_seed(const struct fl__client_json *j, long t, uint8_t out[32]) {
+    char b64[64];
+    return fl__client_json_str(j, t, b64, sizeof(b64)) && fl__client_unbase64(out, 32, b64);
+}
+
+void fl__client_task_free(struct fl__client_task *t, const fl_allocator *a) {
+    if (t->tensors)
+        fl__free(a, t->tensors, t->tensors_bytes);
+    if (t->clip_norms)
+        fl__free(a, t->clip_norms, t->n_tensors * sizeof(double));
+    fl_memzero(t, sizeof(*t));
+}
+
+#define BAD(field) do { what = field; goto bad; } while (0)
+
+fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, size_t len,
+                                int64_t round_id, const char *population,
+                                const fl_allocator *a, struct fl__err *err) {
+    memset(t, 0, sizeof(*t));
+    struct fl__client_jtok *tok = fl__alloc_array(a, TASK_TOKENS, sizeof(*tok));
+    if (!tok)
+        return fl__err_set(err, FL_ERR_NOMEM, "out of memory parsing the task");
+    struct fl__client_json j;
+    const char *what = NULL;
+    fl_status rc = fl__client_json_parse(&j, body, len, tok, TASK_TOKENS);
+    if (rc != FL_OK) {
+        fl__err_set(err, FL_ERR_FORMAT, "task config is not a JSON object of at most %d tokens",
+                    TASK_TOKENS);
+        goto out;
+    }
+    char s[FL__CLIENT_NAME_MAX + 1];
+    int64_t iv;
+    bool bv;
+    if (!fl__client_json_str(&j, fl__client_json_get(&j, 0, "protocol"), s, sizeof(s)) ||
+        strcmp(s, "flotilla/v1") != 0)
+        BAD("protocol (must be flotilla/v1)");
+    if (!fl__client_json_str(&j, fl__client_json_get(&j, 0, "population"), s, sizeof(s)) ||
+        strcmp(s, population) != 0)
+        BAD("population (not this client's)");
+    if (!get_int(&j, 0, "round_id", 1, (INT64_C(1) << 53) - 1, 0, true, &t->round_id) ||
+        t->round_id != round_id)
+        BAD("round_id (not the round this client was selected for)");
+    if (!fl__client_json_str(&j, fl__client_json_get(&j, 0, "kind"), s, sizeof(s)) ||
+        (strcmp(s, "sync") != 0 && strcmp(s, "buffered") != 0))
+        BAD("kind");
+
+    long m = fl__client_json_get(&j, 0, "model");
+    if (fl__client_json_kind(&j, m) != FL__J_OBJECT)
+        BAD("model");
+    if (!get_int(&j, m, "version", 1, (INT64_C(1) << 53) - 1, 0, true, &t->model_version))
+        BAD("model.version");
+    long ms = fl__client_json_get(&j, m, "sha256");
+    if (ms >= 0) {
+        char hex[72];
+        if (!fl__client_json_str(&j, ms, hex, sizeof(hex)) ||
+            !fl__client_unhex(t->model_sha256, 32, hex))
+            BAD("model.sha256");
+        t->has_model_sha256 = 1;
+    }
+    if (!get_int(&j, m, "bytes", 1, (INT64_C(1) << 53) - 1, 0, false, &t->model_bytes))
+        BAD("model.bytes");
+    if (!fl__client_json_str(&j, fl__client_json_get(&j, m, "url"), t->model_url,
+                             sizeof(t->model_url)) ||
+        strncmp(t->model_url, "/v1/", 4) != 0 || !name_ok(t->model_url, FL__CLIENT_URL_MAX, "/_.-"))
+        BAD("model.url");
+
+    long tr = fl__client_json_get(&j, 0, "training");
+    fl_client_train_params_init(&t->train);
+    if (tr >= 0 && fl__client_json_kind(&j, tr) != FL__J_OBJECT)
+        BAD("training");
+    if (!get_int(&j, tr, "epochs", 1, 1000, 1, false, &iv))
+        BAD("training.epochs");
+    t->train.epochs = (uint32_t)iv;
+    if (!get_int(&j, tr, "batch_size", 1, 65536, 32, false, &iv))
+        BAD("training.batch_size");
+    t->train.batch_size = (uint32_t)iv;
+    if (!get_num(&j, tr, "learning_rate", 0, 1e6, 0.05, false, &t->train.learning_rate))
+        BAD("training.learning_rate");
+    if (!get_int(&j, tr, "max_examples", 1, (INT64_C(1) << 53) - 1, 1000, false, &iv))
+        BAD("training.max_examples");
+    t->train.max_examples = (uint64_t)iv;
+    if (!get_num(&j, tr, "proximal_mu", 0, 1e6, 0.0, false, &t->train.proximal_mu))
+        BAD("training.proximal_mu");
+    long opt = fl__client_json_get(&j, tr, "optimizer");
+    if (opt >= 0 && (!fl__client_json_str(&j, opt, s, sizeof(s)) || strcmp(s, "sgd") != 0))
+        BAD("training.optimizer (only sgd)");
+
+    long up = fl__client_json_get(&j, 0, "update");
+    long tl = fl__client_json_get(&j, up, "tensors");
+    if (fl__client_json_kind(&j, tl) != FL__J_ARRAY || j.tok[tl].count == 0 ||
+        j.tok[tl].count > FL_CLIENT_MAX_TENSORS)
+        BAD("update.tensors (1..256 names)");
+    t->n_tensors = j.tok[tl].count;
+    /* One block: the pointer table, then the NUL-terminated names. */
+    size_t names = 0;
+    for (size_t i = 0; i < t->n_tensors; i++) {
+        long e = fl__client_json_at(&j, tl, i);
+        if (!fl__client_json_str(&j, e, s, sizeof(s)) || !*s)
+            BAD("update.tensors (names of 1..128 bytes)");
+        names += strlen(s) + 1;
+    }
+    t->tensors_bytes = t->n_tensors * sizeof(char *) + names;
+    t->tensors = fl__alloc(a, t->tensors_bytes);
+    if (!t->tensors) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the tensor list");
+        t->tensors_bytes = 0;
+        goto out;
+    }
+    char *p = (char *)(t->tensors + t->n_tensors);
+    for (size_t i = 0; i < t->n_tensors; i++) {
+        fl__client_json_str(&j, fl__client_json_at(&j, tl, i), s, sizeof(s));
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(t->tensors[k], s) == 0)
+                BAD("update.tensors (duplicate name)");
+        size_t n = strlen(s) + 1;
+        memcpy(p, s, n);
+        t->tensors[i] = p;
+        p += n;
+    }
+    if (!get_int(&j, up, "length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, false, &t->update_length))
+        BAD("update.length");
+    long wt = fl__client_json_get(&j, up, "weighting");
+    t->weighting_examples = 0;
+    if (wt >= 0) {
+        if (!fl__client_json_str(&j, wt, s, sizeof(s)) ||
+            (strcmp(s, "uniform") != 0 && strcmp(s, "examples") != 0))
+            BAD("update.weighting");
+        t->weighting_examples = strcmp(s, "examples") == 0;
+    }
+    if (!get_int(&j, up, "weight_cap", 1, INT64_C(1) << 31, 1000, false, &t->weight_cap))
+        BAD("update.weight_cap");
+
+    long dp = fl__client_json_get(&j, 0, "dp");
+    if (fl__client_json_kind(&j, dp) != FL__J_OBJECT ||
+        !fl__client_json_str(&j, fl__client_json_get(&j, dp, "mode"), s, sizeof(s)))
+        BAD("dp.mode");
+    if (strcmp(s, "none") == 0)
+        t->dp_mode = FL__DP_NONE;
+    else if (strcmp(s, "central") == 0)
+        t->dp_mode = FL__DP_CENTRAL;
+    else if (strcmp(s, "distributed") == 0)
+        t->dp_mode = FL__DP_DISTRIBUTED;
+    else
+        BAD("dp.mode");
+    if (!get_num(&j, dp, "clip_norm", 1e-30, 1e9, 1.0, false, &t->clip_norm))
+        BAD("dp.clip_norm");
+    long ck = fl__client_json_get(&j, dp, "clip_kind");
+    if (ck >= 0) {
+        if (!fl__client_json_str(&j, ck, s, sizeof(s)) ||
+            (strcmp(s, "flat") != 0 && strcmp(s, "per_layer") != 0))
+            BAD("dp.clip_kind");
+        t->clip_per_layer = strcmp(s, "per_layer") == 0;
+    }
+    if (t->clip_per_layer) {
+        long cn = fl__client_json_get(&j, dp, "clip_norms");
+        if (fl__client_json_kind(&j, cn) != FL__J_ARRAY || j.tok[cn].count != t->n_tensors)
+            BAD("dp.clip_norms (one bound per update tensor)");
+        t->clip_norms = fl__alloc_array(a, t->n_tensors, sizeof(double));
+        if (!t->clip_norms) {
+            rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for clip_norms");
+            goto out;
+        }
+        for (size_t i = 0; i < t->n_tensors; i++)
+            if (!fl__client_json_num(&j, fl__client_json_at(&j, cn, i), &t->clip_norms[i]) ||
+                !(t->clip_norms[i] > 0))
+                BAD("dp.clip_norms");
+    }
+    if (!get_int(&j, dp, "modulus_bits", 1, 62, 32, false, &iv))
+        BAD("dp.modulus_bits");
+    t->modulus_bits = (uint32_t)iv;
+    if (!get_num(&j, dp, "granularity", 1e-30, 1e9, 1.0 / 1024, false, &t->granularity))
+        BAD("dp.granularity");
+    if (!get_num(&j, dp, "beta", 0, 0.999999, exp(-0.5), false, &t->beta))
+        BAD("dp.beta");
+    if (!get_num(&j, dp, "client_sigma", 0, 1e9, 0, t->dp_mode == FL__DP_DISTRIBUTED,
+                 &t->client_sigma))
+        BAD("dp.client_sigma");
+    long rot = fl__client_json_get(&j, dp, "rotation");
+    if (fl__client_json_kind(&j, rot) == FL__J_OBJECT) {
+        if (!fl__client_json_str(&j, fl__client_json_get(&j, rot, "kind"), s, sizeof(s)) ||
+            (strcmp(s, "none") != 0 && strcmp(s, "hadamard") != 0))
+            BAD("dp.rotation.kind");
+        t->rotation_hadamard = strcmp(s, "hadamard") == 0;
+        if (t->rotation_hadamard &&
+            !get_seed(&j, fl__client_json_get(&j, rot, "seed"), t->rotation_seed))
+            BAD("dp.rotation.seed (base64 of 32 bytes)");
+    } else if (rot >= 0) {
+        /* The coordinator currently sends the population's rotation name as a string; "none"
+         * is unambiguous, a bare "hadamard" lacks its seed and is refused. */
+        if (!fl__client_json_str(&j, rot, s, sizeof(s)) || strcmp(s, "none") != 0)
+            BAD("dp.rotation (an object {kind, seed})");
+    }
+    if (t->dp_mode == FL__DP_DISTRIBUTED && !t->rotation_hadamard)
+        BAD("dp.rotation (distributed mode needs the hadamard rotation)");
+
+    long sa = fl__client_json_get(&j, 0, "secagg");
+    if (fl__client_json_kind(&j, sa) != FL__J_OBJECT ||
+        !fl__client_json_bool(&j, fl__client_json_get(&j, sa, "enabled"), &bv))
+        BAD("secagg.enabled");
+    t->secagg = bv;
+    if (t->secagg) {
+        uint8_t sid[32];
+        if (!get_seed(&j, fl__client_json_get(&j, sa, "session_id"), sid))
+            BAD("secagg.session_id");
+        if (!get_int(&j, sa, "num_clients", 2, 65536, 0, true, &iv))
+            BAD("secagg.num_clients");
+        t->sa_clients = (uint32_t)iv;
+        if (!get_int(&j, sa, "client_index", 0, t->sa_clients - 1, 0, true, &iv))
+            BAD("secagg.client_index");
+        t->sa_index = (uint32_t)iv;
+        if (!get_int(&j, sa, "neighbors", 0, t->sa_clients - 1, 0, true, &iv))
+            BAD("secagg.neighbors");
+        t->sa_neighbors = (uint32_t)iv;
+        if (!get_int(&j, sa, "threshold", 0, t->sa_clients - 1, 0, false, &iv))
+            BAD("secagg.threshold");
+        t->sa_threshold = (uint32_t)iv;
+        if (!get_int(&j, sa, "modulus_bits", 1, 32, t->modulus_bits, false, &iv) ||
+            (uint32_t)iv != t->modulus_bits || t->modulus_bits > 32)
+            BAD("secagg.modulus_bits (must equal dp.modulus_bits, at most 32)");
+        if (!get_int(&j, sa, "vector_length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, false,
+                     &t->sa_vector_length))
+            BAD("secagg.vector_length");
+    }
+    long dl = fl__client_json_get(&j, 0, "deadlines");
+    static const char *const dn[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",
+                                      "consistency_unix_ms", "unmask_unix_ms"};
+    for (int k = 0; k < 5; k++)
+        if (!get_int(&j, dl, dn[k], 0, (INT64_C(1) << 53) - 1, 0, false, &t->deadlines[k]))
+            BAD("deadlines");
+    rc = FL_OK;
+    goto out;
+bad:
+    rc = fl__err_set(err, FL_ERR_FORMAT, "task config: bad or missing field %s", what);
+out:
+    fl__free(a, tok, TASK_TOKENS * sizeof(*tok));
+    if (rc != FL_OK)
+        fl__client_task_free(t, a);
+    return rc;
+}
+
+/* ---- update pipeline ---- */
+
+/* L2 norm in double. */
+static double l2(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)v[i] * v[i];
+    return sqrt(s);
+}
+
+/* Scales v so that ||v|| <= c (no-op for a zero or short vector). */
+static void clip(float *v, size_t n, double c) {
+    double norm = l2(v, n);
+    if (norm > c && norm > 0) {
+        double f = c / norm;
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(v[i] * f);
+    }
+}
+
+/* Unbiased randomized rounding of x/gamma, reduced modulo 2^b (mask) into vec (word bytes
+ * wb); randomness from the OS CSPRNG, 1024 words at a time. *sumsq receives the squared
+ * norm of the integers. Returns FL_ERR_RANGE if a value is too large for the lattice. */
+static fl_status round_into(void *vec, size_t wb, uint64_t mask, const float *x, size_t n,
+                            double gamma, double *sumsq) {
+    uint32_t r[1024];
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 1024 == 0)
+            fl__client_random(r, sizeof(r));
+        double v = (double)x[i] / gamma;
+        if (!(fabs(v) < 4.0e18)) {
+            fl_memzero(r, sizeof(r));
+            return FL_ERR_RANGE;
+        }
+        double f = floor(v);
+        double u = (double)r[i % 1024] * (1.0 / 4294967296.0);
+        int64_t q = (int64_t)f + (u < v - f ? 1 : 0);
+        s += (double)q * (double)q;
+        uint64_t w = (uint64_t)q & mask; /* two's complement reduces mod 2^b */
+        if (wb == 4)
+            ((uint32_t *)vec)[i] = (uint32_t)w;
+        else
+            ((uint64_t *)vec)[i] = w;
+    }
+    fl_memzero(r, sizeof(r));
+    *sumsq = s;
+    return FL_OK;
+}
+
+fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_bytes,
+                                  const struct fl__client_task *t,
+                                  const struct fl__client_update_src *src, uint64_t examples,
+                                  const fl_allocator *a, struct fl__err *err) {
+    *out = NULL;
+    *out_len = 0;
+    fl_status rc = FL_OK;
+    size_t d = 0, *sizes = NULL, max_t = 0;
+    float *delta = NULL, *g = NULL;
+    void *vec = NULL;
+    size_t L = 0, wb = t->modulus_bits <= 32 ? 4 : 8;
+    sizes = fl__calloc(a, t->n_tensors, sizeof(size_t));
+    if (!sizes)
+        return fl__err_set(err, FL_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < t->n_tensors; i++) {
+        if (src->get(src->user, t->tensors[i], NULL, NULL, &sizes[i]) != FL_OK) {
+            rc = fl__err_set(err, FL_ERR_FORMAT, "update tensor '%.64s' is not in the model",
+                             t->tensors[i]);
+            goto out;
+        }
+        if (sizes[i] > ((size_t)1 << 31) - d) {
+            rc = fl__err_set(err, FL_ERR_TOO_LARGE, "update vector too long");
+            goto out;
+        }
+        d += sizes[i];
+    }
+    if (t->dp_mode == FL__DP_DISTRIBUTED) {
+#ifdef FL_CLIENT_HAVE_DP_MECH
+        L = fl_dp_distributed_padded_dim(d) + 1;
+#else
+        rc = fl__err_set(err, FL_ERR_UNSUPPORTED,
+                         "distributed DP needs the dp library's distributed encoder, which this "
+                         "build lacks");
+        goto out;
+#endif
+    } else {
+        if (t->rotation_hadamard) {
+            rc = fl__err_set(err, FL_ERR_UNSUPPORTED, "rotation outside distributed mode");
+            goto out;
+        }
+        L = d + 1;
+    }
+    if ((t->update_length && (size_t)t->update_length != L) ||
+        (t->sa_vector_length && (size_t)t->sa_vector_length != L)) {
+        rc = fl__err_set(err, FL_ERR_FORMAT, "task update length %lld does not match the model "
+                         "(%zu)", (long long)(t->update_length ? t->update_length
+                                                                : t->sa_vector_length), L);
+        goto out;
+    }
+    /* (d) delta = trained - global, tensors in update order. */
+    delta = fl__alloc_array(a, d, sizeof(float));
+    if (!delta) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the delta (%zu floats)", d);
+        goto out;
+    }
+    for (size_t i = 0; i < t->n_tensors; i++)
+        max_t = sizes[i] > max_t ? sizes[i] : max_t;
+    /* The global values of one tensor at a time: O(largest tensor), not O(d). */
+    g = fl__alloc_array(a, max_t, sizeof(float));
+    if (!g) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < t->n_tensors; i++) {
+        size_t n = sizes[i];
+        src->get(src->user, t->tensors[i], delta + off, g, &n);
+        for (size_t k = 0; k < n; k++) {
+            delta[off + k] -= g[k];
+            if (!isfinite(delta[off + k])) {
+                rc = fl__err_set(err, FL_ERR_RANGE, "the trained model has non-finite values");
+                goto out;
+            }
+        }
+        off += n;
+    }
+    fl__free(a, g, max_t * sizeof(float));
+    g = NULL;
+    /* The model copies are no longer needed: let the caller free them before the vector. */
+    if (src->release)
+        src->release(src->user);
+    int64_t w = 1;
+    if (t->weighting_examples) {
+        w = (int64_t)(examples < (uint64_t)t->weight_cap ? examples : (uint64_t)t->weight_cap);
+        for (size_t k = 0; k < d; k++)
+            delta[k] *= (float)w;
+    }
+    /* Clip. */
+    if (t->clip_per_layer) {
+        off = 0;
+        for (size_t i = 0; i < t->n_tensors; i++) {
+            clip(delta + off, sizes[i], t->clip_norms[i]);
+            off += sizes[i];
+        }
+    } else {
+        clip(delta, d, t->clip_norm);
+    }
+    uint64_t mask = t->modulus_bits >= 64 ? UINT64_MAX : (UINT64_C(1) << t->modulus_bits) - 1;
+    vec = fl__alloc_array(a, L, wb);
+    if (!vec) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+        goto out;
+    }
+    if (t->dp_mode == FL__DP_DISTRIBUTED) {
+#ifdef FL_CLIENT_HAVE_DP_MECH
+        /* The dp library clips, rotates, rounds conditionally and adds the noise share. */
+        uint64_t *enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
+        fl_dp_rng *rng = NULL;
+        fl_dp_distributed_params dpp;
+        fl_dp_distributed_params_init(&dpp);
+        dpp.dim = d;
+        dpp.clip = t->clip_norm;
+        dpp.granularity = t->granularity;
+        dpp.beta = t->beta;
+        dpp.modulus_bits = t->modulus_bits;
+        rc = enc ? FL_OK : FL_ERR_NOMEM;
+        double var = t->client_sigma * t->client_sigma;
+        if (rc == FL_OK)
+            rc = var > 0 ? fl_dp_variance_to_rational(&dpp.sigma2_num, &dpp.sigma2_den, var, 1024)
+                         : FL_ERR_MISUSE;
+        if (rc == FL_OK)
+            rc = fl_dp_rng_create_os(&rng, a);
+        if (rc == FL_OK)
+            rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &dpp, t->rotation_seed, NULL, a);
+        fl_dp_rng_destroy(rng);
+        for (size_t k = 0; rc == FL_OK && k + 1 < L; k++) {
+            if (wb == 4)
+                ((uint32_t *)vec)[k] = (uint32_t)(enc[k] & mask);
+            else
+                ((uint64_t *)vec)[k] = enc[k] & mask;
+        }
+        if (enc) {
+            fl_memzero(enc, (L - 1) * sizeof(uint64_t));
+            fl__free(a, enc, (L - 1) * sizeof(uint64_t));
+        }
+        if (rc != FL_OK) {
+            fl__err_set(err, rc, "distributed DP encoding failed");
+            goto out;
+        }
+#endif
+    } else {
+        double s2 = 0;
+        if (t->dp_mode == FL__DP_CENTRAL) {
+            /* Conditional randomized rounding (Kairouz et al. 2021): redraw until the
+             * rounded vector's squared norm stays within the bound the server's noise is
+             * calibrated for. */
+            double c = t->clip_norm / t->granularity;
+            double bound2 = c * c + (double)d / 4.0 +
+                            sqrt(2.0 * log(1.0 / (t->beta > 0 ? t->beta : 1e-300))) *
+                                (c + sqrt((double)d) / 2.0);
+            int ok = 0;
+            for (int attempt = 0; attempt < 1000 && !ok && rc == FL_OK; attempt++) {
+                rc = round_into(vec, wb, mask, delta, d, t->granularity, &s2);
+                ok = s2 <= floor(bound2);
+            }
+            if (rc == FL_OK && !ok)
+                rc = FL_ERR_AGAIN;
+        } else {
+            rc = round_into(vec, wb, mask, delta, d, t->granularity, &s2);
+        }
+        if (rc != FL_OK) {
+            fl__err_set(err, rc, "quantization failed (values too large for the granularity)");
+            goto out;
+        }
+    }
+    if ((uint64_t)w > mask) {
+        rc = fl__err_set(err, FL_ERR_RANGE, "weight %lld does not fit in %u bits", (long long)w,
+                         t->modulus_bits);
+        goto out;
+    }
+    if (wb == 4)
+        ((uint32_t *)vec)[L - 1] = (uint32_t)w;
+    else
+        ((uint64_t *)vec)[L - 1] = (uint64_t)w;
+    *out = vec;
+    *out_len = L;
+    *word_bytes = wb;
+    vec = NULL;
+out:
+    if (vec)
+        fl__free(a, vec, L * wb);
+    if (g)
+        fl__free(a, g, max_t * sizeof(float));
+    if (delta) {
+        fl_memzero(delta, d * sizeof(float));
+        fl__free(a, delta, d * sizeof(float));
+    }
+    fl__free(a, sizes, t->n_tensors * sizeof(size_t));
+    return rc;
+}
