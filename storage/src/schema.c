@@ -131,31 +131,34 @@ static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
     fl__store_migration_2,
 };
 
-/* Runs a one-row integer query (a PRAGMA or a count) into *out. */
-static fl_status query_int(fl_store *st, const char *sql, int64_t *out) {
+/* Reads user_version, application_id and the number of schema objects in one statement, so
+ * the three come from one snapshot even while another process is migrating the file. */
+static fl_status read_header(fl_store *st, int64_t *version, int64_t *app, int64_t *objects) {
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
-    if (rc != SQLITE_OK)
-        return fl__store_sqlerr(st, rc, "reading the schema version");
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        *out = sqlite3_column_int64(s, 0);
-        rc = SQLITE_OK;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "SELECT (SELECT user_version FROM pragma_user_version), "
+                                "(SELECT application_id FROM pragma_application_id), "
+                                "(SELECT count(*) FROM sqlite_schema)",
+                                -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            *version = sqlite3_column_int64(s, 0);
+            *app = sqlite3_column_int64(s, 1);
+            *objects = sqlite3_column_int64(s, 2);
+            rc = SQLITE_OK;
+        }
     }
     fl_status r = rc == SQLITE_OK ? FL_OK : fl__store_sqlerr(st, rc, "reading the schema version");
     sqlite3_finalize(s);
     return r;
 }
 
-/* Reads user_version and application_id and decides whether we may use this file:
- * a fresh file (both 0, no tables), a Flotilla store at or below our version. */
+/* Decides whether we may use this file: a fresh file (both 0, no tables), or a Flotilla
+ * store at or below our version. */
 static fl_status read_version(fl_store *st, int64_t *version) {
     int64_t app = 0, tables = 0;
-    fl_status r = query_int(st, "PRAGMA user_version", version);
-    if (r == FL_OK)
-        r = query_int(st, "PRAGMA application_id", &app);
-    if (r == FL_OK)
-        r = query_int(st, "SELECT count(*) FROM sqlite_schema", &tables);
+    fl_status r = read_header(st, version, &app, &tables);
     if (r != FL_OK)
         return r;
     if (app == 0 && *version == 0 && tables == 0)

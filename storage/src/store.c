@@ -130,6 +130,12 @@ fl_status fl__store_exec(fl_store *st, enum fl__store_stmt_id id, const char *wh
 }
 
 fl_status fl__store_op_begin(fl_store *st, int write) {
+    if (st->in_txn && sqlite3_get_autocommit(st->db))
+        /* SQLite already rolled the caller's transaction back (I/O error, disk full). Running
+         * this call on its own would commit it alone and split the caller's group. */
+        return fl__err_set(&st->err, FL_ERR_ABORTED,
+                           "the transaction was rolled back by an earlier error; call "
+                           "fl_store_rollback");
     if (sqlite3_get_autocommit(st->db)) {
         st->op_own = 1;
         return fl__store_exec(st, write ? FL__STORE_BEGIN_WRITE : FL__STORE_BEGIN_READ,
@@ -535,7 +541,21 @@ static fl_status configure_db(fl_store *st, const char *path, const fl_store_con
     if (r != FL_OK)
         return r;
 
-    r = pragma_text(st, "PRAGMA journal_mode=WAL", buf, sizeof(buf));
+    /* Switching a fresh file to WAL needs it to itself for a moment, and SQLite does not
+     * call the busy handler for that: retry here, within the same busy timeout. */
+    struct timespec t0, now, pause = {0, 2 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        r = pragma_text(st, "PRAGMA journal_mode=WAL", buf, sizeof(buf));
+        if (r != FL_ERR_BUSY)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t waited_ms =
+            (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (waited_ms >= cfg->busy_timeout_ms)
+            break;
+        nanosleep(&pause, NULL);
+    }
     if (r != FL_OK)
         return r;
     int memory = strcmp(path, ":memory:") == 0;

@@ -1,5 +1,6 @@
 /* Store handle: sizes, configuration validation, open/close, failed handles, pragmas,
  * transactions, locking between handles, logging and the clock hook. */
+#include "store_internal.h" /* st->db, to roll a transaction back behind the API */
 #include "test_store_util.h"
 
 static void test_sizes_match_getters(void **state) {
@@ -224,6 +225,38 @@ static void test_transactions(void **state) {
     store_tdir_rm(&t);
 }
 
+/* When SQLite itself rolls the caller's transaction back (I/O error, disk full), later
+ * calls must not silently commit on their own: they and the commit say FL_ERR_ABORTED. */
+static void test_transaction_lost_by_sqlite(void **state) {
+    (void)state;
+    struct store_tdir t;
+    store_tdir_make(&t, "lost.db");
+    fl_store *st = store_open_ok(t.path, NULL);
+    int64_t pop = 0;
+    STORE_OK(st, fl_store_population_create(st, &pop, "p", NULL, 1, 0, NULL));
+    STORE_OK(st, fl_store_begin(st));
+    fl_store_model_ref ref;
+    STORE_OK(st, fl_store_model_put(st, &ref, pop, 0, "part one", 8, NULL));
+    assert_int_equal(sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(fl_store_model_put(st, &ref, pop, 0, "part two", 8, NULL), FL_ERR_ABORTED);
+    assert_int_equal(fl_store_round_create(st, NULL, pop, 0, 0, NULL), FL_ERR_ABORTED);
+    assert_int_equal(fl_store_in_transaction(st), 1);
+    assert_int_equal(fl_store_commit(st), FL_ERR_ABORTED);
+    assert_int_equal(fl_store_in_transaction(st), 0);
+    fl_store_round *rd = NULL;
+    assert_int_equal(fl_store_round_find(st, &rd, pop, 0), FL_ERR_NOT_FOUND);
+    fl_store_model *m = NULL;
+    assert_int_equal(fl_store_model_get(st, &m, 1), FL_ERR_NOT_FOUND);
+    /* The same with rollback as the way out. */
+    STORE_OK(st, fl_store_begin(st));
+    assert_int_equal(sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(fl_store_tag_set(st, "x", 1), FL_ERR_ABORTED);
+    STORE_OK(st, fl_store_rollback(st));
+    STORE_OK(st, fl_store_model_put(st, &ref, pop, 0, "after", 5, NULL));
+    fl_store_close(st);
+    store_tdir_rm(&t);
+}
+
 static void test_two_handles_lock(void **state) {
     (void)state;
     struct store_tdir t;
@@ -313,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_open_refuses_foreign_files),
         cmocka_unit_test(test_memory_store),
         cmocka_unit_test(test_transactions),
+        cmocka_unit_test(test_transaction_lost_by_sqlite),
         cmocka_unit_test(test_two_handles_lock),
         cmocka_unit_test(test_logger_and_clock),
     };

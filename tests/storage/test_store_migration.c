@@ -264,7 +264,10 @@ static void test_concurrent_first_open(void **state) {
         if (kids[i] == 0) {
             fl_store *st = NULL;
             int code = 0;
-            if (fl_store_open(&st, t.path, NULL) != FL_OK) {
+            fl_status r = fl_store_open(&st, t.path, NULL);
+            if (r != FL_OK) {
+                fprintf(stderr, "child %d: open: %s: %s\n", i, fl_status_name(r),
+                        fl_store_errmsg(st));
                 code = 1;
             } else {
                 char bytes[8];

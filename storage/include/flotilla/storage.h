@@ -128,7 +128,9 @@ FL_API fl_status fl_store_check(fl_store *st);
 /* ---- transactions ----
  * Transactions do not nest. Inside one, each API call is a savepoint: on failure only
  * that call's writes are undone. A store error that forces SQLite to roll back the whole
- * transaction (disk full, I/O error) makes fl_store_commit() return FL_ERR_ABORTED. */
+ * transaction (disk full, I/O error) makes every later call return FL_ERR_ABORTED, and
+ * fl_store_commit() too, until fl_store_commit() or fl_store_rollback() ends it: nothing
+ * of the group is written. */
 
 /* Starts a write transaction (takes the database write lock, waiting up to the busy
  * timeout). Returns FL_OK; FL_ERR_STATE (one is already open on st); FL_ERR_BUSY;
