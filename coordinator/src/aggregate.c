@@ -143,8 +143,17 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
         dp.beta = rp->beta;
         dp.modulus_bits = rp->bits;
         dp.n_min = (uint32_t)p->sel.min_participants;
-        rc = fl_dp_distributed_choose(&dp, rp->noise_multiplier, (uint32_t)r->cap,
-                                      DDG_WRAP_PROB);
+        /* fl_dp_distributed_choose picks the finest gamma the modulus allows, which with
+         * many bits makes the per-client variance overflow the sampler's 2^40 range
+         * (FL_ERR_RANGE). Choosing as if the modulus were smaller only makes wrap-around
+         * less likely, so step the bits down until a choice fits; the field stays 2^b. */
+        rc = FL_ERR_RANGE;
+        for (uint32_t b = rp->bits; b >= 8 && rc == FL_ERR_RANGE; b--) {
+            dp.modulus_bits = b;
+            rc = fl_dp_distributed_choose(&dp, rp->noise_multiplier, (uint32_t)r->cap,
+                                          DDG_WRAP_PROB);
+        }
+        dp.modulus_bits = rp->bits;
         fl_dp_distributed_info info;
         if (rc == FL_OK)
             rc = fl_dp_distributed_info_get(&info, &dp, dp.n_min);

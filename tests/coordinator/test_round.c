@@ -146,6 +146,7 @@ struct task {
     uint64_t s2n, s2d;
     uint32_t nmin;
     uint8_t rot_seed[32];
+    int64_t dl[5];           /* phase deadlines, Unix ms */
 };
 
 static void parse_task(const struct resp *r, struct task *t) {
@@ -173,6 +174,10 @@ static void parse_task(const struct resp *r, struct task *t) {
                                            sodium_base64_VARIANT_ORIGINAL), 0);
         assert_int_equal(sl, 32);
     }
+    static const char *dln[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",
+                                 "consistency_unix_ms", "unmask_unix_ms"};
+    for (int k = 0; k < 5; k++)
+        t->dl[k] = json_integer_value(json_object_get(json_object_get(j, "deadlines"), dln[k]));
     t->secagg = json_is_true(json_object_get(sa, "enabled"));
     if (t->secagg) {
         t->index = (uint32_t)json_integer_value(json_object_get(sa, "client_index"));
@@ -327,8 +332,11 @@ static json_t *run_secagg(struct fx *f, struct tc *c, int n, int64_t rid) {
             assert_int_equal(r.status, 202);
             resp_free(&r);
         }
-        if (skipped) /* the phase closes at its deadline */
-            fx_advance(f, 61 * 1000);
+        if (skipped) { /* the phase closes at its deadline */
+            static const int dlk[4] = {0, 1, 2, 4};
+            int64_t to = c[0].task.dl[dlk[ph]] + 1;
+            fx_advance(f, to - atomic_load(&f->now_ms));
+        }
         for (int i = 0; i < n; i++) {
             if (!alive[i])
                 continue;
@@ -706,11 +714,314 @@ static void test_secagg_replay_and_long_poll(void **state) {
     clients_free(c, N);
 }
 
+/* Drives one secagg round of n clients with the given drop points; returns the outcome. */
+static json_t *secagg_round(struct fx *f, const struct popcfg *pc, struct tc *c, int n,
+                            const int *drop, int64_t *rid_out) {
+    char *tok[NMAX];
+    setup_population(f, pc, tok, n);
+    memset(c, 0, sizeof(*c) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        c[i].tok = tok[i];
+        c[i].drop = drop ? drop[i] : DROP_NONE;
+    }
+    int64_t rid;
+    checkin_all(f, c, n, &rid);
+    fetch_tasks(f, c, n, rid);
+    *rid_out = rid;
+    return run_secagg(f, c, n, rid);
+}
+
+/* One client drops in each phase (advertise, share, masked, unmask); the sum holds exactly
+ * the clients that sent a masked input. */
+static void test_secagg_dropouts_every_phase(void **state) {
+    struct fx *f = *state;
+    enum { N = 10 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"dr", N, 5, true, 9, "none", NULL, NULL, 0, 32};
+    int drop[N] = {0};
+    drop[1] = DROP_ADVERTISE;
+    drop[3] = DROP_SHARE;
+    drop[5] = DROP_MASKED;
+    drop[7] = DROP_UNMASK;
+    struct tc c[N];
+    int64_t rid;
+    json_t *o = secagg_round(f, &pc, c, N, drop, &rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), 7);
+    int64_t version = json_integer_value(json_object_get(o, "new_model_version"));
+    json_decref(o);
+    check_aggregate(f, &h, c, N, rid, version, "dr", c[0].task.gran * 1.0001);
+    /* The dropped client's late post is refused (410) and changes nothing. */
+    struct resp r = post_phase(f, &c[1], rid, "share", (const uint8_t *)"x", 1);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM round_participants WHERE state = 3"), 3);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM round_participants WHERE state = 2"), 7);
+    clients_free(c, N);
+}
+
+/* Too many drop at the masked phase: the round is abandoned with a reason, pollers get 410,
+ * nothing is committed. */
+static void test_secagg_too_few_survivors(void **state) {
+    struct fx *f = *state;
+    enum { N = 8 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"few", N, 5, true, 7, "none", NULL, NULL, 0, 32};
+    int drop[N] = {0, DROP_MASKED, DROP_MASKED, DROP_MASKED, DROP_MASKED, 0, 0, 0};
+    struct tc c[N];
+    int64_t rid;
+    json_t *o = secagg_round(f, &pc, c, N, drop, &rid);
+    assert_null(o); /* nobody reached the unmask phase */
+    assert_int_equal(h.calls, 0);
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+    assert_string_equal(json_string_value(json_object_get(st, "reason")),
+                        "too few survivors in phase masked: 4 < 5");
+    json_decref(st);
+    struct resp r = get_result(f, &c[0], rid, "masked", 5);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    char q[128];
+    snprintf(q, sizeof(q), "SELECT state FROM rounds WHERE id = %lld", (long long)rid);
+    assert_int_equal(db_int(f, q), 3);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM models"), 1);
+    clients_free(c, N);
+}
+
+/* Central DP: the server adds discrete Gaussian noise to the sum; one ledger entry commits
+ * with the model. */
+static void test_secagg_central_dp(void **state) {
+    struct fx *f = *state;
+    enum { N = 10 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"cdp", N, 5, true, 9, "central", NULL, "fedadam", 50.0, 32};
+    struct tc c[N];
+    int64_t rid;
+    json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    json_decref(o);
+    assert_int_equal(h.calls, 1);
+    /* The unmasked sum is exact (noise is added after); the delta is within the noise:
+     * sigma = z * l2 / count in model units, z = 1, l2 ~ clip. Fedadam: w moves by about
+     * server_lr per step, so compare the delta only. */
+    size_t L = c[0].task.vec_len;
+    uint64_t expect[1024] = {0};
+    for (int i = 0; i < N; i++)
+        for (size_t j = 0; j < L; j++)
+            expect[j] = (expect[j] + c[i].words[j]) & 0xffffffffu;
+    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t));
+    for (int j = 0; j < D; j++) {
+        double mean = 0;
+        for (int i = 0; i < N; i++)
+            mean += c[i].delta[j] / N;
+        assert_true(fabs(h.delta[j] - mean) < 6.0 * 1.05 / N);
+    }
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 1);
+    char q[160];
+    snprintf(q, sizeof(q), "SELECT participants FROM privacy_ledger WHERE round_id = %lld",
+             (long long)rid);
+    assert_int_equal(db_int(f, q), N);
+    /* Optimiser state is in the registry (not downloadable by devices). */
+    assert_int_equal(db_int(f, "SELECT count(*) FROM tags WHERE name = 'population/cdp/optimizer'"),
+                     1);
+    clients_free(c, N);
+}
+
+/* Distributed DP: devices noise and rotate; the server only decodes. */
+static void test_secagg_distributed_dp(void **state) {
+    struct fx *f = *state;
+    enum { N = 10 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"ddp", N, 6, true, 9, "distributed", NULL, NULL, 50.0, 32};
+    int drop[N] = {0};
+    drop[4] = DROP_MASKED; /* 9 survive >= min 6 */
+    struct tc c[N];
+    int64_t rid;
+    json_t *o = secagg_round(f, &pc, c, N, drop, &rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    int64_t version = json_integer_value(json_object_get(o, "new_model_version"));
+    json_decref(o);
+    assert_int_equal(c[0].task.mode, 2);
+    assert_int_equal(c[0].task.vec_len, 33); /* 24 padded to 32, plus the weight */
+    /* Exact sum; the delta within the total noise z * C / survivors (plus rounding). */
+    check_aggregate(f, &h, c, N, rid, version, "ddp", 6.0 * 1.0 / 9 + 0.01);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger WHERE "
+                               "mechanism = 'distributed_discrete_gaussian'"), 1);
+    clients_free(c, N);
+}
+
+/* Plain rounds (secagg off): /update, replays, conflicts, malformed bodies, weighting. */
+static void test_plain_round(void **state) {
+    struct fx *f = *state;
+    enum { N = 5 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"pl", N, 3, false, 0, "none", "examples", NULL, 0, 40};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++) {
+        c[i].tok = tok[i];
+        c[i].weight = 3 + i;
+        c[i].drop = i == 4 ? DROP_MASKED : DROP_NONE;
+    }
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    assert_false(c[0].task.secagg);
+    size_t L = c[0].task.vec_len;
+    assert_int_equal(L, D + 1);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[8 * 1024];
+    /* u64 words for 40 bits */
+    for (int i = 0; i < N - 1; i++) {
+        for (size_t j = 0; j < L; j++)
+            for (int b = 0; b < 8; b++)
+                body[j * 8 + b] = (uint8_t)(c[i].words[j] >> (8 * b));
+        struct resp r;
+        if (i == 0) {
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8 - 8,
+                         c[i].pid);
+            assert_error(&r, 400, "invalid_message"); /* short */
+            resp_free(&r);
+            uint8_t bad[8 * 1024];
+            memcpy(bad, body, L * 8);
+            bad[3 * 8 + 6] = 0xff; /* coordinate >= 2^40 */
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, L * 8,
+                         c[i].pid);
+            assert_error(&r, 400, "invalid_message");
+            resp_free(&r);
+            memcpy(bad, body, L * 8);
+            bad[(L - 1) * 8] = 99; /* weight above weight_cap 50 */
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, L * 8,
+                         c[i].pid);
+            assert_error(&r, 400, "invalid_message");
+            resp_free(&r);
+            snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/advertise", (long long)rid);
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, 8,
+                         c[i].pid);
+            assert_error(&r, 404, "not_found");
+            resp_free(&r);
+            snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+        }
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+                     c[i].pid);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+        /* Retry: same bytes are 200 and count once; different bytes are 409. */
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+                     c[i].pid);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        body[0] ^= 1;
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+                     c[i].pid);
+        assert_error(&r, 409, "already_submitted");
+        resp_free(&r);
+    }
+    assert_int_equal(h.calls, 0);
+    /* Client 4 never sends: the round closes at the deadline with 4 of 5. A status poll
+     * parked before the deadline is answered when the round ends. */
+    fx_advance(f, c[0].task.dl[2] + 1 - atomic_load(&f->now_ms));
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    int64_t version = json_integer_value(json_object_get(st, "new_model_version"));
+    json_decref(st);
+    check_aggregate(f, &h, c, N, rid, version, "pl", c[0].task.gran * 1.0001);
+    clients_free(c, N);
+}
+
+/* A DP population whose budget cannot afford a round: refused, logged, nothing stored. */
+static void test_budget_refused(void **state) {
+    struct fx *f = *state;
+    enum { N = 4 };
+    struct popcfg pc = {"bud", N, 2, true, 0, "central", NULL, NULL, 0.01, 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                     "\"unmetered\":true,\"idle\":true}}";
+    struct resp r = http_json(f, "POST", "/v1/checkin", tok[0], ok);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "budget_exhausted");
+    json_decref(j);
+    resp_free(&r);
+    r = http_json(f, "GET", "/v1/admin/populations/bud", ADMIN_TOKEN, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "budget_exhausted");
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM rounds"), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 0);
+    for (int i = 0; i < N; i++)
+        free(tok[i]);
+}
+
+/* After a restart the ledger keeps exactly one entry per completed round, an in-flight
+ * round is abandoned without a ledger entry, and the optimiser state is reloaded. */
+static void test_restart_keeps_ledger(void **state) {
+    struct fx *f = *state;
+    enum { N = 4 };
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"rs", N, 3, true, 3, "central", NULL, "fedadagrad", 1000.0, 32};
+    struct tc c[N];
+    int64_t rid;
+    json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);
+    assert_non_null(o);
+    json_decref(o);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 1);
+    /* A second round forms and runs, then the process stops mid-round. */
+    atomic_fetch_add(&f->now_ms, 120 * 1000);
+    int64_t rid2;
+    checkin_all(f, c, N, &rid2);
+    assert_true(rid2 > rid);
+    fx_stop(f);
+    fx_start(f);
+    char q[128];
+    snprintf(q, sizeof(q), "SELECT abandon_reason = 'coordinator shutting down' FROM rounds "
+             "WHERE id = %lld", (long long)rid2);
+    assert_int_equal(db_int(f, q), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 1);
+    /* A third round completes after the restart: two entries, no double count. */
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    atomic_fetch_add(&f->now_ms, 120 * 1000);
+    int64_t rid3;
+    checkin_all(f, c, N, &rid3);
+    fetch_tasks(f, c, N, rid3);
+    o = run_secagg(f, c, N, rid3);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    json_decref(o);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 2);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM privacy_ledger WHERE round_id = %lld",
+             (long long)rid2);
+    assert_int_equal(db_int(f, q), 0);
+    clients_free(c, N);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_secagg_round_exact, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_replay_and_long_poll, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_dropouts_every_phase, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_too_few_survivors, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_central_dp, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_distributed_dp, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_plain_round, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_budget_refused, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_keeps_ledger, fx_setup, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
