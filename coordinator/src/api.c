@@ -885,3 +885,24 @@ out_unlock:
     fl__coord_unlock(co);
     return status;
 }
+
+/* ---- fuzzing entry points (tests/fuzz/coord_bodies.c) ---- */
+
+/* Runs the check-in body validation on raw bytes; returns the HTTP status it would answer
+ * (200 when the body is valid). */
+int fl__coord_fuzz_checkin(const uint8_t *b, size_t n) {
+    struct fl__coord_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.retry_after_s = -1;
+    json_t *body = json_loadb((const char *)b, n, JSON_REJECT_DUPLICATES, NULL);
+    int status = 400;
+    if (body && json_is_object(body)) {
+        struct checkin_facts f;
+        status = checkin_parse(body, &f, &rep) ? 200 : rep.status;
+    }
+    if (body)
+        json_decref(body);
+    if (rep.json)
+        json_decref(rep.json);
+    return status;
+}

@@ -426,6 +426,11 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now);
 /* Starts p's forming round once it is full (lock held). */
 void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 
+/* Fuzzing entry points: run a body validator on raw bytes and return the HTTP status
+ * (200 = valid). */
+int fl__coord_fuzz_checkin(const uint8_t *b, size_t n);
+int fl__coord_fuzz_population(const uint8_t *b, size_t n);
+
 /* ---- utilities (util.c) ---- */
 
 void fl__coord_sha256(uint8_t out[32], const void *data, size_t len);

@@ -548,3 +548,22 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
         }
     }
 }
+
+/* Runs the admin population-config validation on raw bytes (tests/fuzz/coord_bodies.c);
+ * returns the HTTP status it would answer (200 when valid). */
+int fl__coord_fuzz_population(const uint8_t *b, size_t n) {
+    struct fl__coord_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.retry_after_s = -1;
+    json_t *cfg = json_loadb((const char *)b, n, JSON_REJECT_DUPLICATES, NULL);
+    int status = 400;
+    struct fl__coord_pop *p = calloc(1, sizeof(*p));
+    if (cfg && json_is_object(cfg) && p)
+        status = fl__coord_pop_parse(NULL, p, cfg, &rep) ? 200 : rep.status;
+    fl__coord_pop_free(NULL, p);
+    if (cfg)
+        json_decref(cfg);
+    if (rep.json)
+        json_decref(rep.json);
+    return status;
+}
