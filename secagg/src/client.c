@@ -459,6 +459,8 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
     c->phase = cfg->active ? FL_SECAGG_PHASE_CONSISTENCY : FL_SECAGG_PHASE_UNMASK;
     /* The input is spent: only the masked form leaves the device. */
     fl_memzero(c->input, d * sizeof(uint32_t));
+    fl__free(&c->alloc, c->input, d * sizeof(uint32_t));
+    c->input = NULL;
     c->has_input = 0;
     st = FL_OK;
 out:

@@ -106,18 +106,17 @@ int fl__sa_read_bytes(struct fl__sa_reader *r, const uint8_t **p, size_t n) {
 }
 
 int fl__sa_buf_reserve(struct fl__sa_buf *b, const fl_allocator *a, size_t n) {
-    if (b->cap >= n)
+    /* Keep the buffer if it fits and is not far larger than needed: a client's d-sized
+     * masked-input buffer must not linger through the small unmask phase. */
+    if (b->cap >= n && (b->cap <= 4 * n || b->cap <= 65536))
         return 0;
-    uint8_t *p = fl__alloc(a, n);
+    uint8_t *p = fl__alloc(a, n ? n : 1);
     if (!p)
         return -1;
-    if (b->p) {
-        memcpy(p, b->p, b->len);
-        fl_memzero(b->p, b->cap);
-        fl__free(a, b->p, b->cap);
-    }
+    fl__sa_buf_free(b, a);
     b->p = p;
-    b->cap = n;
+    b->cap = n ? n : 1;
+    b->len = 0;
     return 0;
 }
 

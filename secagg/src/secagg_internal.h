@@ -130,7 +130,8 @@ struct fl__sa_buf {
     size_t len;   /* bytes used */
     size_t cap;   /* bytes allocated */
 };
-/* Ensures cap >= n (len unchanged). 0 or -1 on NOMEM. */
+/* Ensures cap >= n for a fresh message; the previous contents are discarded (wiped if the
+ * buffer is replaced). 0 or -1 on NOMEM (the old buffer is kept). */
 int fl__sa_buf_reserve(struct fl__sa_buf *b, const fl_allocator *a, size_t n);
 /* Wipes and frees. */
 void fl__sa_buf_free(struct fl__sa_buf *b, const fl_allocator *a);

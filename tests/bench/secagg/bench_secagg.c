@@ -1,0 +1,514 @@
+/* secagg round benchmark: server and client time and memory next to the plain sum.
+ *
+ * The server runs in a forked child process (so its peak RSS is its own) and talks to the
+ * clients in the parent over a socketpair with a small framing; every client runs the real
+ * protocol. The plain, insecure baseline is the same server loop fed the same input vectors
+ * unmasked: decode each vector from its wire bytes and add it into one accumulator.
+ *
+ *   bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B] [--json]
+ *                [--backend sodium|mbedtls] [--table] [--table-sizes small|full]
+ *
+ * Dropped clients (fraction F) leave after sending their shares and before their masked
+ * input: the costly case for the server, which must rebuild their masking keys and remove
+ * the pairwise masks they share with every surviving neighbour. */
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flotilla/secagg.h"
+
+/* ---- utilities (the bench is an executable: exiting on I/O failure is fine) ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_secagg: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+static void write_all(int fd, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            die("write");
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+static void read_all(int fd, void *p, size_t n) {
+    uint8_t *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            die("read");
+        b += r;
+        n -= (size_t)r;
+    }
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Input vector of client i (deterministic, regenerated on demand: never n x d in memory). */
+static void gen_input(uint32_t *x, uint32_t d, uint32_t i, uint32_t bits) {
+    uint64_t s = 0xC0FFEEull * (i + 1);
+    uint32_t m = bits >= 32 ? 0xFFFFFFFFu : ((1u << bits) - 1u);
+    for (uint32_t j = 0; j < d; j++)
+        x[j] = (uint32_t)splitmix(&s) & m;
+}
+
+/* ---- server process ---- */
+
+enum { CMD_RECV = 'R', CMD_ADVANCE = 'A', CMD_PLAIN = 'P', CMD_END = 'E' };
+
+struct server_stats {
+    double t_secagg;       /* seconds in server receive + advance */
+    double t_unmask;       /* seconds in the final advance (mask removal) */
+    double t_fold;         /* seconds in masked-input receives */
+    double t_plain;        /* seconds folding the plain vectors */
+    long maxrss_kb;        /* peak RSS of the server process */
+    uint32_t k, t;         /* effective degree and threshold */
+    uint32_t count;        /* inputs in the secagg sum */
+    uint32_t plain_count;  /* inputs in the plain sum */
+    int status;            /* final status */
+    int match;             /* secagg sum == plain sum */
+    uint32_t rejected;     /* messages the server rejected */
+};
+
+static void server_main(int fd, const fl_secagg_config *cfg) {
+    struct server_stats st;
+    memset(&st, 0, sizeof(st));
+    fl_secagg_server *srv = NULL;
+    uint8_t seed[32] = {1, 2, 3};
+    if (fl_secagg_server_create(&srv, cfg, 42, seed, NULL) != FL_OK) {
+        fprintf(stderr, "server_create failed\n");
+        exit(3);
+    }
+    fl_secagg_server_params(srv, &st.k, &st.t);
+    uint32_t n = cfg->num_clients, d = cfg->dim;
+    uint32_t *plain = calloc(d, sizeof(uint32_t));
+    size_t cap = 1 << 16;
+    uint8_t *buf = malloc(cap);
+    if (!plain || !buf)
+        exit(3);
+    for (;;) {
+        uint8_t cmd;
+        uint32_t hdr[2];
+        read_all(fd, &cmd, 1);
+        read_all(fd, hdr, sizeof(hdr));
+        if (hdr[1] > cap) {
+            free(buf);
+            cap = hdr[1];
+            buf = malloc(cap);
+            if (!buf)
+                exit(3);
+        }
+        read_all(fd, buf, hdr[1]);
+        if (cmd == CMD_RECV) {
+            int masked = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_MASKED_INPUT;
+            double t0 = now_s();
+            fl_status s = fl_secagg_server_receive(srv, hdr[0], buf, hdr[1]);
+            double dt = now_s() - t0;
+            st.t_secagg += dt;
+            if (masked)
+                st.t_fold += dt;
+            if (s != FL_OK)
+                st.rejected++;
+        } else if (cmd == CMD_PLAIN) {
+            /* The insecure baseline: decode the wire bytes and add. */
+            double t0 = now_s();
+            for (uint32_t j = 0; j < d; j++)
+                plain[j] += (uint32_t)buf[4 * j] | (uint32_t)buf[4 * j + 1] << 8 |
+                            (uint32_t)buf[4 * j + 2] << 16 | (uint32_t)buf[4 * j + 3] << 24;
+            st.t_plain += now_s() - t0;
+            st.plain_count++;
+        } else if (cmd == CMD_ADVANCE) {
+            int last = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_UNMASK;
+            double t0 = now_s();
+            fl_status s = fl_secagg_server_advance(srv);
+            double dt = now_s() - t0;
+            st.t_secagg += dt;
+            if (last)
+                st.t_unmask = dt;
+            int32_t rs = (int32_t)s;
+            write_all(fd, &rs, 4);
+            uint32_t cnt = 0;
+            const uint8_t *m;
+            size_t ml;
+            for (uint32_t i = 0; s == FL_OK && i < n; i++)
+                if (fl_secagg_server_outgoing(srv, i, &m, &ml) == FL_OK)
+                    cnt++;
+            write_all(fd, &cnt, 4);
+            for (uint32_t i = 0; s == FL_OK && i < n; i++)
+                if (fl_secagg_server_outgoing(srv, i, &m, &ml) == FL_OK) {
+                    uint32_t h[2] = {i, (uint32_t)ml};
+                    write_all(fd, h, sizeof(h));
+                    write_all(fd, m, ml);
+                }
+            if (s != FL_OK) {
+                st.status = s;
+                fprintf(stderr, "server: %s\n", fl_secagg_server_errmsg(srv));
+            }
+        } else if (cmd == CMD_END) {
+            const uint32_t *sum;
+            uint32_t count = 0;
+            if (fl_secagg_server_result(srv, &sum, NULL, &count) == FL_OK) {
+                st.count = count;
+                uint32_t m = cfg->bits >= 32 ? 0xFFFFFFFFu : ((1u << cfg->bits) - 1u);
+                st.match = 1;
+                for (uint32_t j = 0; j < d; j++)
+                    if (sum[j] != (plain[j] & m)) {
+                        st.match = 0;
+                        break;
+                    }
+            }
+            break;
+        }
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    st.maxrss_kb = ru.ru_maxrss;
+    write_all(fd, &st, sizeof(st));
+    fl_secagg_server_destroy(srv);
+    free(plain);
+    free(buf);
+    exit(0);
+}
+
+/* ---- client side (parent) ---- */
+
+struct result {
+    uint32_t n, d, bits;
+    double drop;
+    struct server_stats srv;
+    double t_client[4];    /* mean seconds per client: advertise, keys, masked, unmask */
+    size_t client_peak;    /* peak heap bytes of one client */
+};
+
+struct counting {
+    size_t live, peak;
+};
+static void *c_alloc(void *u, size_t n) {
+    struct counting *c = u;
+    size_t *p = malloc(n + 16);
+    if (!p)
+        return NULL;
+    p[0] = n;
+    c->live += n;
+    if (c->live > c->peak)
+        c->peak = c->live;
+    return (uint8_t *)p + 16;
+}
+static void c_free(void *u, void *ptr, size_t n) {
+    struct counting *c = u;
+    (void)n;
+    if (!ptr)
+        return;
+    size_t *p = (size_t *)((uint8_t *)ptr - 16);
+    c->live -= p[0];
+    free(p);
+}
+
+static void send_cmd(int fd, uint8_t cmd, uint32_t client, const uint8_t *m, size_t len) {
+    uint32_t h[2] = {client, (uint32_t)len};
+    write_all(fd, &cmd, 1);
+    write_all(fd, h, sizeof(h));
+    if (len)
+        write_all(fd, m, len);
+}
+
+static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint32_t k,
+                   uint32_t t, uint32_t bits, fl_secagg_backend backend) {
+    fl_secagg_config cfg;
+    fl_secagg_config_init(&cfg);
+    cfg.num_clients = n;
+    cfg.dim = d;
+    cfg.degree = k;
+    cfg.threshold = t;
+    cfg.bits = bits;
+    cfg.backend = backend;
+    cfg.dropout_rate = drop > 0.05 ? drop : 0.05;
+    char err[256];
+    if (fl_secagg_config_resolve(&cfg, err, sizeof(err)) != FL_OK) {
+        fprintf(stderr, "config: %s\n", err);
+        return -1;
+    }
+    memset(res, 0, sizeof(*res));
+    res->n = n;
+    res->d = d;
+    res->drop = drop;
+    res->bits = bits;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        die("socketpair");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        close(sv[0]);
+        server_main(sv[1], &cfg);
+    }
+    close(sv[1]);
+    int fd = sv[0];
+
+    struct counting cnt0 = {0, 0};
+    fl_allocator a0 = {sizeof(fl_allocator), c_alloc, NULL, c_free, &cnt0};
+    fl_secagg_client **cl = calloc(n, sizeof(*cl));
+    uint8_t *dropped = calloc(n, 1);
+    uint32_t *x = malloc((size_t)d * sizeof(uint32_t));
+    if (!cl || !dropped || !x)
+        die("malloc");
+    /* Spread the dropouts over the index space. */
+    uint32_t ndrop = (uint32_t)floor(drop * n + 1e-9);
+    for (uint32_t j = 0; j < ndrop; j++)
+        dropped[(uint32_t)(((uint64_t)j * n) / ndrop)] = 1;
+    double tc[4] = {0, 0, 0, 0};
+    uint32_t nc[4] = {0, 0, 0, 0};
+    for (uint32_t i = 0; i < n; i++) {
+        if (fl_secagg_client_create(&cl[i], &cfg, 42, i, NULL, i == 0 ? &a0 : NULL) != FL_OK)
+            die("client_create");
+        const uint8_t *m;
+        size_t ml;
+        double t0 = now_s();
+        if (fl_secagg_client_start(cl[i], &m, &ml) != FL_OK)
+            die("client_start");
+        tc[0] += now_s() - t0;
+        nc[0]++;
+        send_cmd(fd, CMD_RECV, i, m, ml);
+    }
+    uint8_t *inbuf = NULL;
+    size_t incap = 0;
+    int status = 0;
+    for (int step = 1;; step++) {
+        send_cmd(fd, CMD_ADVANCE, 0, NULL, 0);
+        int32_t rs;
+        uint32_t count;
+        read_all(fd, &rs, 4);
+        read_all(fd, &count, 4);
+        if (rs != 0) {
+            status = rs;
+            break;
+        }
+        if (count == 0)
+            break; /* DONE */
+        /* Read the whole batch first: the server writes it in one go, and answering
+         * while it still writes could fill both socket buffers. */
+        uint8_t **msgs = calloc(count, sizeof(*msgs));
+        uint32_t *hdrs = calloc((size_t)count * 2, sizeof(uint32_t));
+        if (!msgs || !hdrs)
+            die("malloc");
+        for (uint32_t c = 0; c < count; c++) {
+            read_all(fd, hdrs + 2 * c, 2 * sizeof(uint32_t));
+            msgs[c] = malloc(hdrs[2 * c + 1] ? hdrs[2 * c + 1] : 1);
+            if (!msgs[c])
+                die("malloc");
+            read_all(fd, msgs[c], hdrs[2 * c + 1]);
+        }
+        for (uint32_t c = 0; c < count; c++) {
+            uint32_t h[2] = {hdrs[2 * c], hdrs[2 * c + 1]};
+            if (h[1] > incap) {
+                free(inbuf);
+                incap = h[1];
+                inbuf = malloc(incap);
+                if (!inbuf)
+                    die("malloc");
+            }
+            memcpy(inbuf, msgs[c], h[1]);
+            free(msgs[c]);
+            msgs[c] = NULL;
+            uint32_t i = h[0];
+            fl_secagg_msg_type type;
+            fl_secagg_message_peek(&type, NULL, NULL, inbuf, h[1]);
+            if (type == FL_SECAGG_MSG_CIPHERTEXTS && dropped[i])
+                continue; /* leaves before its masked input */
+            int slot = type == FL_SECAGG_MSG_KEYS ? 1 : type == FL_SECAGG_MSG_CIPHERTEXTS ? 2 : 3;
+            if (type == FL_SECAGG_MSG_CIPHERTEXTS) {
+                gen_input(x, d, i, bits);
+                if (fl_secagg_client_set_input(cl[i], x, d) != FL_OK)
+                    die("set_input");
+            }
+            const uint8_t *m;
+            size_t ml;
+            double t0 = now_s();
+            fl_status s = fl_secagg_client_handle(cl[i], inbuf, h[1], &m, &ml);
+            tc[slot] += now_s() - t0;
+            nc[slot]++;
+            if (s != FL_OK) {
+                fprintf(stderr, "client %u: %s\n", i, fl_secagg_client_errmsg(cl[i]));
+                continue;
+            }
+            send_cmd(fd, CMD_RECV, i, m, ml);
+            if (type == FL_SECAGG_MSG_CIPHERTEXTS) {
+                /* The same vector, unmasked, for the plain baseline. */
+                uint8_t *p = (uint8_t *)x;
+                for (uint32_t j = 0; j < d; j++) {
+                    uint32_t v = x[j];
+                    p[4 * j] = (uint8_t)v;
+                    p[4 * j + 1] = (uint8_t)(v >> 8);
+                    p[4 * j + 2] = (uint8_t)(v >> 16);
+                    p[4 * j + 3] = (uint8_t)(v >> 24);
+                }
+                send_cmd(fd, CMD_PLAIN, i, p, (size_t)d * 4);
+            }
+            if (i == 0 && type == FL_SECAGG_MSG_UNMASK_REQ)
+                res->client_peak = cnt0.peak;
+        }
+        for (uint32_t c = 0; c < count; c++)
+            free(msgs[c]);
+        free(msgs);
+        free(hdrs);
+        (void)step;
+    }
+    send_cmd(fd, CMD_END, 0, NULL, 0);
+    read_all(fd, &res->srv, sizeof(res->srv));
+    res->srv.status = status ? status : res->srv.status;
+    waitpid(pid, NULL, 0);
+    close(fd);
+    for (int j = 0; j < 4; j++)
+        res->t_client[j] = nc[j] ? tc[j] / nc[j] : 0;
+    if (!res->client_peak)
+        res->client_peak = cnt0.peak;
+    for (uint32_t i = 0; i < n; i++)
+        fl_secagg_client_destroy(cl[i]);
+    free(cl);
+    free(dropped);
+    free(x);
+    free(inbuf);
+    return 0;
+}
+
+/* ---- output ---- */
+
+static void print_json(const struct result *r) {
+    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
+    printf("{\"n\":%u,\"d\":%u,\"bits\":%u,\"dropout\":%.2f,\"k\":%u,\"t\":%u,"
+           "\"status\":%d,\"sum_matches_plain\":%s,\"count\":%u,"
+           "\"server_s\":%.4f,\"server_fold_s\":%.4f,\"server_unmask_s\":%.4f,"
+           "\"plain_sum_s\":%.4f,\"server_over_plain\":%.2f,\"server_peak_rss_mb\":%.1f,"
+           "\"accumulator_mb\":%.1f,\"client_s\":%.4f,\"client_mask_s\":%.4f,"
+           "\"client_peak_heap_mb\":%.2f}\n",
+           r->n, r->d, r->bits, r->drop, r->srv.k, r->srv.t, r->srv.status,
+           r->srv.match ? "true" : "false", r->srv.count, r->srv.t_secagg, r->srv.t_fold,
+           r->srv.t_unmask, r->srv.t_plain,
+           r->srv.t_plain > 0 ? r->srv.t_secagg / r->srv.t_plain : 0.0,
+           r->srv.maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl, r->t_client[2],
+           r->client_peak / 1048576.0);
+}
+
+static void print_header(void) {
+    printf("%6s %8s %5s %4s %4s | %9s %9s %9s %7s | %8s %7s | %9s %9s %8s | %s\n", "n", "d",
+           "drop", "k", "t", "server_s", "unmask_s", "plain_s", "x_plain", "rss_MB", "acc_MB",
+           "client_s", "mask_s", "cli_MB", "ok");
+}
+
+static void print_row(const struct result *r) {
+    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
+    printf("%6u %8u %4.0f%% %4u %4u | %9.3f %9.3f %9.3f %7.2f | %8.1f %7.1f | %9.4f %9.4f %8.2f"
+           " | %s\n",
+           r->n, r->d, r->drop * 100, r->srv.k, r->srv.t, r->srv.t_secagg, r->srv.t_unmask,
+           r->srv.t_plain, r->srv.t_plain > 0 ? r->srv.t_secagg / r->srv.t_plain : 0.0,
+           r->srv.maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl, r->t_client[2],
+           r->client_peak / 1048576.0,
+           r->srv.status ? "ABORT" : (r->srv.match ? "sum=plain" : "MISMATCH"));
+    fflush(stdout);
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B]\n"
+            "                    [--backend sodium|mbedtls] [--json] [--table [small|full]]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    uint32_t n = 100, d = 10000, k = 0, t = 0, bits = 32;
+    double drop = 0.0;
+    int json = 0, table = 0, full = 0;
+    fl_secagg_backend backend = FL_SECAGG_BACKEND_SODIUM;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--table")) {
+            table = 1;
+            if (v && !strcmp(v, "full"))
+                full = 1, i++;
+            else if (v && !strcmp(v, "small"))
+                i++;
+        } else if (!v)
+            usage();
+        else if (!strcmp(a, "--n"))
+            n = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--d"))
+            d = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--k"))
+            k = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--t"))
+            t = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--bits"))
+            bits = (uint32_t)strtoul(v, NULL, 10), i++;
+        else if (!strcmp(a, "--drop"))
+            drop = strtod(v, NULL), i++;
+        else if (!strcmp(a, "--backend")) {
+            backend = !strcmp(v, "mbedtls") ? FL_SECAGG_BACKEND_MBEDTLS : FL_SECAGG_BACKEND_SODIUM;
+            i++;
+        } else
+            usage();
+    }
+    struct result r;
+    if (!table) {
+        if (run_one(&r, n, d, drop, k, t, bits, backend) != 0)
+            return 1;
+        if (json)
+            print_json(&r);
+        else {
+            print_header();
+            print_row(&r);
+        }
+        return r.srv.status == 0 && r.srv.match ? 0 : 1;
+    }
+    static const uint32_t ns[] = {100, 500, 1000};
+    static const uint32_t ds[] = {10000, 100000, 1000000};
+    static const double drops[] = {0.0, 0.1, 0.3};
+    size_t nd = full ? 3 : 2;
+    if (!json)
+        print_header();
+    int rc = 0;
+    for (size_t a = 0; a < nd; a++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t c = 0; c < 3; c++) {
+                if (run_one(&r, ns[b], ds[a], drops[c], 0, 0, bits, backend) != 0)
+                    return 1;
+                if (json)
+                    print_json(&r);
+                else
+                    print_row(&r);
+                if (r.srv.status || !r.srv.match)
+                    rc = 1;
+            }
+    return rc;
+}
