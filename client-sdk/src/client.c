@@ -975,7 +975,7 @@ static fl_status train_custom(fl_client *c, const fl_client_train_params *p, voi
     fl_client_tensor *t = NULL;
     float *arena = NULL;
     size_t n = 0, total = 0;
-    fl_status rc = fl_safetensors_create(&st, &c->alloc);
+    fl_status rc = fl_safetensors_create(&st, fl__client_ext_alloc(&c->alloc));
     if (rc == FL_OK && (rc = fl_safetensors_parse(st, r->model, r->model_len)) != FL_OK)
         fl__err_set(&c->err, rc, "model: %s", fl_safetensors_errmsg(st));
     if (rc != FL_OK)
@@ -1034,7 +1034,8 @@ static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, vo
                                size_t *vlen, size_t *wb, uint64_t *used, double *loss) {
     struct round *r = &c->r;
     fl_client_trainer *tr = NULL;
-    fl_status rc = fl_client_trainer_create(&tr, r->model, r->model_len, &c->alloc);
+    fl_status rc = fl_client_trainer_create(&tr, r->model, r->model_len,
+                                            fl__client_ext_alloc(&c->alloc));
     if (rc != FL_OK) {
         fl__err_set(&c->err, rc, "built-in trainer: %s",
                     tr ? fl_client_trainer_errmsg(tr) : fl_status_str(rc));
@@ -1043,7 +1044,7 @@ static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, vo
             fl_safetensors *st = NULL;
             size_t nl, np;
             struct fl__client_layer ly[FL_CLIENT_MAX_LAYERS];
-            if (fl_safetensors_create(&st, &c->alloc) == FL_OK &&
+            if (fl_safetensors_create(&st, fl__client_ext_alloc(&c->alloc)) == FL_OK &&
                 fl_safetensors_parse(st, r->model, r->model_len) == FL_OK)
                 fl__client_net_from_safetensors(st, ly, &nl, &np, &c->err);
             fl_safetensors_destroy(st);
@@ -1125,7 +1126,7 @@ static void do_train(fl_client *c, int64_t now) {
     rc = fl_secagg_config_resolve(&sc, em, sizeof(em));
     if (rc == FL_OK)
         rc = fl_secagg_client_create(&r->sa, &sc, (uint64_t)r->id, r->task.sa_index, NULL,
-                                     &c->alloc);
+                                     fl__client_ext_alloc(&c->alloc));
     else
         fl__err_set(&c->err, rc, "secagg parameters: %s", em);
     if (rc == FL_OK)

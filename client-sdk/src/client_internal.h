@@ -11,6 +11,12 @@
 #include "flotilla/client.h"
 #include "flotilla/tensor.h"
 
+/* The allocator to hand to other components' APIs: a copied default (all zero) becomes NULL,
+ * which they read as libc. */
+static inline const fl_allocator *fl__client_ext_alloc(const fl_allocator *a) {
+    return a && a->alloc ? a : NULL;
+}
+
 /* ---- time ---- */
 
 /* Wall clock in Unix ms (CLOCK_REALTIME). */

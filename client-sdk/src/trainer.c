@@ -154,7 +154,7 @@ fl_status fl_client_trainer_create(fl_client_trainer **out, const void *model, s
     if (!tr)
         return FL_ERR_NOMEM;
     tr->alloc = a;
-    rc = fl_safetensors_create(&st, &tr->alloc);
+    rc = fl_safetensors_create(&st, fl__client_ext_alloc(&tr->alloc));
     if (rc != FL_OK)
         goto out_fail;
     rc = fl_safetensors_parse(st, model, model_len);
@@ -705,7 +705,7 @@ fl_status fl_client_trainer_save(fl_client_trainer *tr, void *out, size_t cap, s
     if (!out_len || (!out && cap))
         return fl__err_set(&tr->err, FL_ERR_MISUSE, "out_len must not be NULL");
     fl_safetensors_writer *w = NULL;
-    fl_status rc = fl_safetensors_writer_create(&w, &tr->alloc);
+    fl_status rc = fl_safetensors_writer_create(&w, fl__client_ext_alloc(&tr->alloc));
     for (size_t l = 0; l < tr->n_layers && rc == FL_OK; l++) {
         const struct fl__client_layer *L = &tr->layers[l];
         uint64_t ws[2] = {L->out, L->in}, bs[1] = {L->out};
@@ -759,7 +759,7 @@ fl_status fl_client_model_init(void *out, size_t cap, size_t *out_len, const uin
     struct fl__client_rng rng;
     fl__client_rng_seed(&rng, seed);
     fl_safetensors_writer *w = NULL;
-    fl_status rc = fl_safetensors_writer_create(&w, &a);
+    fl_status rc = fl_safetensors_writer_create(&w, fl__client_ext_alloc(&a));
     size_t off = 0;
     for (size_t l = 0; l + 1 < n_sizes && rc == FL_OK; l++) {
         size_t in = sizes[l], o = sizes[l + 1];

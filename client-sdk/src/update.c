@@ -469,9 +469,10 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
             rc = var > 0 ? fl_dp_variance_to_rational(&dpp.sigma2_num, &dpp.sigma2_den, var, 1024)
                          : FL_ERR_MISUSE;
         if (rc == FL_OK)
-            rc = fl_dp_rng_create_os(&rng, a);
+            rc = fl_dp_rng_create_os(&rng, fl__client_ext_alloc(a));
         if (rc == FL_OK)
-            rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &dpp, t->rotation_seed, NULL, a);
+            rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &dpp, t->rotation_seed, NULL,
+                                          fl__client_ext_alloc(a));
         fl_dp_rng_destroy(rng);
         for (size_t k = 0; rc == FL_OK && k + 1 < L; k++) {
             if (wb == 4)
