@@ -103,6 +103,28 @@ char *fl__coord_metrics_render(fl_coord *co) {
                   "# TYPE flotilla_request_body_bytes_total counter\n"
                   "flotilla_request_body_bytes_total %llu\n",
               (unsigned long long)atomic_load(&m->bytes_in));
+    sb_printf(&b, "# HELP flotilla_checkins_rate_limited_total Check-ins answered 429.\n"
+                  "# TYPE flotilla_checkins_rate_limited_total counter\n"
+                  "flotilla_checkins_rate_limited_total %llu\n",
+              (unsigned long long)atomic_load(&m->rate_limited));
+    sb_printf(&b, "# HELP flotilla_auth_cache_total Client authentications by cache result.\n"
+                  "# TYPE flotilla_auth_cache_total counter\n"
+                  "flotilla_auth_cache_total{result=\"hit\"} %llu\n"
+                  "flotilla_auth_cache_total{result=\"miss\"} %llu\n",
+              (unsigned long long)atomic_load(&m->auth_cache_hits),
+              (unsigned long long)atomic_load(&m->auth_cache_misses));
+    sb_printf(&b, "# HELP flotilla_long_polls_parked_total Result requests suspended.\n"
+                  "# TYPE flotilla_long_polls_parked_total counter\n"
+                  "flotilla_long_polls_parked_total %llu\n",
+              (unsigned long long)atomic_load(&m->long_polls_parked));
+    sb_printf(&b, "# HELP flotilla_updates_accepted_total Masked inputs and plain updates "
+                  "folded into a sum.\n# TYPE flotilla_updates_accepted_total counter\n"
+                  "flotilla_updates_accepted_total %llu\n",
+              (unsigned long long)atomic_load(&m->updates_accepted));
+    sb_printf(&b, "# HELP flotilla_rounds_refused_budget_total Rounds not started: privacy "
+                  "budget.\n# TYPE flotilla_rounds_refused_budget_total counter\n"
+                  "flotilla_rounds_refused_budget_total %llu\n",
+              (unsigned long long)atomic_load(&m->rounds_refused_budget));
     /* Per-population gauges need the lock. */
     fl__coord_lock(co);
     sb_printf(&b, "# HELP flotilla_population_running 1 if the population forms rounds.\n"
@@ -110,6 +132,9 @@ char *fl__coord_metrics_render(fl_coord *co) {
     for (size_t i = 0; i < co->n_pops; i++)
         sb_printf(&b, "flotilla_population_running{population=\"%s\"} %d\n", co->pops[i]->name,
                   co->pops[i]->running ? 1 : 0);
+    sb_printf(&b, "# HELP flotilla_long_polls_waiting Result requests parked now.\n"
+                  "# TYPE flotilla_long_polls_waiting gauge\nflotilla_long_polls_waiting %zu\n",
+              co->n_waiters);
     sb_printf(&b, "# HELP flotilla_round_selected Clients selected in the current round.\n"
                   "# TYPE flotilla_round_selected gauge\n");
     for (size_t i = 0; i < co->n_pops; i++)
