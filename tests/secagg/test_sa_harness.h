@@ -46,7 +46,7 @@ struct sa_result {
     char errmsg[256];            /* server errmsg on failure */
 };
 
-static uint64_t sa_rng_next(uint64_t *s) {
+static inline uint64_t sa_rng_next(uint64_t *s) {
     uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -59,7 +59,7 @@ struct sa_identities {
     fl_secagg_identity *ids;     /* (n) */
 };
 
-static void sa_make_identities(struct sa_identities *I, uint32_t n) {
+static inline void sa_make_identities(struct sa_identities *I, uint32_t n) {
     assert_int_equal(fl_secagg_signing_keygen(I->authority_vk, I->authority_sk,
                                               FL_SECAGG_BACKEND_SODIUM), FL_OK);
     I->ids = calloc(n, sizeof(*I->ids));
@@ -75,7 +75,7 @@ static void sa_make_identities(struct sa_identities *I, uint32_t n) {
 }
 
 /* Delivers one message (copied so tamper can edit it). */
-static fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct sa_opts *o,
+static inline fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct sa_opts *o,
                                       uint32_t from, const uint8_t *msg, size_t len) {
     size_t cap = len + 64;
     uint8_t *buf = malloc(cap);
@@ -91,7 +91,7 @@ static fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct sa_opt
 }
 
 /* Runs a full round; returns the outcome in *res. */
-static void sa_run(const struct sa_opts *o, struct sa_result *res) {
+static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     memset(res, 0, sizeof(*res));
     fl_secagg_config cfg = o->cfg;
     uint32_t n = cfg.num_clients, d = cfg.dim;
@@ -210,7 +210,7 @@ static void sa_run(const struct sa_opts *o, struct sa_result *res) {
     free(I.ids);
 }
 
-static void sa_opts_init(struct sa_opts *o, uint32_t n, uint32_t d, uint32_t k, uint32_t t) {
+static inline void sa_opts_init(struct sa_opts *o, uint32_t n, uint32_t d, uint32_t k, uint32_t t) {
     memset(o, 0, sizeof(*o));
     fl_secagg_config_init(&o->cfg);
     o->cfg.num_clients = n;
