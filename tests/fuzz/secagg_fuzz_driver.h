@@ -1,0 +1,120 @@
+/* Shared driver of the secagg fuzz targets: a small deterministic round (n = 4, k = 3,
+ * t = 2, d = 8; optionally active) run up to a chosen phase with real clients, so a fuzz
+ * input can be fed to the parser of that phase on either side.
+ *
+ * Input framing: byte 0 = phase (bits 0-2, mod 5) | active (bit 3); byte 1 = client index
+ * (mod n); the rest is the message. */
+#ifndef SECAGG_FUZZ_DRIVER_H
+#define SECAGG_FUZZ_DRIVER_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "flotilla/secagg.h"
+
+#define FZ_N 4
+#define FZ_ROUND 0x5EC0A66ull
+
+struct fz {
+    fl_secagg_config cfg;
+    fl_secagg_server *srv;
+    fl_secagg_client *cl[FZ_N];
+    fl_secagg_identity id[FZ_N];
+    uint8_t *reply[FZ_N];        /* clients' undelivered replies for `phase` (corpus seeds) */
+    size_t reply_len[FZ_N];
+};
+
+static void fz_keep(struct fz *f, uint32_t i, const uint8_t *m, size_t ml) {
+    free(f->reply[i]);
+    f->reply[i] = malloc(ml);
+    if (f->reply[i])
+        memcpy(f->reply[i], m, ml);
+    f->reply_len[i] = f->reply[i] ? ml : 0;
+}
+
+static void fz_free(struct fz *f) {
+    fl_secagg_server_destroy(f->srv);
+    for (int i = 0; i < FZ_N; i++) {
+        fl_secagg_client_destroy(f->cl[i]);
+        free(f->reply[i]);
+    }
+    memset(f, 0, sizeof(*f));
+}
+
+/* Builds the round and advances it until the server is in `phase` (its clients have
+ * handled the server messages that opened it). Returns 0 on success. */
+static int fz_setup(struct fz *f, int phase, int active) {
+    memset(f, 0, sizeof(*f));
+    fl_secagg_config_init(&f->cfg);
+    f->cfg.num_clients = FZ_N;
+    f->cfg.dim = 8;
+    f->cfg.degree = 3;
+    f->cfg.threshold = 2;
+    f->cfg.bits = 20;
+    f->cfg.active = active;
+    if (active) {
+        uint8_t ask[64];
+        if (fl_secagg_signing_keygen(f->cfg.verify_key, ask, FL_SECAGG_BACKEND_DEFAULT) != FL_OK)
+            return -1;
+        for (uint32_t i = 0; i < FZ_N; i++) {
+            uint8_t vk[32];
+            f->id[i].struct_size = sizeof(f->id[i]);
+            if (fl_secagg_signing_keygen(vk, f->id[i].signing_key, FL_SECAGG_BACKEND_DEFAULT) ||
+                fl_secagg_cert_issue(f->id[i].cert, ask, i, vk, FL_SECAGG_BACKEND_DEFAULT))
+                return -1;
+        }
+    }
+    uint8_t seed[32] = {7};
+    if (fl_secagg_server_create(&f->srv, &f->cfg, FZ_ROUND, seed, NULL) != FL_OK)
+        return -1;
+    for (uint32_t i = 0; i < FZ_N; i++) {
+        uint32_t x[8] = {i, 1, 2, 3, 4, 5, 6, 7};
+        const uint8_t *m;
+        size_t ml;
+        if (fl_secagg_client_create(&f->cl[i], &f->cfg, FZ_ROUND, i, active ? &f->id[i] : NULL,
+                                    NULL) != FL_OK ||
+            fl_secagg_client_set_input(f->cl[i], x, 8) != FL_OK ||
+            fl_secagg_client_start(f->cl[i], &m, &ml) != FL_OK)
+            return -1;
+        if (phase == FL_SECAGG_PHASE_ADVERTISE) {
+            fz_keep(f, i, m, ml);
+            continue;
+        }
+        if (fl_secagg_server_receive(f->srv, i, m, ml) != FL_OK)
+            return -1;
+    }
+    while ((int)fl_secagg_server_phase(f->srv) != phase) {
+        if (fl_secagg_server_advance(f->srv) != FL_OK)
+            return -1;
+        int now = (int)fl_secagg_server_phase(f->srv);
+        for (uint32_t i = 0; i < FZ_N; i++) {
+            const uint8_t *m, *r;
+            size_t ml, rl;
+            if (fl_secagg_server_outgoing(f->srv, i, &m, &ml) != FL_OK)
+                continue;
+            if (fl_secagg_client_handle(f->cl[i], m, ml, &r, &rl) != FL_OK)
+                return -1;
+            if (now == phase)
+                fz_keep(f, i, r, rl);
+            else if (fl_secagg_server_receive(f->srv, i, r, rl) != FL_OK)
+                return -1;
+        }
+        if (now == FL_SECAGG_PHASE_DONE)
+            return -1;
+    }
+    return 0;
+}
+
+/* Decodes the framing; returns 0 if the phase is usable. */
+static int fz_frame(const uint8_t *data, size_t size, int *phase, int *active, uint32_t *who) {
+    if (size < 2)
+        return -1;
+    *phase = (data[0] & 7) % 5;
+    *active = (data[0] >> 3) & 1;
+    if (*phase == FL_SECAGG_PHASE_CONSISTENCY && !*active)
+        *phase = FL_SECAGG_PHASE_UNMASK;
+    *who = data[1] % FZ_N;
+    return 0;
+}
+
+#endif
