@@ -437,8 +437,12 @@ static fl_status sgd_step(fl_client_trainer *tr, const float *x, const int32_t *
     float lr = (float)p->learning_rate, m = (float)p->momentum;
     float *w = tr->params, *g = tr->grad, *v = tr->mom;
     for (size_t i = 0; i < tr->n_params; i++) {
-        v[i] = m * v[i] + g[i];
-        w[i] -= lr * v[i];
+        float vi = m * v[i] + g[i];
+        /* Momentum of weights whose gradient stays zero (e.g. inputs that are always 0)
+         * decays into subnormals, which are 100x slower on x86; flush them to zero. */
+        vi = fabsf(vi) < 1e-30f ? 0.0f : vi;
+        v[i] = vi;
+        w[i] -= lr * vi;
     }
     return FL_OK;
 }
