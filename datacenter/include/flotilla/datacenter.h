@@ -90,9 +90,10 @@ FL_API int fl_dc_comm_size(const fl_dc_comm *comm);
 /* Kind actually in use (AUTO resolved). */
 FL_API fl_dc_comm_kind fl_dc_comm_kind_of(const fl_dc_comm *comm);
 
-/* Aborts comm after a failure elsewhere (ncclCommAbort for NCCL, MPI_Abort for MPI)
- * so that peers blocked in a collective do not hang. The handle must still be closed.
- * Use from the application only: MPI_Abort ends the job. */
+/* Marks comm failed after an error elsewhere; for NCCL also ncclCommAbort, so that
+ * kernels of this rank stuck in a collective return. MPI offers no per-communicator abort:
+ * the application ends the job with MPI_Abort (flotilla-train does, after printing the
+ * message). The handle must still be closed. NULL is a no-op. */
 FL_API void fl_dc_comm_abort(fl_dc_comm *comm);
 
 /* Detail of the last failure on comm. Never NULL. */
