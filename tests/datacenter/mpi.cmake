@@ -32,3 +32,9 @@ if(MPI_C_FOUND AND TARGET fl_datacenter_static)
       LABELS "datacenter;integration" TIMEOUT 120 ENVIRONMENT "${_dc_mpi_env}")
   endif()
 endif()
+if(MPI_C_FOUND AND TARGET flotilla-train AND TARGET fl_storage_static)
+  add_test(NAME dc_registry_np2 COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/registry.sh
+    $<TARGET_FILE:flotilla-train> ${_dc_mpiexec})
+  set_tests_properties(dc_registry_np2 PROPERTIES LABELS "datacenter;integration" TIMEOUT 60
+    ENVIRONMENT "${_dc_mpi_env}")
+endif()
