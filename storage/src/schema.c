@@ -126,9 +126,63 @@ static const char fl__store_migration_2[] =
     "BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;\n"
     "PRAGMA user_version = 2;\n";
 
+/* v3: the tamper-evident audit log (storage/src/audit.c, docs/audit.md): entries (canonical
+ * JSON bytes, the Merkle leaves), the hashes of every complete subtree of the RFC 9162 tree
+ * (level 0 = leaf hashes) so proofs are O(log n) reads, and signed checkpoints. All three
+ * are append-only, like the model table: triggers refuse UPDATE, DELETE and INSERT OR
+ * REPLACE. */
+static const char fl__store_migration_3[] =
+    "CREATE TABLE audit_entries (\n"
+    "  seq INTEGER PRIMARY KEY CHECK (seq >= 0),\n"
+    "  type TEXT NOT NULL CHECK (length(type) BETWEEN 1 AND 32),\n"
+    "  population_id INTEGER REFERENCES populations(id),\n"
+    "  created_at INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL CHECK (length(data) BETWEEN 2 AND 65536)\n"
+    ");\n"
+    "CREATE INDEX audit_entries_population ON audit_entries(population_id, seq);\n"
+    "CREATE TABLE audit_tree (\n"
+    "  level INTEGER NOT NULL CHECK (level BETWEEN 0 AND 63),\n"
+    "  idx INTEGER NOT NULL CHECK (idx >= 0),\n"
+    "  hash BLOB NOT NULL CHECK (length(hash) = 32),\n"
+    "  PRIMARY KEY (level, idx)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE audit_checkpoints (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  tree_size INTEGER NOT NULL UNIQUE CHECK (tree_size >= 1),\n"
+    "  root BLOB NOT NULL CHECK (length(root) = 32),\n"
+    "  origin TEXT NOT NULL,\n"
+    "  public_key BLOB NOT NULL CHECK (length(public_key) = 32),\n"
+    "  note TEXT NOT NULL,\n"
+    "  created_at INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TRIGGER audit_entries_append_only_update BEFORE UPDATE ON audit_entries\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_entries_append_only_delete BEFORE DELETE ON audit_entries\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_entries_append_only_replace BEFORE INSERT ON audit_entries\n"
+    "WHEN EXISTS (SELECT 1 FROM audit_entries WHERE seq = NEW.seq)\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_tree_append_only_update BEFORE UPDATE ON audit_tree\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_tree_append_only_delete BEFORE DELETE ON audit_tree\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_tree_append_only_replace BEFORE INSERT ON audit_tree\n"
+    "WHEN EXISTS (SELECT 1 FROM audit_tree WHERE level = NEW.level AND idx = NEW.idx)\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_checkpoints_append_only_update BEFORE UPDATE ON audit_checkpoints\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_checkpoints_append_only_delete BEFORE DELETE ON audit_checkpoints\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "CREATE TRIGGER audit_checkpoints_append_only_replace BEFORE INSERT ON audit_checkpoints\n"
+    "WHEN EXISTS (SELECT 1 FROM audit_checkpoints WHERE id = NEW.id OR\n"
+    "             tree_size = NEW.tree_size)\n"
+    "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
+    "PRAGMA user_version = 3;\n";
+
 static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
     fl__store_migration_1,
     fl__store_migration_2,
+    fl__store_migration_3,
 };
 
 /* Reads user_version, application_id and the number of schema objects in one statement, so

@@ -2,6 +2,7 @@
  * values are bound with sqlite3_bind_*, never pasted in. */
 
 #include "store_internal.h"
+#include "audit_internal.h"
 
 /* Column lists shared by a statement and the row decoder that reads it. */
 #define POP_COLS "id, name, config_json, epsilon, delta, allowed_regions_json, created_at, state"
@@ -117,4 +118,53 @@ sqlite3_stmt *fl__store_stmt(fl_store *st, enum fl__store_stmt_id id) {
         }
     }
     return st->stmt[id];
+}
+
+/* ---- audit log (audit.c) ---- */
+
+static const char *const fl__store_audit_sql_text[FL__AUDIT_STMT_COUNT] = {
+    [FL__AUDIT_SIZE] = "SELECT ifnull(max(seq) + 1, 0) FROM audit_entries",
+    [FL__AUDIT_ENTRY_INSERT] = "INSERT INTO audit_entries (seq, type, population_id, created_at, "
+                               "data) VALUES (?1, ?2, ?3, ?4, ?5)",
+    [FL__AUDIT_ENTRY_GET] = "SELECT data FROM audit_entries WHERE seq = ?1",
+    [FL__AUDIT_ENTRY_RANGE] = "SELECT seq, data FROM audit_entries WHERE seq < ?1 ORDER BY seq",
+    /* Newest first: an append replays only the latest entries it needs. */
+    [FL__AUDIT_ENTRY_POP_BACK] = "SELECT seq, data FROM audit_entries WHERE population_id = ?1 "
+                                 "ORDER BY seq DESC",
+    [FL__AUDIT_NODE_INSERT] = "INSERT INTO audit_tree (level, idx, hash) VALUES (?1, ?2, ?3)",
+    [FL__AUDIT_NODE_GET] = "SELECT hash FROM audit_tree WHERE level = ?1 AND idx = ?2",
+    [FL__AUDIT_CP_INSERT] = "INSERT INTO audit_checkpoints (tree_size, root, origin, public_key, "
+                            "note, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [FL__AUDIT_CP_LATEST] = "SELECT tree_size, root, created_at, note, origin, public_key "
+                            "FROM audit_checkpoints ORDER BY tree_size DESC LIMIT 1",
+    [FL__AUDIT_CP_ALL] = "SELECT note FROM audit_checkpoints ORDER BY tree_size",
+    [FL__AUDIT_POP_GET] = "SELECT name, config_json, epsilon, delta, allowed_regions_json "
+                          "FROM populations WHERE id = ?1",
+    [FL__AUDIT_ROUND_GET] = "SELECT population_id, round_number, state, config_json, "
+                            "base_version, result_version, started_at, ended_at, checked_in, "
+                            "selected, completed, dropped FROM rounds WHERE id = ?1",
+    [FL__AUDIT_MODEL_GET] = "SELECT population_id, sha256 FROM models WHERE version = ?1",
+    [FL__AUDIT_LEDGER_ROUND] = "SELECT mechanism, sampling_rate, noise_multiplier, clip_norm, "
+                               "steps FROM privacy_ledger WHERE round_id = ?1 ORDER BY id",
+    [FL__AUDIT_REGIONS] = "SELECT c.region, count(*) FROM round_participants p "
+                          "JOIN clients c ON c.client_id = p.client_id "
+                          "WHERE p.round_id = ?1 AND p.state IN (1, 2, 3) "
+                          "GROUP BY c.region ORDER BY c.region",
+    [FL__AUDIT_CLIENT_GET] = "SELECT population_id FROM clients WHERE client_id = ?1",
+    [FL__AUDIT_CLIENT_PARTS_DELETE] = "DELETE FROM round_participants WHERE client_id = ?1",
+    [FL__AUDIT_CLIENT_DELETE] = "DELETE FROM clients WHERE client_id = ?1",
+    /* Participations in finished rounds (2 = COMPLETED, 3 = ABANDONED) older than ?1. */
+    [FL__AUDIT_EXPIRED_PARTS_DELETE] =
+        "DELETE FROM round_participants WHERE updated_at < ?1 AND round_id IN "
+        "(SELECT id FROM rounds WHERE state IN (2, 3))",
+    [FL__AUDIT_EXPIRED_CLIENT_PARTS_DELETE] =
+        "DELETE FROM round_participants WHERE client_id IN "
+        "(SELECT client_id FROM clients WHERE last_seen < ?1)",
+    [FL__AUDIT_EXPIRED_CLIENTS_DELETE] = "DELETE FROM clients WHERE last_seen < ?1",
+};
+
+const char *fl__store_audit_sql(enum fl__store_audit_stmt_id id) {
+    if (!FL_ALWAYS((unsigned)id < FL__AUDIT_STMT_COUNT))
+        return NULL;
+    return fl__store_audit_sql_text[id];
 }

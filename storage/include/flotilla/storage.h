@@ -40,7 +40,7 @@ extern "C" {
 /* Bytes of a lowercase hex SHA-256 digest including the terminating NUL. */
 #define FL_STORE_SHA256_HEX_BYTES 65
 /* Schema version this library creates and upgrades to (PRAGMA user_version). */
-#define FL_STORE_SCHEMA_VERSION 2
+#define FL_STORE_SCHEMA_VERSION 3
 /* Longest name accepted for populations, tags and client IDs, in bytes. */
 #define FL_STORE_NAME_MAX 128
 /* Longest JSON text accepted in any *_json argument, in bytes. */
@@ -437,6 +437,350 @@ FL_API fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out,
  * FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
 FL_API fl_status fl_store_ledger_list(fl_store *st, fl_store_ledger_entry **out, size_t *count,
                                       int64_t population_id);
+
+/* ==== audit log ====================================================================
+ * Tamper-evident round logs (docs/audit.md, docs/auditor-guide.md). Every round, population
+ * creation, configuration change, registered model, budget refusal, client erasure and
+ * retention sweep appends one entry: canonical JSON (sorted keys, no whitespace, ASCII,
+ * integers and strings only) that never holds raw updates, examples or direct identifiers
+ * (client ids appear only as keyed pseudonyms). Entries are the leaves of an RFC 9162
+ * Merkle tree; signed checkpoints (C2SP signed-note "checkpoint" format, Ed25519) commit to
+ * the tree, and inclusion and consistency proofs show what a checkpoint contains and that
+ * the log only grew. The log tables are append-only: no call updates or deletes them, and
+ * SQLite triggers refuse UPDATE and DELETE even for raw SQL.
+ *
+ * Fixed-point units in entries: epsilon, clip norm, noise multiplier and sampling rate are
+ * integers in units of 1e-9 (suffix _e9), delta in units of 1e-18 (_e18). Spent epsilon
+ * and delta are rounded up, budgets down, so the log never understates a spend.
+ *
+ * Appends run in the caller's transaction when one is open (the coordinator commits the
+ * model version, round record, ledger entry and audit entry together) and check the same
+ * rules the offline verifier checks; an entry that would break them is refused. */
+
+/* Bytes of a Merkle tree hash (SHA-256). */
+#define FL_STORE_AUDIT_HASH_BYTES 32
+/* Bytes of the Ed25519 public key that signs checkpoints. */
+#define FL_STORE_AUDIT_PUBLIC_KEY_BYTES 32
+/* Bytes of the Ed25519 secret key (libsodium layout: seed || public key). */
+#define FL_STORE_AUDIT_SECRET_KEY_BYTES 64
+/* Bytes of the HMAC-SHA256 key that turns client ids into pseudonyms. */
+#define FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES 32
+/* Bytes of a pseudonym: 64 lowercase hex digits + NUL. */
+#define FL_STORE_AUDIT_PSEUDONYM_BYTES 65
+/* Longest proof (hashes) for any tree the log can hold; size proof buffers with it. */
+#define FL_STORE_AUDIT_PROOF_MAX 64
+/* Longest canonical entry, in bytes. */
+#define FL_STORE_AUDIT_ENTRY_MAX 65536
+/* Longest checkpoint origin (log name), in bytes. */
+#define FL_STORE_AUDIT_ORIGIN_MAX 128
+/* Secure aggregation phases with a dropout count in round entries. */
+#define FL_STORE_AUDIT_PHASES 5
+
+/* Run-time getters for the macros above (same values). Thread-safe. */
+FL_API size_t fl_store_audit_hash_bytes(void);
+FL_API size_t fl_store_audit_public_key_bytes(void);
+FL_API size_t fl_store_audit_secret_key_bytes(void);
+FL_API size_t fl_store_audit_pseudonym_key_bytes(void);
+FL_API size_t fl_store_audit_pseudonym_bytes(void);
+FL_API size_t fl_store_audit_proof_max(void);
+FL_API size_t fl_store_audit_entry_max(void);
+FL_API size_t fl_store_audit_origin_max(void);
+FL_API size_t fl_store_audit_phases(void);
+
+/* Index of each phase in fl_store_audit_round_info.dropped_by_phase. */
+typedef enum fl_store_audit_phase {
+    FL_STORE_AUDIT_PHASE_ADVERTISE = 0,   /* advertise keys */
+    FL_STORE_AUDIT_PHASE_SHARE = 1,       /* share keys */
+    FL_STORE_AUDIT_PHASE_MASKED = 2,      /* masked input (training happens before it) */
+    FL_STORE_AUDIT_PHASE_CONSISTENCY = 3, /* consistency check */
+    FL_STORE_AUDIT_PHASE_UNMASK = 4       /* unmasking */
+} fl_store_audit_phase;
+
+/* Number of a round's selected clients from one region. */
+typedef struct fl_store_audit_region {
+    const char *region; /* region code, 1..64 printable ASCII bytes */
+    int64_t count;      /* clients, >= 1 */
+} fl_store_audit_region;
+
+/* What the coordinator tells the log about a finished round; the rest (population, round
+ * number, outcome, models in and out with their SHA-256, counts, times, DP mechanism from
+ * the round's privacy-ledger entries, budget) is read from the store. Fill with
+ * fl_store_audit_round_info_init(), then set fields. */
+typedef struct fl_store_audit_round_info {
+    size_t struct_size;                 /* sizeof(fl_store_audit_round_info) */
+    int64_t round_id;                   /* a COMPLETED or ABANDONED round */
+    const uint8_t *task_config_sha256;  /* 32 bytes: SHA-256 of the task config the clients
+                                         * got; NULL = SHA-256 of the round's config_json */
+    int64_t dropped_by_phase[FL_STORE_AUDIT_PHASES]; /* dropouts per phase (>= 0); they must
+                                         * add up to the round's dropped count */
+    int secagg_enabled;                 /* 1 if the round used secure aggregation */
+    int64_t secagg_n;                   /* clients in the secagg session (<= selected) */
+    int64_t secagg_k;                   /* neighbourhood size (t <= k <= n) */
+    int64_t secagg_t;                   /* reconstruction threshold (>= 1) */
+    double epsilon_total;               /* the accountant's cumulative epsilon for the
+                                         * population after this round (>= the previous
+                                         * round's); the round's spend is the increase */
+    double delta;                       /* delta at which epsilon is stated, in [0, 1) */
+    const fl_store_audit_region *regions; /* selected clients per region; NULL = counted from
+                                         * the round's participants (clients table) */
+    size_t n_regions;                   /* entries in regions */
+    const char *coordinator_version;    /* 1..64 printable ASCII; NULL = fl_version_string() */
+} fl_store_audit_round_info;
+
+/* Fills info with defaults: no secagg, no dropouts, epsilon_total 0, delta 0, regions from
+ * participants, task config hash from the store. NULL is a no-op. Thread-safe. */
+FL_API void fl_store_audit_round_info_init(fl_store_audit_round_info *info);
+
+/* Appends a "population_created" entry for population_id (name, budget, allowed regions
+ * and the SHA-256 of its config, from the store). Other appends for a population add this
+ * entry first when the log does not have it yet.
+ *   seq_out  receives the entry's index (leaf number, from 0); may be NULL.
+ * Returns FL_OK; FL_ERR_EXISTS (already logged); FL_ERR_NOT_FOUND; FL_ERR_MISUSE;
+ * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE (failed handle). */
+FL_API fl_status fl_store_audit_append_population(fl_store *st, int64_t *seq_out,
+                                                  int64_t population_id);
+
+/* Appends a "config_changed" entry: the population's task configuration and privacy terms
+ * as they apply from now on. Later entries are checked against these terms.
+ *   config_json           the new configuration (only its SHA-256 is logged); NULL = "{}".
+ *   epsilon, delta        the population's total budget: finite epsilon > 0, 0 <= delta < 1.
+ *   allowed_regions_json  JSON array of region strings, [] = any; NULL = "[]".
+ * Returns FL_OK; FL_ERR_NOT_FOUND; FL_ERR_FORMAT; FL_ERR_TOO_LARGE; FL_ERR_MISUSE;
+ * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_append_config(fl_store *st, int64_t *seq_out,
+                                              int64_t population_id, const char *config_json,
+                                              double epsilon, double delta,
+                                              const char *allowed_regions_json);
+
+/* Appends a "model_registered" entry: model version (of population_id, with its SHA-256)
+ * becomes the population's current model, e.g. after an admin upload. The next round must
+ * start from it. Returns FL_OK; FL_ERR_NOT_FOUND (population or version); FL_ERR_MISUSE
+ * (version of another population); FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_append_model(fl_store *st, int64_t *seq_out,
+                                             int64_t population_id, int64_t version);
+
+/* Appends a "round" entry for a COMPLETED or ABANDONED round (call it in the transaction
+ * that completes the round). Refused when the entry would break a log rule: counts that do
+ * not add up, a secagg threshold above the survivors, an epsilon total that decreases or
+ * exceeds the budget (FL_ERR_BUDGET), a model in that is not the population's current
+ * model, a region outside the allowed ones. Returns FL_OK; FL_ERR_BUDGET; FL_ERR_STATE
+ * (round not terminal, or failed handle); FL_ERR_EXISTS (round already logged);
+ * FL_ERR_NOT_FOUND; FL_ERR_MISUSE (a field, or a rule, named in the message); FL_ERR_BUSY;
+ * FL_ERR_IO; FL_ERR_NOMEM. */
+FL_API fl_status fl_store_audit_append_round(fl_store *st, int64_t *seq_out,
+                                             const fl_store_audit_round_info *info);
+
+/* Appends a "budget_refused" entry: round round_number of population_id was not started
+ * because its accountant total would have been epsilon_requested (> the budget) at delta.
+ * Returns FL_OK; FL_ERR_MISUSE (epsilon_requested within the budget: not a refusal, or a
+ * round number not above the last logged round); FL_ERR_NOT_FOUND; FL_ERR_BUSY; FL_ERR_IO;
+ * FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_append_refusal(fl_store *st, int64_t *seq_out,
+                                               int64_t population_id, int64_t round_number,
+                                               double epsilon_requested, double delta);
+
+/* Pseudonym of client_id under key: lowercase hex HMAC-SHA256(key, client_id), written to
+ * out (FL_STORE_AUDIT_PSEUDONYM_BYTES). Returns FL_OK or FL_ERR_MISUSE. Thread-safe. */
+FL_API fl_status fl_store_audit_pseudonym(char out[FL_STORE_AUDIT_PSEUDONYM_BYTES],
+                                          const uint8_t key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES],
+                                          const char *client_id);
+
+/* Erasure request (GDPR art. 17): deletes client_id's registry row (token hash, region,
+ * times) and its round participations, and appends an "erasure" entry naming the client
+ * only by its pseudonym under pseudonym_key, all in one transaction. The key stays with
+ * the caller; wipe it after use. Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
+ * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *client_id,
+                                       const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
+
+/* What a retention sweep deleted. */
+typedef struct fl_store_retention_result {
+    int64_t cutoff;                 /* Unix ms: data older than this was expired */
+    int64_t clients_deleted;        /* client rows (with their token hashes) */
+    int64_t participations_deleted; /* round participation rows */
+    int64_t seq;                    /* index of the "retention" entry logged */
+} fl_store_retention_result;
+
+/* Retention sweep: with cutoff = now - retention_ms, deletes clients last seen before the
+ * cutoff (with all their participations) and participations in finished rounds last
+ * updated before it, then appends a "retention" entry with the counts; one transaction.
+ * The log keeps only pseudonymous aggregates, so nothing in it expires.
+ *   out           receives what was done; may be NULL.
+ *   retention_ms  > 0.
+ * Returns FL_OK; FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_retention_sweep(fl_store *st, fl_store_retention_result *out,
+                                          int64_t retention_ms);
+
+/* One log entry. */
+typedef struct fl_store_audit_entry {
+    int64_t seq;                                  /* leaf index, from 0 */
+    uint8_t leaf_hash[FL_STORE_AUDIT_HASH_BYTES]; /* SHA-256(0x00 || json) */
+    size_t size;                                  /* bytes of json, without the NUL */
+    const char *json;                             /* canonical entry, NUL-terminated */
+} fl_store_audit_entry;
+
+/* Number of entries in the log (the tree size) into *size. Returns FL_OK; FL_ERR_MISUSE;
+ * FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_size(fl_store *st, int64_t *size);
+
+/* Reads entry seq into *out (release with fl_store_free). Returns FL_OK; FL_ERR_NOT_FOUND;
+ * FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_entry_get(fl_store *st, fl_store_audit_entry **out, int64_t seq);
+
+/* Root hash of the tree made of the first size entries (0 <= size <= the log size; 0 is
+ * the empty tree). Returns FL_OK; FL_ERR_RANGE; FL_ERR_CORRUPT (a stored hash is
+ * missing); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_root(fl_store *st, uint8_t root[FL_STORE_AUDIT_HASH_BYTES],
+                                     int64_t size);
+
+/* Inclusion proof (RFC 9162 2.1.3) for entry index in the tree of size entries: the audit
+ * path, leaf side first, into proof[0..*count). proof holds cap hashes
+ * (FL_STORE_AUDIT_PROOF_MAX is always enough). O(log n) reads.
+ * Returns FL_OK; FL_ERR_RANGE (index >= size, size above the log size, or cap too small);
+ * FL_ERR_CORRUPT; FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_inclusion_proof(fl_store *st, uint8_t (*proof)[32], size_t cap,
+                                                size_t *count, int64_t index, int64_t size);
+
+/* Consistency proof (RFC 9162 2.1.4) that the tree of size m is a prefix of the tree of
+ * size n (0 <= m <= n <= the log size); empty when m is 0 or m == n. Same buffer rules and
+ * returns as fl_store_audit_inclusion_proof. */
+FL_API fl_status fl_store_audit_consistency_proof(fl_store *st, uint8_t (*proof)[32], size_t cap,
+                                                  size_t *count, int64_t m, int64_t n);
+
+/* Checks an inclusion proof without any store. Returns FL_OK, FL_ERR_CRYPTO (the proof
+ * does not show it) or FL_ERR_MISUSE. Thread-safe. */
+FL_API fl_status fl_store_audit_verify_inclusion(const uint8_t leaf_hash[32], int64_t index,
+                                                 int64_t size, const uint8_t (*proof)[32],
+                                                 size_t count, const uint8_t root[32]);
+
+/* Checks a consistency proof between (m, root1) and (n, root2) without any store.
+ * Returns FL_OK, FL_ERR_CRYPTO or FL_ERR_MISUSE. Thread-safe. */
+FL_API fl_status fl_store_audit_verify_consistency(int64_t m, int64_t n,
+                                                   const uint8_t (*proof)[32], size_t count,
+                                                   const uint8_t root1[32],
+                                                   const uint8_t root2[32]);
+
+/* Leaf hash of an entry's bytes, SHA-256(0x00 || bytes). Thread-safe. */
+FL_API void fl_store_audit_leaf_hash(uint8_t out[FL_STORE_AUDIT_HASH_BYTES], const void *entry,
+                                     size_t len);
+
+/* A signed checkpoint of the log. */
+typedef struct fl_store_audit_checkpoint {
+    int64_t tree_size;                       /* entries covered */
+    uint8_t root[FL_STORE_AUDIT_HASH_BYTES]; /* root hash of those entries */
+    int64_t created_at;                      /* Unix ms */
+    const char *note;                        /* the signed note (C2SP checkpoint), text */
+} fl_store_audit_checkpoint;
+
+/* Signs a checkpoint of the whole log as it is now and stores it. The note is
+ *   <origin>\n<tree size>\n<base64 root>\n\n— <origin> <base64(key id || signature)>\n
+ * (key id: first 4 bytes of SHA-256(origin || 0x0A || 0x01 || public key)). When the log has
+ * not grown since the latest checkpoint, that one is returned and nothing is written.
+ * Before signing, the new tree is checked to be consistent with the latest checkpoint.
+ *   out         receives the checkpoint (release with fl_store_free); may be NULL.
+ *   origin      the log's name, e.g. "flotilla.example.org/audit": 1..FL_STORE_AUDIT_ORIGIN_MAX
+ *               printable ASCII bytes without '+'; the same for every checkpoint of a log.
+ *   secret_key  Ed25519 secret key (libsodium layout); not retained. Every checkpoint of a
+ *               log is signed by the same key.
+ * Returns FL_OK; FL_ERR_STATE (empty log, or failed handle); FL_ERR_MISUSE (bad origin, or a
+ * key or origin different from the earlier checkpoints'); FL_ERR_CORRUPT (the stored tree
+ * no longer matches the latest checkpoint); FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM. */
+FL_API fl_status fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint **out,
+                                                const char *origin,
+                                                const uint8_t secret_key[FL_STORE_AUDIT_SECRET_KEY_BYTES]);
+
+/* Reads the latest checkpoint into *out (release with fl_store_free). Returns FL_OK;
+ * FL_ERR_NOT_FOUND (none yet); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_checkpoint_latest(fl_store *st, fl_store_audit_checkpoint **out);
+
+/* Writes the verifier key of (origin, public key) in the signed-note format
+ * "<origin>+<8 hex key id>+<base64(0x01 || public key)>" into out (cap bytes, NUL
+ * included; 256 is always enough). Returns FL_OK; FL_ERR_RANGE (cap too small);
+ * FL_ERR_MISUSE. Thread-safe. */
+FL_API fl_status fl_store_audit_vkey(char *out, size_t cap, const char *origin,
+                                     const uint8_t public_key[FL_STORE_AUDIT_PUBLIC_KEY_BYTES]);
+
+/* Verifies a checkpoint note against a verifier key (from fl_store_audit_vkey): the note's
+ * origin must be the key's name and its only signature line valid. On success writes the
+ * tree size and root (either may be NULL). Returns FL_OK; FL_ERR_FORMAT (malformed note or
+ * key); FL_ERR_CRYPTO (wrong key or bad signature); FL_ERR_MISUSE. Thread-safe. */
+FL_API fl_status fl_store_audit_checkpoint_verify(const char *note, size_t len, const char *vkey,
+                                                  int64_t *tree_size,
+                                                  uint8_t root[FL_STORE_AUDIT_HASH_BYTES]);
+
+/* Writes the audit bundle (header line, the entries covered by the latest checkpoint, every
+ * checkpoint; JSON Lines, docs/audit.md) into one buffer *out of *len bytes (release with
+ * fl_store_free). Entries after the latest checkpoint are left out: sign a checkpoint
+ * first. Returns FL_OK; FL_ERR_NOT_FOUND (no checkpoint yet); FL_ERR_TOO_LARGE;
+ * FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_audit_export(fl_store *st, uint8_t **out, size_t *len);
+
+/* Like fl_store_audit_export, streamed to a new file at path (replaced if it exists).
+ * Returns FL_ERR_IO also when the file cannot be written. */
+FL_API fl_status fl_store_audit_export_file(fl_store *st, const char *path);
+
+/* ---- offline bundle verification ----
+ * Needs no store: this is what flotilla-audit runs on the auditor's machine. */
+
+/* Outcome of fl_store_audit_bundle_verify. */
+typedef struct fl_store_audit_verdict {
+    int ok;                /* 1: every check passed */
+    int64_t entries;       /* entries in the bundle */
+    int64_t checkpoints;   /* checkpoints in the bundle */
+    int64_t bad_entry;     /* index of the first offending entry, -1 if none */
+    int64_t bad_checkpoint;/* index of the first offending checkpoint, -1 if none */
+    int64_t bad_line;      /* 1-based bundle line of the first problem, 0 if none */
+    uint8_t root[FL_STORE_AUDIT_HASH_BYTES]; /* verified root of the last checkpoint */
+    char message[512];     /* the verdict in words ("verified: ..." or the first problem) */
+} fl_store_audit_verdict;
+
+typedef struct fl_store_audit_bundle fl_store_audit_bundle;
+
+/* Opens a bundle held in memory: splits it into lines and reads the header line.
+ *   out    receives the handle; on failure a failed handle (for its errmsg) unless NULL.
+ *   bytes  the bundle; not copied: it must stay valid and unchanged until close.
+ *   alloc  allocator (NULL = libc); copied.
+ * Returns FL_OK; FL_ERR_FORMAT (not a bundle: message says where); FL_ERR_TOO_LARGE;
+ * FL_ERR_NOMEM; FL_ERR_MISUSE. One thread at a time per handle. */
+FL_API fl_status fl_store_audit_bundle_open(fl_store_audit_bundle **out, const void *bytes,
+                                            size_t len, const fl_allocator *alloc);
+
+/* Verifies everything: every line canonical, the header, every checkpoint's signature
+ * under the bundle's key (which must equal trusted_vkey when that is not NULL), checkpoint
+ * sizes increasing with the last covering all entries, the Merkle root recomputed from the
+ * entry bytes at every checkpoint, RFC 9162 consistency between successive checkpoints, and
+ * each entry's rules (docs/audit.md). Fills *verdict either way. Returns FL_OK when the
+ * bundle verifies; FL_ERR_CRYPTO (a signature, root or proof fails); FL_ERR_FORMAT
+ * (malformed line or entry); FL_ERR_CORRUPT (an entry breaks a rule); FL_ERR_NOMEM;
+ * FL_ERR_MISUSE. */
+FL_API fl_status fl_store_audit_bundle_verify(fl_store_audit_bundle *b, const char *trusted_vkey,
+                                              fl_store_audit_verdict *verdict);
+
+/* Number of entries / checkpoints the header announces (0 for a failed handle). */
+FL_API size_t fl_store_audit_bundle_entry_count(const fl_store_audit_bundle *b);
+FL_API size_t fl_store_audit_bundle_checkpoint_count(const fl_store_audit_bundle *b);
+
+/* Bytes of entry i (a line without its newline; not NUL-terminated) and its length;
+ * NULL when i is out of range. Points into the caller's bundle bytes. */
+FL_API const char *fl_store_audit_bundle_entry(const fl_store_audit_bundle *b, size_t i,
+                                               size_t *len);
+
+/* Line of checkpoint i ({"checkpoint": note}) and its length; NULL when out of range. */
+FL_API const char *fl_store_audit_bundle_checkpoint(const fl_store_audit_bundle *b, size_t i,
+                                                    size_t *len);
+
+/* The header's origin and verifier key, NUL-terminated, owned by b ("" for a failed
+ * handle). */
+FL_API const char *fl_store_audit_bundle_origin(const fl_store_audit_bundle *b);
+FL_API const char *fl_store_audit_bundle_vkey(const fl_store_audit_bundle *b);
+
+/* Detail of the last failure on b; never NULL. */
+FL_API const char *fl_store_audit_bundle_errmsg(const fl_store_audit_bundle *b);
+
+/* Closes b. NULL is a no-op. */
+FL_API void fl_store_audit_bundle_close(fl_store_audit_bundle *b);
+
+/* ==== end of audit log ============================================================== */
 
 #ifdef __cplusplus
 }
