@@ -7,7 +7,7 @@
  * refusal and restarts are checked. */
 #include <math.h>
 
-#include "coord_test_util.h"
+#include "coord_testkit.h"
 #include "flotilla/dp.h"
 #include "flotilla/secagg.h"
 #include "flotilla/tensor.h"
@@ -16,11 +16,6 @@
 typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                              uint32_t count, const float *delta, size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
-#define D 24          /* floats in the update tensor "w" */
-#define NMAX 16       /* most clients in a test */
-
-enum { DROP_NONE = 0, DROP_ADVERTISE = 1, DROP_SHARE = 2, DROP_MASKED = 3, DROP_UNMASK = 5 };
 
 struct hook {
     int calls;
@@ -40,364 +35,6 @@ static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec
     memcpy(h->sum, sum, h->vec_len * sizeof(uint64_t));
     h->count = count;
     memcpy(h->delta, delta, (dim < D ? dim : D) * sizeof(float));
-}
-
-/* ---- population, model, clients ---- */
-
-struct popcfg {
-    const char *name;
-    int target, min;
-    bool secagg;
-    int neighbors;
-    const char *mode;        /* none, central, distributed */
-    const char *weighting;   /* uniform, examples */
-    const char *strategy;
-    double budget;
-    int bits;
-};
-
-static float base_w(int j) { return 0.25f * (float)(j % 7) - 0.5f; }
-
-/* Model: "w" (D floats, the update tensor) and "b" (2 floats, not updated). */
-static uint8_t *make_model(size_t *len) {
-    static float w[D], b[2] = {3.0f, -4.0f};
-    for (int j = 0; j < D; j++)
-        w[j] = base_w(j);
-    fl_safetensors_writer *wr = NULL;
-    assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
-    uint64_t sw[1] = {D}, sb[1] = {2};
-    assert_int_equal(fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, sizeof(w)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, sizeof(b)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_size(wr, len), FL_OK);
-    uint8_t *buf = malloc(*len);
-    assert_int_equal(fl_safetensors_writer_serialize(wr, buf, *len), FL_OK);
-    fl_safetensors_writer_destroy(wr);
-    return buf;
-}
-
-/* Creates and starts the population, enrolls n clients; returns their tokens. */
-static void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n) {
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
-             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
-             "\"strategy\":{\"name\":\"%s\"},"
-             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5},"
-             "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0,\"modulus_bits\":%d%s}}",
-             pc->name, pc->target, pc->min, pc->weighting ? pc->weighting : "uniform",
-             pc->strategy ? pc->strategy : "fedavg", pc->secagg ? "true" : "false",
-             pc->neighbors, pc->mode, pc->bits ? pc->bits : 32,
-             strcmp(pc->mode, "none") == 0 ? ""
-             : pc->budget > 0 ? ",\"noise_multiplier\":1.0,\"delta\":1e-5,"
-                                "\"population_size\":1000,\"epsilon_budget\":1e9"
-                              : "");
-    if (pc->budget > 0 && strcmp(pc->mode, "none") != 0) {
-        char *e = strstr(body, "1e9");
-        char num[32];
-        snprintf(num, sizeof(num), "%g", pc->budget);
-        char tail[64];
-        snprintf(tail, sizeof(tail), "%s", e + 3);
-        snprintf(e, sizeof(body) - (size_t)(e - body), "%s%s", num, tail);
-    }
-    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
-    if (r.status != 201)
-        fprintf(stderr, "%s\n", r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
-    json_decref(j);
-    resp_free(&r);
-    size_t mlen;
-    uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", pc->name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
-    free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", pc->name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
-    for (int i = 0; i < n; i++) {
-        snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"}", pc->name);
-        r = http_json(f, "POST", "/v1/enroll", etok, body);
-        assert_int_equal(r.status, 201);
-        j = body_json(&r);
-        tokens[i] = strdup(json_string_value(json_object_get(j, "client_token")));
-        json_decref(j);
-        resp_free(&r);
-    }
-    free(etok);
-}
-
-/* What a device reads from the signed task. */
-struct task {
-    int64_t rid;
-    bool secagg;
-    uint32_t index, n, k, t, bits;
-    size_t vec_len, dim;
-    int mode; /* 0 none, 1 central, 2 distributed */
-    double clip, gran, beta;
-    uint64_t s2n, s2d;
-    uint32_t nmin;
-    uint8_t rot_seed[32];
-    int64_t dl[5];           /* phase deadlines, Unix ms */
-};
-
-static void parse_task(const struct resp *r, struct task *t) {
-    json_t *j = body_json(r);
-    json_t *up = json_object_get(j, "update"), *dp = json_object_get(j, "dp"),
-           *sa = json_object_get(j, "secagg");
-    memset(t, 0, sizeof(*t));
-    t->rid = json_integer_value(json_object_get(j, "round_id"));
-    t->vec_len = (size_t)json_integer_value(json_object_get(up, "length"));
-    t->dim = (size_t)json_integer_value(json_object_get(up, "dim"));
-    const char *mode = json_string_value(json_object_get(dp, "mode"));
-    t->mode = strcmp(mode, "central") == 0 ? 1 : strcmp(mode, "distributed") == 0 ? 2 : 0;
-    t->clip = json_number_value(json_object_get(dp, "clip_norm"));
-    t->gran = json_number_value(json_object_get(dp, "granularity"));
-    t->beta = json_number_value(json_object_get(dp, "beta"));
-    t->bits = (uint32_t)json_integer_value(json_object_get(dp, "modulus_bits"));
-    if (t->mode == 2) {
-        t->s2n = (uint64_t)json_integer_value(json_object_get(dp, "client_variance_num"));
-        t->s2d = (uint64_t)json_integer_value(json_object_get(dp, "client_variance_den"));
-        t->nmin = (uint32_t)json_integer_value(json_object_get(dp, "min_survivors"));
-        size_t sl = 0;
-        const char *seed =
-            json_string_value(json_object_get(json_object_get(dp, "rotation"), "seed"));
-        assert_int_equal(sodium_base642bin(t->rot_seed, 32, seed, strlen(seed), NULL, &sl, NULL,
-                                           sodium_base64_VARIANT_ORIGINAL), 0);
-        assert_int_equal(sl, 32);
-    }
-    static const char *dln[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",
-                                 "consistency_unix_ms", "unmask_unix_ms"};
-    for (int k = 0; k < 5; k++)
-        t->dl[k] = json_integer_value(json_object_get(json_object_get(j, "deadlines"), dln[k]));
-    t->secagg = json_is_true(json_object_get(sa, "enabled"));
-    if (t->secagg) {
-        t->index = (uint32_t)json_integer_value(json_object_get(sa, "client_index"));
-        t->n = (uint32_t)json_integer_value(json_object_get(sa, "num_clients"));
-        t->k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
-        t->t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
-        assert_int_equal(json_integer_value(json_object_get(sa, "vector_length")), t->vec_len);
-    }
-    json_decref(j);
-}
-
-struct tc {
-    char *tok;
-    char pid[40];
-    struct task task;
-    fl_secagg_client *sa;
-    uint64_t words[1024];    /* the device's encoded vector (vec_len) */
-    float delta[D];          /* its true update */
-    int drop;
-    int weight;
-};
-
-/* Device-side encoding of docs/protocol.md section 5.1. */
-static void encode(struct tc *c, int i) {
-    struct task *t = &c->task;
-    assert_int_equal(t->dim, D);
-    for (int j = 0; j < D; j++)
-        c->delta[j] = 0.01f * (float)(((i * 7 + j * 3) % 11) - 5);
-    fl_dp_rng *rng = NULL;
-    assert_int_equal(fl_dp_rng_create_os(&rng, NULL), FL_OK);
-    uint64_t mask = t->bits >= 64 ? ~0ull : (1ull << t->bits) - 1;
-    memset(c->words, 0, sizeof(c->words));
-    if (t->mode == 2) {
-        fl_dp_distributed_params p;
-        fl_dp_distributed_params_init(&p);
-        p.dim = D;
-        p.clip = t->clip;
-        p.granularity = t->gran;
-        p.beta = t->beta;
-        p.modulus_bits = t->bits;
-        p.n_min = t->nmin;
-        p.sigma2_num = t->s2n;
-        p.sigma2_den = t->s2d;
-        size_t dp = fl_dp_distributed_padded_dim(D);
-        assert_int_equal(dp + 1, t->vec_len);
-        assert_int_equal(fl_dp_distributed_encode(rng, c->words, dp, c->delta, &p, t->rot_seed,
-                                                  NULL, NULL), FL_OK);
-    } else {
-        float scaled[D];
-        double w = c->weight > 0 ? c->weight : 1;
-        for (int j = 0; j < D; j++)
-            scaled[j] = (float)(c->delta[j] * w);
-        fl_dp_central_params p;
-        fl_dp_central_params_init(&p);
-        p.clip = t->clip * w;
-        p.granularity = t->gran;
-        p.beta = t->beta;
-        int64_t q[D];
-        assert_int_equal(fl_dp_central_encode(rng, q, scaled, D, &p, NULL, NULL), FL_OK);
-        for (int j = 0; j < D; j++)
-            c->words[j] = (uint64_t)q[j] & mask;
-    }
-    c->words[t->vec_len - 1] = c->weight > 0 ? (uint64_t)c->weight : 1;
-    fl_dp_rng_destroy(rng);
-}
-
-static void checkin_all(struct fx *f, struct tc *c, int n, int64_t *rid) {
-    const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
-                     "\"idle\":true},\"capabilities\":{\"secagg\":true}}";
-    for (int i = 0; i < n; i++) {
-        struct resp r = http_json(f, "POST", "/v1/checkin", c[i].tok, ok);
-        assert_int_equal(r.status, 200);
-        json_t *j = body_json(&r);
-        if (strcmp(json_string_value(json_object_get(j, "status")), "selected") != 0)
-            fprintf(stderr, "check-in: %s\n", r.body);
-        assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
-        snprintf(c[i].pid, sizeof(c[i].pid), "%s",
-                 json_string_value(json_object_get(j, "participation_id")));
-        *rid = json_integer_value(json_object_get(j, "round_id"));
-        json_decref(j);
-        resp_free(&r);
-    }
-}
-
-static void fetch_tasks(struct fx *f, struct tc *c, int n, int64_t rid) {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
-    for (int i = 0; i < n; i++) {
-        struct resp r = http_req(f, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid);
-        assert_int_equal(r.status, 200);
-        parse_task(&r, &c[i].task);
-        resp_free(&r);
-        assert_int_equal(c[i].task.rid, rid);
-        encode(&c[i], i);
-    }
-}
-
-static struct resp post_phase(struct fx *f, struct tc *c, int64_t rid, const char *phase,
-                              const uint8_t *msg, size_t len) {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s", (long long)rid, phase);
-    return http_req(f, "POST", path, c->tok, "application/octet-stream", msg, len, c->pid);
-}
-
-static struct resp get_result(struct fx *f, struct tc *c, int64_t rid, const char *phase,
-                              int wait) {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=%d", (long long)rid,
-             phase, wait);
-    return http_req(f, "GET", path, c->tok, NULL, NULL, 0, c->pid);
-}
-
-/* Runs the secagg phases for clients c[0..n) with their drop points. Returns the round's
- * outcome JSON (caller frees) as read by the first client that finishes. */
-static json_t *run_secagg(struct fx *f, struct tc *c, int n, int64_t rid) {
-    static const char *phases[4] = {"advertise", "share", "masked", "unmask"};
-    static const int drops[4] = {DROP_ADVERTISE, DROP_SHARE, DROP_MASKED, DROP_UNMASK};
-    const uint8_t *out[NMAX];
-    size_t out_len[NMAX];
-    bool alive[NMAX];
-    for (int i = 0; i < n; i++) {
-        fl_secagg_config cfg;
-        fl_secagg_config_init(&cfg);
-        cfg.num_clients = c[i].task.n;
-        cfg.dim = (uint32_t)c[i].task.vec_len;
-        cfg.bits = c[i].task.bits;
-        cfg.degree = c[i].task.k;
-        cfg.threshold = c[i].task.t;
-        assert_int_equal(fl_secagg_client_create(&c[i].sa, &cfg, (uint64_t)rid, c[i].task.index,
-                                                 NULL, NULL), FL_OK);
-        uint32_t x[1024];
-        for (size_t j = 0; j < c[i].task.vec_len; j++)
-            x[j] = (uint32_t)c[i].words[j];
-        assert_int_equal(fl_secagg_client_set_input(c[i].sa, x, c[i].task.vec_len), FL_OK);
-        assert_int_equal(fl_secagg_client_start(c[i].sa, &out[i], &out_len[i]), FL_OK);
-        alive[i] = true;
-    }
-    json_t *outcome = NULL;
-    for (int ph = 0; ph < 4; ph++) {
-        bool skipped = false;
-        for (int i = 0; i < n; i++) {
-            if (!alive[i])
-                continue;
-            if (c[i].drop == drops[ph]) {
-                alive[i] = false;
-                skipped = true;
-                continue;
-            }
-            struct resp r = post_phase(f, &c[i], rid, phases[ph], out[i], out_len[i]);
-            if (r.status != 202)
-                fprintf(stderr, "post %s client %d: %ld %s\n", phases[ph], i, r.status, r.body);
-            assert_int_equal(r.status, 202);
-            resp_free(&r);
-        }
-        if (skipped) { /* the phase closes at its deadline */
-            static const int dlk[4] = {0, 1, 2, 4};
-            int64_t to = c[0].task.dl[dlk[ph]] + 1;
-            fx_advance(f, to - atomic_load(&f->now_ms));
-        }
-        for (int i = 0; i < n; i++) {
-            if (!alive[i])
-                continue;
-            struct resp r = get_result(f, &c[i], rid, phases[ph], 10);
-            if (ph == 3) {
-                if (r.status == 200 && !outcome)
-                    outcome = body_json(&r);
-                resp_free(&r);
-                continue;
-            }
-            if (r.status == 410) { /* the round failed: the outcome says why */
-                resp_free(&r);
-                alive[i] = false;
-                continue;
-            }
-            assert_int_equal(r.status, 200);
-            fl_status st = fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len,
-                                                   &out[i], &out_len[i]);
-            if (st != FL_OK)
-                fprintf(stderr, "client %d handle %s: %s\n", i, phases[ph],
-                        fl_secagg_client_errmsg(c[i].sa));
-            assert_int_equal(st, FL_OK);
-            resp_free(&r);
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        fl_secagg_client_destroy(c[i].sa);
-        c[i].sa = NULL;
-    }
-    return outcome;
-}
-
-static json_t *round_status(struct fx *f, struct tc *c, int64_t rid) {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/status", (long long)rid);
-    struct resp r = http_req(f, "GET", path, c->tok, NULL, NULL, 0, c->pid);
-    assert_int_equal(r.status, 200);
-    json_t *j = body_json(&r);
-    resp_free(&r);
-    return j;
-}
-
-/* Downloads model version v of pop and returns tensor "w" (D floats) and "b" (2). */
-static void fetch_model(struct fx *f, struct tc *c, const char *pop, int64_t v, float *w,
-                        float *b) {
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/models/%s/%lld", pop, (long long)v);
-    struct resp r = http_req(f, "GET", path, c->tok, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    char sigb[128];
-    assert_non_null(header_in(&r, "Flotilla-Signature", sigb, sizeof(sigb)));
-    fl_safetensors *st = NULL;
-    assert_int_equal(fl_safetensors_create(&st, NULL), FL_OK);
-    assert_int_equal(fl_safetensors_parse(st, r.body, r.len), FL_OK);
-    fl_tensor_view tv;
-    assert_int_equal(fl_safetensors_find(st, &tv, "w"), FL_OK);
-    memcpy(w, tv.data, D * sizeof(float));
-    assert_int_equal(fl_safetensors_find(st, &tv, "b"), FL_OK);
-    memcpy(b, tv.data, 2 * sizeof(float));
-    fl_safetensors_destroy(st);
-    resp_free(&r);
 }
 
 /* Checks the hook's sum against the plain sum of the survivors' vectors, the model against
@@ -438,11 +75,6 @@ static void check_aggregate(struct fx *f, struct hook *h, struct tc *c, int n, i
     assert_float_equal(b[1], -4.0f, 0);
 }
 
-static void clients_free(struct tc *c, int n) {
-    for (int i = 0; i < n; i++)
-        free(c[i].tok);
-}
-
 /* A device waiting for a phase result in another thread. */
 struct poll_arg {
     struct fx *f;
@@ -474,7 +106,7 @@ static void test_secagg_round_exact(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"sa", N, 5, true, 9, "none", NULL, NULL, 0, 32};
+    struct popcfg pc = {"sa", N, 5, true, 9, "none", NULL, NULL, 0, 32, NULL};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -590,7 +222,7 @@ static void test_secagg_replay_and_long_poll(void **state) {
     enum { N = 6 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"rp", N, 4, true, 5, "none", NULL, NULL, 0, 32};
+    struct popcfg pc = {"rp", N, 4, true, 5, "none", NULL, NULL, 0, 32, NULL};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -738,7 +370,7 @@ static void test_secagg_dropouts_every_phase(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"dr", N, 5, true, 9, "none", NULL, NULL, 0, 32};
+    struct popcfg pc = {"dr", N, 5, true, 9, "none", NULL, NULL, 0, 32, NULL};
     int drop[N] = {0};
     drop[1] = DROP_ADVERTISE;
     drop[3] = DROP_SHARE;
@@ -769,7 +401,7 @@ static void test_secagg_too_few_survivors(void **state) {
     enum { N = 8 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"few", N, 5, true, 7, "none", NULL, NULL, 0, 32};
+    struct popcfg pc = {"few", N, 5, true, 7, "none", NULL, NULL, 0, 32, NULL};
     int drop[N] = {0, DROP_MASKED, DROP_MASKED, DROP_MASKED, DROP_MASKED, 0, 0, 0};
     struct tc c[N];
     int64_t rid;
@@ -798,7 +430,7 @@ static void test_secagg_central_dp(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"cdp", N, 5, true, 9, "central", NULL, "fedadam", 50.0, 32};
+    struct popcfg pc = {"cdp", N, 5, true, 9, "central", NULL, "fedadam", 50.0, 32, NULL};
     struct tc c[N];
     int64_t rid;
     json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);
@@ -838,7 +470,7 @@ static void test_secagg_distributed_dp(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"ddp", N, 6, true, 9, "distributed", NULL, NULL, 50.0, 32};
+    struct popcfg pc = {"ddp", N, 6, true, 9, "distributed", NULL, NULL, 50.0, 32, NULL};
     int drop[N] = {0};
     drop[4] = DROP_MASKED; /* 9 survive >= min 6 */
     struct tc c[N];
@@ -863,7 +495,7 @@ static void test_plain_round(void **state) {
     enum { N = 5 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"pl", N, 3, false, 0, "none", "examples", NULL, 0, 40};
+    struct popcfg pc = {"pl", N, 3, false, 0, "none", "examples", NULL, 0, 40, NULL};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -944,7 +576,7 @@ static void test_plain_round(void **state) {
 static void test_budget_refused(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct popcfg pc = {"bud", N, 2, true, 0, "central", NULL, NULL, 0.01, 32};
+    struct popcfg pc = {"bud", N, 2, true, 0, "central", NULL, NULL, 0.01, 32, NULL};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
@@ -974,7 +606,7 @@ static void test_restart_keeps_ledger(void **state) {
     enum { N = 4 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"rs", N, 3, true, 3, "central", NULL, "fedadagrad", 1000.0, 32};
+    struct popcfg pc = {"rs", N, 3, true, 3, "central", NULL, "fedadagrad", 1000.0, 32, NULL};
     struct tc c[N];
     int64_t rid;
     json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);

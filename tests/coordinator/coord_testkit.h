@@ -1,0 +1,176 @@
+#ifndef FL_COORD_TESTKIT_H
+#define FL_COORD_TESTKIT_H
+/* Shared code of the coordinator tests (coord_testkit.c, linked into every test here):
+ *
+ * - a fixture that runs the coordinator in-process on an ephemeral 127.0.0.1 port with a
+ *   temporary SQLite file, an injected clock the test moves and a ticker thread, or as the
+ *   real `flotilla-coordinator serve` executable in a child process (for kill -9 tests);
+ * - libcurl helpers;
+ * - stand-in devices: the secagg CLIENT state machine and the dp encoders play the SDK's
+ *   part of docs/protocol.md (enrol, check in, fetch the signed task, encode, mask, post
+ *   every phase, poll the results). */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "fl_test.h"
+#include "flotilla/coordinator.h"
+
+#define ADMIN_TOKEN "fla_test-admin-token-0123456789abcdef"
+
+#define D 24          /* floats in the update tensor "w" of the test model */
+#define NMAX 16       /* most devices in one test round */
+
+/* ---- fixture ---- */
+
+struct fx {
+    char dir[64];
+    char db[128];
+    fl_coord *co;             /* in-process coordinator, or NULL with a child process */
+    unsigned port;
+    _Atomic int64_t now_ms;   /* injected clock (in-process only) */
+    pthread_t ticker;
+    atomic_bool stop_ticker;
+    bool ticking;
+    pid_t child;              /* flotilla-coordinator serve, or 0 */
+    char log[160];            /* the child's stderr */
+    char conf[160];           /* the child's config file */
+};
+
+/* In-process coordinator: fx_setup/fx_teardown are cmocka setup/teardown functions. */
+int fx_setup(void **state);
+int fx_teardown(void **state);
+void fx_start(struct fx *f);
+void fx_stop(struct fx *f);
+/* Moves the injected clock and runs the timers once. */
+void fx_advance(struct fx *f, int64_t ms);
+
+/* Child process: writes a config (port 0, the fixture's database, the test admin token, a
+ * fixed signing key file) and starts `exe serve --config`; waits until it logged its port
+ * and /readyz answers 200. */
+void fx_proc_start(struct fx *f, const char *exe);
+/* Sends sig to the child and reaps it; returns the wait status. */
+int fx_proc_signal(struct fx *f, int sig);
+/* A temp directory and database path only (no coordinator). */
+struct fx *fx_new(void);
+/* Removes the temp files; stops what is still running. */
+void fx_free(struct fx *f);
+
+/* ---- HTTP ---- */
+
+struct resp {
+    long status;
+    char *body;
+    size_t len;
+    char headers[4096];
+    size_t hlen;
+};
+
+/* One request; pid (may be NULL) goes in Idempotency-Key. Thread-safe (own handle). */
+struct resp http_req(struct fx *f, const char *method, const char *path, const char *token,
+                     const char *content_type, const void *body, size_t len, const char *pid);
+struct resp http_json(struct fx *f, const char *method, const char *path, const char *token,
+                      const char *json);
+/* Value of header name (case-insensitive) copied into buf (n bytes), or NULL. */
+const char *header_in(const struct resp *r, const char *name, char *buf, size_t n);
+void resp_free(struct resp *r);
+json_t *body_json(const struct resp *r);
+/* Asserts an error body with status and code. */
+void assert_error(const struct resp *r, long status, const char *code);
+
+/* First column of the first row of a query on the fixture's database (-1: no row). */
+int64_t db_int(struct fx *f, const char *q);
+
+/* ---- stand-in devices ---- */
+
+enum { DROP_NONE = 0, DROP_ADVERTISE = 1, DROP_SHARE = 2, DROP_MASKED = 3, DROP_UNMASK = 5 };
+
+struct popcfg {
+    const char *name;
+    int target, min;
+    bool secagg;
+    int neighbors;
+    const char *mode;        /* none, central, distributed */
+    const char *weighting;   /* uniform, examples */
+    const char *strategy;
+    double budget;
+    int bits;
+    const char *strategy_extra; /* more "strategy" fields, e.g. "\"buffer_size\":3", or NULL */
+};
+
+/* Base value of coordinate j of the test model's tensor "w". */
+float base_w(int j);
+/* Model: "w" (D floats, the update tensor) and "b" (2 floats, not updated); malloc'ed. */
+uint8_t *make_model(size_t *len);
+/* Creates the population, uploads the model, starts it and enrols n devices (tokens are
+ * strdup'ed into tokens). */
+void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n);
+
+/* What a device reads from the signed task. */
+struct task {
+    int64_t rid;
+    bool secagg;
+    uint32_t index, n, k, t, bits;
+    size_t vec_len, dim;
+    int mode;                /* 0 none, 1 central, 2 distributed */
+    double clip, gran, beta;
+    uint64_t s2n, s2d;
+    uint32_t nmin;
+    uint8_t rot_seed[32];
+    int64_t dl[5];           /* phase deadlines, Unix ms */
+    int64_t model_version;   /* model.version */
+    char kind[16];           /* sync or buffered */
+};
+
+void parse_task(const struct resp *r, struct task *t);
+
+/* One stand-in device. */
+struct tc {
+    char *tok;
+    char pid[40];
+    struct task task;
+    struct fl_secagg_client *sa;
+    uint64_t words[1024];    /* the device's encoded vector (vec_len) */
+    float delta[D];          /* its true update */
+    int drop;
+    int weight;
+};
+
+/* Device-side encoding of docs/protocol.md section 5.1 of device i's fixed delta. */
+void encode(struct tc *c, int i);
+/* Checks in n devices, asserting each is selected; *rid receives the round. */
+void checkin_all(struct fx *f, struct tc *c, int n, int64_t *rid);
+/* Fetches and parses every device's task and encodes its update. */
+void fetch_tasks(struct fx *f, struct tc *c, int n, int64_t rid);
+struct resp post_phase(struct fx *f, struct tc *c, int64_t rid, const char *phase,
+                       const uint8_t *msg, size_t len);
+struct resp get_result(struct fx *f, struct tc *c, int64_t rid, const char *phase, int wait);
+/* Creates each device's secagg client and its advertise message (out/out_len). */
+void secagg_clients_start(struct tc *c, int n, int64_t rid, const uint8_t **out,
+                          size_t *out_len);
+/* Posts phase `phase` for every device, then fetches and handles every result. */
+void secagg_phase_all(struct fx *f, struct tc *c, int n, int64_t rid, const char *phase,
+                      const uint8_t **out, size_t *out_len);
+void secagg_clients_free(struct tc *c, int n);
+/* Runs the secagg phases for c[0..n) with their drop points. Returns the round's outcome
+ * JSON (caller frees) as read by the first device that finishes, or NULL. */
+json_t *run_secagg(struct fx *f, struct tc *c, int n, int64_t rid);
+/* GET /v1/rounds/{rid}/status as device c. */
+json_t *round_status(struct fx *f, struct tc *c, int64_t rid);
+/* Downloads model version v of pop (signature header required); "w" (D) and "b" (2). */
+void fetch_model(struct fx *f, struct tc *c, const char *pop, int64_t v, float *w, float *b);
+/* The exact model the coordinator must produce from the plain sum of the devices that are
+ * in the sum (drop NONE or UNMASK) with FedAvg, server_lr 1, no DP, uniform weighting. */
+void expected_fedavg(const struct tc *c, int n, const float *base, float *w_out);
+void clients_free(struct tc *c, int n);
+
+#endif /* FL_COORD_TESTKIT_H */
