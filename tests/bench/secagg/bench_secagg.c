@@ -446,13 +446,15 @@ static void usage(void) {
 int main(int argc, char **argv) {
     uint32_t n = 100, d = 10000, k = 0, t = 0, bits = 32;
     double drop = 0.0;
-    int json = 0, table = 0, full = 0;
+    int json = 0, table = 0, full = 0, row = 0;
     fl_secagg_backend backend = FL_SECAGG_BACKEND_SODIUM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--row"))
+            row = 1;
         else if (!strcmp(a, "--table")) {
             table = 1;
             if (v && !strcmp(v, "full"))
@@ -479,35 +481,47 @@ int main(int argc, char **argv) {
         } else
             usage();
     }
-    struct result r;
     if (!table) {
+        struct result r;
         if (run_one(&r, n, d, drop, k, t, bits, backend) != 0)
             return 1;
         if (json)
             print_json(&r);
         else {
-            print_header();
+            if (!row)
+                print_header();
             print_row(&r);
         }
         return r.srv.status == 0 && r.srv.match ? 0 : 1;
     }
-    static const uint32_t ns[] = {100, 500, 1000};
-    static const uint32_t ds[] = {10000, 100000, 1000000};
-    static const double drops[] = {0.0, 0.1, 0.3};
+    static const char *const ns[] = {"100", "500", "1000"};
+    static const char *const ds[] = {"10000", "100000", "1000000"};
+    static const char *const drops[] = {"0", "0.1", "0.3"};
     size_t nd = full ? 3 : 2;
     if (!json)
         print_header();
+    fflush(stdout);
     int rc = 0;
+    char bits_s[16];
+    snprintf(bits_s, sizeof(bits_s), "%u", bits);
+    /* Each configuration runs in a fresh process (fork + exec of this program), so the
+     * server's peak RSS never includes heap left over from an earlier configuration. */
     for (size_t a = 0; a < nd; a++)
         for (size_t b = 0; b < 3; b++)
             for (size_t c = 0; c < 3; c++) {
-                if (run_one(&r, ns[b], ds[a], drops[c], 0, 0, bits, backend) != 0)
-                    return 1;
-                if (json)
-                    print_json(&r);
-                else
-                    print_row(&r);
-                if (r.srv.status || !r.srv.match)
+                char *args[] = {argv[0], "--n", (char *)ns[b], "--d", (char *)ds[a], "--drop",
+                                (char *)drops[c], "--bits", bits_s,
+                                json ? "--json" : "--row", NULL};
+                pid_t pid = fork();
+                if (pid < 0)
+                    die("fork");
+                if (pid == 0) {
+                    execv(argv[0], args);
+                    _exit(127);
+                }
+                int ws = 0;
+                waitpid(pid, &ws, 0);
+                if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
                     rc = 1;
             }
     return rc;
