@@ -269,6 +269,52 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
     return rc;
 }
 
+/* Epsilon spent so far, for /metrics: the ledger composed into a fresh accountant at the
+ * budget's delta. Failures leave the previous figure (logged at debug). Lock held. */
+void fl__coord_epsilon_refresh(fl_coord *co, struct fl__coord_pop *p) {
+    json_t *pr = json_object_get(p->config, "privacy");
+    const char *mode = json_string_value(json_object_get(pr, "mode"));
+    if (!mode || strcmp(mode, "none") == 0) {
+        p->epsilon_budget = 0;
+        p->epsilon_spent = 0;
+        return;
+    }
+    p->epsilon_budget = json_number_value(json_object_get(pr, "epsilon_budget"));
+    double delta = json_number_value(json_object_get(pr, "delta"));
+    fl_store_ledger_entry *le = NULL;
+    size_t n = 0;
+    fl_dp_accountant *acc = NULL;
+    char msg[256];
+    fl_status rc = fl_store_ledger_list(co->store, &le, &n, p->id);
+    if (rc == FL_OK)
+        rc = fl_dp_accountant_create(&acc, NULL, fl__coord_pub_alloc(co), msg, sizeof(msg));
+    for (size_t i = 0; rc == FL_OK && i < n; i++) {
+        fl_dp_ledger_entry e;
+        fl_dp_event ev;
+        fl_dp_ledger_entry_init(&e, le[i].mechanism);
+        e.q = le[i].sampling_rate;
+        e.noise_multiplier = le[i].noise_multiplier;
+        e.clip_norm = le[i].clip_norm;
+        e.steps = (uint64_t)le[i].steps;
+        e.participants = (uint64_t)le[i].participants;
+        rc = fl_dp_ledger_entry_parse_params(&e, le[i].params_json, msg, sizeof(msg));
+        if (rc == FL_OK)
+            rc = fl_dp_ledger_entry_to_event(&ev, &e, msg, sizeof(msg));
+        if (rc == FL_OK)
+            rc = fl_dp_accountant_compose(acc, &ev);
+    }
+    double eps = 0;
+    if (rc == FL_OK && n > 0)
+        rc = fl_dp_accountant_epsilon(acc, &eps, NULL, delta);
+    if (rc == FL_OK)
+        p->epsilon_spent = eps;
+    else
+        fl__log(&co->logger, FL_LOG_DEBUG, "population %s: epsilon not computed: %s", p->name,
+                fl_status_str(rc));
+    fl_dp_accountant_destroy(acc);
+    fl_store_free(co->store, le);
+}
+
 /* ---- strategies ---- */
 
 enum strategy { ST_FEDAVG, ST_FEDAVGM, ST_FEDADAGRAD, ST_FEDADAM, ST_FEDYOGI };
@@ -641,6 +687,7 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     size_t model_len = 0, opt_len = 0;
     float *m = NULL, *v = NULL;
     int64_t version = 0;
+    int64_t t0 = fl__coord_mono_us();
     if (count == 0) {
         fl__coord_round_abandon(co, p, "no update reached the sum");
         return;
@@ -664,6 +711,8 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     }
     free(model);
     free(opt);
+    atomic_fetch_add(&co->metrics.agg_count, 1);
+    atomic_fetch_add(&co->metrics.agg_sum_us, (uint64_t)(fl__coord_mono_us() - t0));
     if (rc != FL_OK) {
         free(m);
         free(v);
@@ -684,6 +733,10 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     r->new_version = version;
     r->survivors = count;
     atomic_fetch_add(&co->metrics.rounds_completed, 1);
+    p->rounds_done[0]++;
+    fl__coord_metrics_round_done(&co->metrics, 0, fl__coord_now(co) - r->created_at);
+    if (rp->dp != FL__DP_NONE)
+        fl__coord_epsilon_refresh(co, p);
     fl__log(&co->logger, FL_LOG_INFO,
             "round %lld of %s completed: %u client(s) in the sum, model version %lld",
             (long long)r->id, p->name, count, (long long)version);

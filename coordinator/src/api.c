@@ -285,6 +285,7 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
         return rc;
     }
     r->state = FL__ROUND_FORMING;
+    r->created_at = now;
     r->forming_deadline = now + p->sel.forming_s * 1000;
     fl__coord_random(r->session_id, sizeof(r->session_id));
     p->round = r;
@@ -464,6 +465,7 @@ int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     rep->content_type = "application/octet-stream";
     rep->status = 200;
     status = 200;
+    atomic_fetch_add(&co->metrics.model_bytes_out, m->size);
     sign_body(co, rep, "flotilla/v1/model", (uint64_t)version, rep->bytes, rep->len);
     fl_store_free(co->store, m);
 out_unlock:
@@ -689,6 +691,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         co->cap_pops = nc;
     }
     co->pops[co->n_pops++] = p;
+    fl__coord_epsilon_refresh(co, p);
     fl__log(&co->logger, FL_LOG_INFO, "population %s created", p->name);
     status = fl__coord_json(rep, 201, json_pack("{s:o, s:s}", "population",
                                                 fl__coord_pop_state_json(co, p),

@@ -58,6 +58,9 @@ enum fl__coord_checkin_outcome {
     FL__CHK_COUNT
 };
 
+/* Buckets of the round-duration histogram (bounds in metrics.c, +Inf implied). */
+#define FL__COORD_DUR_BUCKETS 10
+
 struct fl__coord_metrics {
     atomic_uint_fast64_t http[FL__R_COUNT][FL__COORD_CODES];
     atomic_uint_fast64_t checkins[FL__CHK_COUNT];
@@ -72,7 +75,21 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t long_polls_parked;/* result requests suspended */
     atomic_uint_fast64_t updates_accepted; /* plain updates and masked inputs folded */
     atomic_uint_fast64_t rounds_refused_budget; /* rounds not started: privacy budget */
+    atomic_uint_fast64_t bytes_out;        /* response body bytes queued */
+    atomic_uint_fast64_t update_bytes;     /* bytes of accepted masked inputs / updates */
+    atomic_uint_fast64_t model_bytes_out;  /* model download body bytes */
+    /* round durations (first selection to the end), by outcome: histogram buckets */
+    atomic_uint_fast64_t dur_bucket[2][FL__COORD_DUR_BUCKETS];
+    atomic_uint_fast64_t dur_count[2];
+    atomic_uint_fast64_t dur_sum_ms[2];
+    atomic_uint_fast64_t agg_count;        /* aggregations run (decode + strategy + commit) */
+    atomic_uint_fast64_t agg_sum_us;       /* their total wall time, microseconds */
+    atomic_uint_fast64_t stale_rejected;   /* buffered updates refused as too stale */
 };
+
+extern const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS];
+/* Records a finished round's duration (outcome 0 completed, 1 abandoned). */
+void fl__coord_metrics_round_done(struct fl__coord_metrics *m, int outcome, int64_t ms);
 
 const char *fl__coord_route_name(enum fl__coord_route r);
 /* Counts one answered request. */
@@ -158,6 +175,7 @@ struct fl__coord_round {
     int64_t id;                 /* storage round id */
     int64_t number;             /* round number in the population */
     enum fl__coord_round_state state;
+    int64_t created_at;         /* Unix ms the round began forming */
     int64_t forming_deadline;   /* Unix ms */
     int64_t started_at;         /* Unix ms, once RUNNING */
     int64_t run_deadline;       /* Unix ms, once RUNNING: the unmask deadline */
@@ -200,6 +218,11 @@ struct fl__coord_pop {
     float *opt_m, *opt_v;
     size_t opt_dim;
     int64_t opt_version;                     /* model version the state belongs to */
+    /* metrics (lock held) */
+    uint64_t dropouts[FL__PH_COUNT];         /* clients dropped, by the phase they missed */
+    uint64_t rounds_done[2];                 /* rounds completed / abandoned (this process) */
+    double epsilon_spent;                    /* epsilon of the ledger at the budget's delta */
+    double epsilon_budget;                   /* 0 without DP */
 };
 
 /* ---- the handle ---- */
@@ -268,6 +291,8 @@ static inline const fl_allocator *fl__coord_pub_alloc(const fl_coord *co) {
 }
 /* Monotonic milliseconds (long-poll timeouts; not the configurable clock). */
 int64_t fl__coord_mono_ms(void);
+/* Monotonic microseconds (durations for metrics). */
+int64_t fl__coord_mono_us(void);
 void fl__coord_lock(fl_coord *co);
 void fl__coord_unlock(fl_coord *co);
 struct fl__coord_pop *fl__coord_pop_find(fl_coord *co, const char *name);
@@ -401,6 +426,8 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
  * round COMPLETED (or ABANDONED with a reason) and retires it. Lock held. */
 void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint64_t *sum,
                                uint32_t count);
+/* Recomputes p->epsilon_spent from the population's ledger (startup, after DP commits). */
+void fl__coord_epsilon_refresh(fl_coord *co, struct fl__coord_pop *p);
 /* Loads the population's optimiser state from the registry (startup). */
 void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p);
 /* Frees a round's parameters. */

@@ -300,6 +300,7 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
         char *text = json_dumps(rep->json, JSON_COMPACT);
         if (text) {
             size_t n = strlen(text);
+            atomic_fetch_add(&co->metrics.bytes_out, n);
             r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
             if (!r)
                 free(text);
@@ -344,6 +345,7 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
     }
     if (rep->sha_hex[0])
         MHD_add_response_header(r, "Flotilla-Content-SHA256", rep->sha_hex);
+    atomic_fetch_add(&co->metrics.bytes_out, rep->json ? 0 : rep->len);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)rep->status, r);
     MHD_destroy_response(r);
     fl__coord_metrics_http(&co->metrics, route, rep->status);

@@ -16,6 +16,20 @@ static int code_index(int status) {
     return status >= 500 ? FL__COORD_CODES - 1 : 5; /* other 5xx -> 500 bucket, else 400 */
 }
 
+const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS] = {1, 5, 10, 30, 60, 120, 300, 600,
+                                                             1800, 3600};
+
+void fl__coord_metrics_round_done(struct fl__coord_metrics *m, int outcome, int64_t ms) {
+    if (ms < 0)
+        ms = 0;
+    outcome = outcome ? 1 : 0;
+    for (int i = 0; i < FL__COORD_DUR_BUCKETS; i++)
+        if ((double)ms <= fl__coord_dur_bounds[i] * 1000.0)
+            atomic_fetch_add(&m->dur_bucket[outcome][i], 1);
+    atomic_fetch_add(&m->dur_count[outcome], 1);
+    atomic_fetch_add(&m->dur_sum_ms[outcome], (uint64_t)ms);
+}
+
 void fl__coord_metrics_http(struct fl__coord_metrics *m, enum fl__coord_route r, int status) {
     if ((unsigned)r >= FL__R_COUNT)
         r = FL__R_NOT_FOUND;
@@ -125,6 +139,43 @@ char *fl__coord_metrics_render(fl_coord *co) {
                   "budget.\n# TYPE flotilla_rounds_refused_budget_total counter\n"
                   "flotilla_rounds_refused_budget_total %llu\n",
               (unsigned long long)atomic_load(&m->rounds_refused_budget));
+    sb_printf(&b, "# HELP flotilla_response_body_bytes_total Response body bytes sent.\n"
+                  "# TYPE flotilla_response_body_bytes_total counter\n"
+                  "flotilla_response_body_bytes_total %llu\n",
+              (unsigned long long)atomic_load(&m->bytes_out));
+    sb_printf(&b, "# HELP flotilla_update_bytes_total Bytes of accepted masked inputs and plain "
+                  "updates.\n# TYPE flotilla_update_bytes_total counter\n"
+                  "flotilla_update_bytes_total %llu\n",
+              (unsigned long long)atomic_load(&m->update_bytes));
+    sb_printf(&b, "# HELP flotilla_model_download_bytes_total Model bytes served to devices.\n"
+                  "# TYPE flotilla_model_download_bytes_total counter\n"
+                  "flotilla_model_download_bytes_total %llu\n",
+              (unsigned long long)atomic_load(&m->model_bytes_out));
+    sb_printf(&b, "# HELP flotilla_round_duration_seconds Rounds from first selection to the "
+                  "end, by outcome.\n# TYPE flotilla_round_duration_seconds histogram\n");
+    static const char *dur_outcomes[2] = {"completed", "abandoned"};
+    for (int o = 0; o < 2; o++) {
+        for (int i = 0; i < FL__COORD_DUR_BUCKETS; i++)
+            sb_printf(&b, "flotilla_round_duration_seconds_bucket{outcome=\"%s\",le=\"%g\"} "
+                          "%llu\n", dur_outcomes[o], fl__coord_dur_bounds[i],
+                      (unsigned long long)atomic_load(&m->dur_bucket[o][i]));
+        sb_printf(&b, "flotilla_round_duration_seconds_bucket{outcome=\"%s\",le=\"+Inf\"} %llu\n"
+                      "flotilla_round_duration_seconds_sum{outcome=\"%s\"} %.3f\n"
+                      "flotilla_round_duration_seconds_count{outcome=\"%s\"} %llu\n",
+                  dur_outcomes[o], (unsigned long long)atomic_load(&m->dur_count[o]),
+                  dur_outcomes[o], (double)atomic_load(&m->dur_sum_ms[o]) / 1000.0,
+                  dur_outcomes[o], (unsigned long long)atomic_load(&m->dur_count[o]));
+    }
+    sb_printf(&b, "# HELP flotilla_aggregation_seconds Time to decode a sum, apply the "
+                  "strategy and commit the round.\n# TYPE flotilla_aggregation_seconds summary\n"
+                  "flotilla_aggregation_seconds_sum %.6f\nflotilla_aggregation_seconds_count "
+                  "%llu\n",
+              (double)atomic_load(&m->agg_sum_us) / 1e6,
+              (unsigned long long)atomic_load(&m->agg_count));
+    sb_printf(&b, "# HELP flotilla_updates_stale_rejected_total Buffered (FedBuff) updates "
+                  "refused as too stale.\n# TYPE flotilla_updates_stale_rejected_total counter\n"
+                  "flotilla_updates_stale_rejected_total %llu\n",
+              (unsigned long long)atomic_load(&m->stale_rejected));
     /* Per-population gauges need the lock. */
     fl__coord_lock(co);
     sb_printf(&b, "# HELP flotilla_population_running 1 if the population forms rounds.\n"
@@ -140,6 +191,59 @@ char *fl__coord_metrics_render(fl_coord *co) {
     for (size_t i = 0; i < co->n_pops; i++)
         sb_printf(&b, "flotilla_round_selected{population=\"%s\"} %zu\n", co->pops[i]->name,
                   co->pops[i]->round ? co->pops[i]->round->n : (size_t)0);
+    sb_printf(&b, "# HELP flotilla_population_rounds_total Rounds of the population ended by "
+                  "this process, by outcome.\n# TYPE flotilla_population_rounds_total counter\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        sb_printf(&b, "flotilla_population_rounds_total{population=\"%s\",outcome=\"completed\"} "
+                      "%llu\nflotilla_population_rounds_total{population=\"%s\",outcome="
+                      "\"abandoned\"} %llu\n", co->pops[i]->name,
+                  (unsigned long long)co->pops[i]->rounds_done[0], co->pops[i]->name,
+                  (unsigned long long)co->pops[i]->rounds_done[1]);
+    /* Clients per phase of the current round (or the last one): selected, then those whose
+     * message of each phase was accepted. Plain rounds only have "masked" (the update). */
+    sb_printf(&b, "# HELP flotilla_round_participants Clients of the current (else the last) "
+                  "round: selected, and accepted per phase.\n"
+                  "# TYPE flotilla_round_participants gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++) {
+        const struct fl__coord_pop *p = co->pops[i];
+        const struct fl__coord_round *r = p->round ? p->round : p->last;
+        size_t per[FL__PH_COUNT] = {0};
+        if (r)
+            for (size_t j = 0; j < r->n; j++)
+                for (int k = 0; k < FL__PH_COUNT; k++)
+                    per[k] += (r->parts[j].posted >> k) & 1u;
+        sb_printf(&b, "flotilla_round_participants{population=\"%s\",phase=\"selected\"} %zu\n",
+                  p->name, r ? r->n : (size_t)0);
+        for (int k = 0; k < FL__PH_COUNT; k++)
+            if (k != FL__PH_CONSISTENCY)
+                sb_printf(&b, "flotilla_round_participants{population=\"%s\",phase=\"%s\"} %zu\n",
+                          p->name, fl__coord_phase_names[k], per[k]);
+    }
+    sb_printf(&b, "# HELP flotilla_dropouts_total Clients dropped from rounds, by the phase "
+                  "they missed.\n# TYPE flotilla_dropouts_total counter\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        for (int k = 0; k < FL__PH_COUNT; k++)
+            if (k != FL__PH_CONSISTENCY)
+                sb_printf(&b, "flotilla_dropouts_total{population=\"%s\",phase=\"%s\"} %llu\n",
+                          co->pops[i]->name, fl__coord_phase_names[k],
+                          (unsigned long long)co->pops[i]->dropouts[k]);
+    sb_printf(&b, "# HELP flotilla_privacy_epsilon_spent Epsilon of the population's privacy "
+                  "ledger at its budget's delta.\n# TYPE flotilla_privacy_epsilon_spent gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        if (co->pops[i]->epsilon_budget > 0)
+            sb_printf(&b, "flotilla_privacy_epsilon_spent{population=\"%s\"} %.6g\n",
+                      co->pops[i]->name, co->pops[i]->epsilon_spent);
+    sb_printf(&b, "# HELP flotilla_privacy_epsilon_budget The population's epsilon budget.\n"
+                  "# TYPE flotilla_privacy_epsilon_budget gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        if (co->pops[i]->epsilon_budget > 0)
+            sb_printf(&b, "flotilla_privacy_epsilon_budget{population=\"%s\"} %.6g\n",
+                      co->pops[i]->name, co->pops[i]->epsilon_budget);
+    sb_printf(&b, "# HELP flotilla_model_version Current model version of the population.\n"
+                  "# TYPE flotilla_model_version gauge\n");
+    for (size_t i = 0; i < co->n_pops; i++)
+        sb_printf(&b, "flotilla_model_version{population=\"%s\"} %lld\n", co->pops[i]->name,
+                  (long long)co->pops[i]->model_version);
     fl__coord_unlock(co);
     if (b.failed) {
         free(b.p);

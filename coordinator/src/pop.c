@@ -406,6 +406,8 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: %s", (long long)r->id,
             p->name, reason);
     atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
+    p->rounds_done[1]++;
+    fl__coord_metrics_round_done(&co->metrics, 1, fl__coord_now(co) - r->created_at);
     r->state = FL__ROUND_ABANDONED;
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
     fl__coord_round_retire(co, p);
@@ -469,6 +471,7 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     if (fl_store_tag_resolve(co->store, &v, tag) == FL_OK)
         p->model_version = v;
     fl__coord_opt_load(co, p);
+    fl__coord_epsilon_refresh(co, p);
     /* A round left OPEN or RUNNING by a previous process cannot continue: its secagg state
      * and accumulator lived in that process's memory. */
     fl_store_round *last = NULL;

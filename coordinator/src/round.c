@@ -27,6 +27,12 @@ int64_t fl__coord_mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t fl__coord_mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static int phase_of_name(const char *s) {
     for (int k = 0; k < FL__PH_COUNT; k++)
         if (strcmp(s, fl__coord_phase_names[k]) == 0)
@@ -371,8 +377,10 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     int k = r->phase;
     char why[400];
     for (size_t i = 0; i < r->n; i++)
-        if (r->parts[i].dropped_at < 0 && !(r->parts[i].posted & (1u << k)))
+        if (r->parts[i].dropped_at < 0 && !(r->parts[i].posted & (1u << k))) {
             r->parts[i].dropped_at = (int8_t)k;
+            p->dropouts[k]++;
+        }
     uint32_t m = alive_posted(r, k);
     if (k <= FL__PH_MASKED && (int64_t)m < p->sel.min_participants) {
         snprintf(why, sizeof(why), "too few survivors in phase %s: %u < %lld",
@@ -426,6 +434,7 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
             continue;
         if (fl_secagg_server_outgoing(r->sa, pt->index, &msg, &len) != FL_OK) {
             pt->dropped_at = (int8_t)next; /* the library left it out of the next phase */
+            p->dropouts[next]++;
             continue;
         }
         pt->result[k] = malloc(len ? len : 1);
@@ -595,8 +604,10 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     }
     memcpy(pt->hash[k], h, 32);
     pt->posted |= (uint8_t)(1u << k);
-    if (k == FL__PH_MASKED)
+    if (k == FL__PH_MASKED) {
         atomic_fetch_add(&co->metrics.updates_accepted, 1);
+        atomic_fetch_add(&co->metrics.update_bytes, rq->body_len);
+    }
     reply_accepted(rep, r, k, 202);
     maybe_close(co, p, now);
     return 202;
