@@ -84,10 +84,53 @@ fl_status fl__store_map_rc(int rc) {
     }
 }
 
+/* 1 if writes on st were refused after a failed fsync (see poison below). */
+static int store_poisoned(fl_store *st) {
+    sqlite3_stmt *s = NULL;
+    int on = 0;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA query_only", -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        on = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return on;
+}
+
+/* After a failed fsync nothing more is acknowledged on this handle. The kernel may have
+ * dropped the dirty pages whose write-back failed and reported the error once, so a later
+ * fsync can succeed without the data (PostgreSQL's "fsyncgate"): a commit acknowledged
+ * after that could rest on writes that never reached the disk. The connection is switched
+ * to query_only, which SQLite keeps until the connection closes: reads keep working, every
+ * write (BEGIN IMMEDIATE included) fails with SQLITE_READONLY, reported below as FL_ERR_IO.
+ * Closing and reopening (which re-reads the files and recovers the WAL) clears it. Write
+ * errors and a full disk are not sticky: nothing was acknowledged, SQLite rolled back, and
+ * the handle must work again once space is freed. */
+static void poison(fl_store *st) {
+    if (sqlite3_exec(st->db, "PRAGMA query_only=1", NULL, NULL, NULL) != SQLITE_OK)
+        fl__log(&st->logger, FL_LOG_ERROR,
+                "storage: could not make the handle read-only after a failed fsync");
+    fl__log(&st->logger, FL_LOG_ERROR,
+            "storage: fsync failed; this handle refuses writes until it is closed and reopened");
+}
+
 fl_status fl__store_sqlerr(fl_store *st, int rc, const char *what) {
     fl_status code = fl__store_map_rc(rc);
     if (code == FL_OK)
         code = FL_ERR_INTERNAL;
+    if (st->db && (rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_DIR_FSYNC)) {
+        fl__err_set(&st->err, code,
+                    "%s: fsync failed (%s): the data may not be on disk; this handle refuses "
+                    "writes until it is closed and reopened",
+                    what, sqlite3_errmsg(st->db));
+        poison(st);
+        return code;
+    }
+    if (st->db && (rc & 0xff) == SQLITE_READONLY && store_poisoned(st)) {
+        fl__err_set(&st->err, code,
+                    "%s: refused: an earlier fsync failed on this handle, so committed data "
+                    "may not be on disk; close and reopen the store",
+                    what);
+        return code;
+    }
     fl__err_set(&st->err, code, "%s: %s", what, st->db ? sqlite3_errmsg(st->db) : "no database");
     if (code == FL_ERR_CORRUPT || code == FL_ERR_INTERNAL || code == FL_ERR_IO)
         fl__log(&st->logger, FL_LOG_ERROR, "storage: %s", st->err.msg);
@@ -490,29 +533,54 @@ static fl_status check_config(fl_store *st, const fl_store_config *cfg) {
     return FL_OK;
 }
 
-/* Runs a one-row pragma and copies its text result (at most cap-1 bytes) into buf. */
+/* Runs a pragma to the end and copies the text of its first row (at most cap-1 bytes)
+ * into buf. It must run to SQLITE_DONE: a pragma that changes the file reports its row
+ * first and a failure to write the change only on the next step (journal_mode=WAL on a
+ * new file: an I/O error there leaves the file in rollback-journal mode). */
 static fl_status pragma_text(fl_store *st, const char *sql, char *buf, size_t cap) {
     sqlite3_stmt *s = NULL;
     int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    int got = 0;
     buf[0] = '\0';
-    if (rc == SQLITE_OK) {
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
         rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            const unsigned char *t = sqlite3_column_text(s, 0);
-            if (t) {
-                size_t n = strnlen((const char *)t, cap - 1);
-                memcpy(buf, t, n);
-                buf[n] = '\0';
-                rc = SQLITE_OK;
-            } else {
-                rc = sqlite3_errcode(st->db) == SQLITE_NOMEM ? SQLITE_NOMEM : SQLITE_OK;
-            }
-        } else if (rc == SQLITE_DONE) {
-            rc = SQLITE_OK;
+        if (rc != SQLITE_ROW || got)
+            continue;
+        got = 1;
+        const unsigned char *t = sqlite3_column_text(s, 0);
+        if (t) {
+            size_t n = strnlen((const char *)t, cap - 1);
+            memcpy(buf, t, n);
+            buf[n] = '\0';
+        } else if (sqlite3_errcode(st->db) == SQLITE_NOMEM) {
+            rc = SQLITE_NOMEM;
         }
     }
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
     sqlite3_finalize(s);
     return rc == SQLITE_OK ? FL_OK : fl__store_sqlerr(st, rc, sql);
+}
+
+/* WAL pages after which a commit checkpoints (SQLite's default autocheckpoint). */
+#define FL__STORE_CHECKPOINT_FRAMES 1000
+
+/* Replaces SQLite's autocheckpoint so that a failure inside it is seen. SQLite runs the
+ * hook after a commit is durable and drops the hook's checkpoint errors, so without it a
+ * failed fsync of the database file during a checkpoint would go unnoticed and the handle
+ * would keep acknowledging commits. A failed checkpoint loses nothing (the frames stay in
+ * the WAL and the next checkpoint copies them again), so the commit still succeeds; a
+ * failed fsync makes the handle refuse writes like any other (see poison). */
+static int wal_hook(void *user, sqlite3 *db, const char *name, int frames) {
+    fl_store *st = user;
+    if (frames < FL__STORE_CHECKPOINT_FRAMES)
+        return SQLITE_OK;
+    int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    if (rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_DIR_FSYNC)
+        poison(st);
+    else if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_BUSY)
+        fl__log(&st->logger, FL_LOG_WARN, "storage: checkpoint failed: %s", sqlite3_errstr(rc));
+    return SQLITE_OK;
 }
 
 /* Connection settings every handle runs with: extended codes, busy timeout, defensive
@@ -569,6 +637,7 @@ static fl_status configure_db(fl_store *st, const char *path, const fl_store_con
         return r;
     if (strcmp(buf, "2") != 0)
         return fl__err_set(&st->err, FL_ERR_IO, "could not set synchronous=FULL (got %s)", buf);
+    sqlite3_wal_hook(st->db, wal_hook, st);
     return FL_OK;
 }
 

@@ -51,6 +51,7 @@ struct fv_entry {
 /* Our sqlite3_file; the wrapped unix file follows it in the same allocation. */
 struct fv_file {
     sqlite3_file base;       /* pMethods = fv_io */
+    const char *name;        /* file name as SQLite gave it (NULL for temp files) */
     sqlite3_file *real;      /* the unix VFS's file, right after this struct */
     struct fv_inode *inode;  /* tracked body, or NULL */
     struct fv_file *next;    /* open-file list (for the disk budget) */
@@ -356,8 +357,11 @@ void fault_vfs_last_cut_stats(long *writes_dropped, long *sectors_kept, long *en
 }
 
 /* Counts one I/O call; runs the armed cut when it is this one. */
-static void io_event(void) {
+static void io_event(const char *what, const char *name, int64_t off, int64_t n) {
     fv.io++;
+    if (getenv("FAULT_VFS_TRACE"))
+        fprintf(stderr, "fault_vfs: #%ld %s %s off %lld n %lld\n", fv.io, what,
+                name ? name : "(temp)", (long long)off, (long long)n);
     if (fv.cut_at > 0 && fv.io == fv.cut_at) {
         fv.cut_at = 0;
         int rc = fault_vfs_power_cut(fv.cut_model, fv.cut_seed);
@@ -405,7 +409,7 @@ int64_t fault_vfs_usage(void) {
 
 static int fv_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off) {
     struct fv_file *p = (struct fv_file *)f;
-    io_event();
+    io_event("write", p->name, off, n);
     fv.writes++;
     if (fv.fail_write_at > 0 && fv.writes == fv.fail_write_at) {
         fv.fail_write_at = 0;
@@ -430,7 +434,7 @@ static int fv_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off) 
 
 static int fv_truncate(sqlite3_file *f, sqlite3_int64 size) {
     struct fv_file *p = (struct fv_file *)f;
-    io_event();
+    io_event("truncate", p->name, size, 0);
     int rc = p->real->pMethods->xTruncate(p->real, size);
     if (rc == SQLITE_OK && p->inode && fv.tracking)
         inode_push(p->inode, FV_OP_TRUNCATE, size, NULL, 0);
@@ -439,7 +443,7 @@ static int fv_truncate(sqlite3_file *f, sqlite3_int64 size) {
 
 static int fv_sync(sqlite3_file *f, int flags) {
     struct fv_file *p = (struct fv_file *)f;
-    io_event();
+    io_event("sync", p->name, flags, 0);
     fv.syncs++;
     if (fv.fail_sync_at > 0 && fv.syncs == fv.fail_sync_at) {
         fv.fail_sync_at = 0;
@@ -539,6 +543,7 @@ static int fv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int
     struct fv_file *p = (struct fv_file *)f;
     memset(p, 0, sizeof(*p));
     p->real = (sqlite3_file *)(p + 1);
+    p->name = name;
     struct fv_entry *e = NULL;
     if (fv.tracking && name && tracked_type(flags))
         e = entry_get(name);
@@ -562,7 +567,7 @@ static int fv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int
 
 static int fv_delete(sqlite3_vfs *vfs, const char *path, int dir_sync) {
     (void)vfs;
-    io_event();
+    io_event("delete", path, dir_sync, 0);
     struct fv_entry *e = fv.tracking ? entry_get(path) : NULL;
     struct fv_inode *was = e ? e->now : NULL;
     if (e)
