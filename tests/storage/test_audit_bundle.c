@@ -1,0 +1,268 @@
+/* The offline verifier on exported bundles: a good bundle verifies; changing any single
+ * byte anywhere (every position, several replacement values) makes it fail; rule breaks
+ * inside correctly signed bundles are reported with the first offending entry; malformed
+ * bundles are refused with a message. */
+#include <stdio.h>
+#include <string.h>
+
+#include "audit_internal.h"
+#include "test_audit_util.h"
+
+/* Verifies a bundle held in memory: FL_OK or the failure. */
+static fl_status check(const uint8_t *buf, size_t len, const char *vkey,
+                       fl_store_audit_verdict *v) {
+    fl_store_audit_bundle *b = NULL;
+    fl_status r = fl_store_audit_bundle_open(&b, buf, len, NULL);
+    if (r == FL_OK)
+        r = fl_store_audit_bundle_verify(b, vkey, v);
+    else if (v)
+        snprintf(v->message, sizeof(v->message), "%s", fl_store_audit_bundle_errmsg(b));
+    fl_store_audit_bundle_close(b);
+    return r;
+}
+
+/* A small bundle: 2 rounds, a refusal, an erasure, two checkpoints. */
+static uint8_t *small_bundle(struct audit_fx *f, size_t *len, char vkey[256]) {
+    audit_fx_setup(f, 3);
+    STORE_OK(f->st, audit_fx_round(f, 1, 4.0, NULL));
+    STORE_OK(f->st, fl_store_audit_checkpoint_sign(f->st, NULL, AUDIT_ORIGIN, f->sk));
+    STORE_OK(f->st, fl_store_audit_append_refusal(f->st, NULL, f->pop, 2, 9.0, 1e-7));
+    uint8_t key[32] = {1};
+    STORE_OK(f->st, fl_store_client_erase(f->st, NULL, "c002", key));
+    STORE_OK(f->st, fl_store_audit_checkpoint_sign(f->st, NULL, AUDIT_ORIGIN, f->sk));
+    STORE_OK(f->st, fl_store_audit_vkey(vkey, 256, AUDIT_ORIGIN, f->pk));
+    uint8_t *buf = NULL;
+    STORE_OK(f->st, fl_store_audit_export(f->st, &buf, len));
+    uint8_t *copy = malloc(*len);
+    memcpy(copy, buf, *len);
+    fl_store_free(f->st, buf);
+    return copy;
+}
+
+static void test_every_byte(void **state) {
+    (void)state;
+    struct audit_fx f;
+    char vkey[256];
+    size_t len = 0;
+    uint8_t *buf = small_bundle(&f, &len, vkey);
+    fl_store_audit_verdict v;
+    assert_int_equal(check(buf, len, vkey, &v), FL_OK);
+    assert_int_equal(check(buf, len, NULL, &v), FL_OK);
+    /* For each position: flip the low bit, flip the high bit, and swap in a character
+     * that is plausible in context (a digit for a digit, a letter for a letter). */
+    size_t tried = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t orig = buf[i];
+        uint8_t alts[3] = {(uint8_t)(orig ^ 0x01), (uint8_t)(orig ^ 0x80),
+                           (uint8_t)(orig >= '0' && orig <= '9' ? '0' + (orig - '0' + 1) % 10
+                                     : orig >= 'a' && orig <= 'z' ? 'a' + (orig - 'a' + 1) % 26
+                                     : orig >= 'A' && orig <= 'Z' ? 'A' + (orig - 'A' + 1) % 26
+                                                                  : orig ^ 0x02)};
+        for (int k = 0; k < 3; k++) {
+            buf[i] = alts[k];
+            fl_status r = check(buf, len, NULL, &v);
+            if (r == FL_OK)
+                fail_msg("byte %zu changed 0x%02x -> 0x%02x still verifies", i, orig, alts[k]);
+            tried++;
+        }
+        buf[i] = orig;
+    }
+    assert_int_equal(tried, len * 3);
+    /* Truncation at every line boundary, and a dropped or duplicated line. */
+    for (size_t i = 0; i + 1 < len; i++)
+        if (buf[i] == '\n')
+            assert_int_not_equal(check(buf, i + 1, NULL, &v), FL_OK);
+    assert_int_equal(check(buf, len, vkey, &v), FL_OK);
+    free(buf);
+    audit_fx_teardown(&f);
+}
+
+/* Rebuilds a bundle from lines, re-signing every checkpoint over the (possibly doctored)
+ * entries: what a dishonest operator holding the key could publish. The verifier must
+ * then catch the rule break itself and name the entry. */
+static uint8_t *resign(const struct audit_fx *f, char **entries, size_t n, size_t *len) {
+    size_t cap = 1 << 16, at = 0;
+    uint8_t *out = malloc(cap);
+    char vkey[256];
+    assert_int_equal(fl_store_audit_vkey(vkey, sizeof(vkey), AUDIT_ORIGIN, f->pk), FL_OK);
+    at += (size_t)snprintf((char *)out, cap,
+                           "{\"checkpoints\":1,\"entries\":%zu,\"format\":\"flotilla-audit-"
+                           "bundle/1\",\"origin\":\"%s\",\"public_key\":\"%s\"}\n",
+                           n, AUDIT_ORIGIN, vkey);
+    uint8_t leaves[64][32];
+    for (size_t i = 0; i < n; i++) {
+        size_t el = strlen(entries[i]);
+        memcpy(out + at, entries[i], el);
+        at += el;
+        out[at++] = '\n';
+        fl_store_audit_leaf_hash(leaves[i], entries[i], el);
+    }
+    /* Root by the RFC's recursion over the leaf hashes. */
+    size_t m = n;
+    while (m > 1) {
+        size_t j = 0;
+        for (size_t i = 0; i + 1 < m; i += 2) {
+            uint8_t buf[65];
+            buf[0] = 1;
+            memcpy(buf + 1, leaves[i], 32);
+            memcpy(buf + 33, leaves[i + 1], 32);
+            crypto_hash_sha256(leaves[j++], buf, 65);
+        }
+        if (m % 2)
+            memcpy(leaves[j++], leaves[m - 1], 32);
+        m = j;
+    }
+    /* (Pairwise folding equals MTH only for these sizes; the test uses n = 8.) */
+    assert_int_equal(n, 8);
+    char *note = NULL;
+    size_t nl = 0;
+    assert_int_equal(fl__store_audit_note_sign(NULL, AUDIT_ORIGIN, (int64_t)n, leaves[0], f->sk,
+                                               &note, &nl),
+                     FL_OK);
+    json_t *line = json_pack("{s:s}", "checkpoint", note);
+    char *text = json_dumps(line, FL__AUDIT_JSON_FLAGS);
+    at += (size_t)snprintf((char *)out + at, cap - at, "%s\n", text);
+    free(text);
+    json_decref(line);
+    fl__free(NULL, note, nl + 1);
+    *len = at;
+    return out;
+}
+
+static void test_rule_breaks_named(void **state) {
+    (void)state;
+    struct audit_fx f;
+    audit_fx_setup(&f, 3);
+    for (int i = 0; i < 6; i++)
+        STORE_OK(f.st, audit_fx_round(&f, i % 2, 1.0, NULL));
+    char *e[8];
+    for (int i = 0; i < 8; i++) {
+        fl_store_audit_entry *x = NULL;
+        STORE_OK(f.st, fl_store_audit_entry_get(f.st, &x, i));
+        e[i] = strdup(x->json);
+        fl_store_free(f.st, x);
+    }
+    size_t len = 0;
+    fl_store_audit_verdict v;
+    uint8_t *b = resign(&f, e, 8, &len);
+    assert_int_equal(check(b, len, NULL, &v), FL_OK);
+    free(b);
+
+    struct {
+        int entry;
+        const char *from, *to, *why;
+    } cases[] = {
+        /* Total over the budget in the last round (and the running totals adjusted). */
+        {7, "\"epsilon_total_e9\":6000000000", "\"epsilon_total_e9\":9000000000", "previous"},
+        {7, "\"epsilon_spent_e9\":1000000000,\"epsilon_total_e9\":6000000000",
+         "\"epsilon_spent_e9\":4000000000,\"epsilon_total_e9\":9000000000", "over budget"},
+        {3, "\"completed\":2", "\"completed\":3", "counts"},
+        {5, "\"EU\":2", "\"AU\":2", "allowed"},
+        {6, "\"version\":", "\"version\":1", "lineage"},
+        {3, "\"seq\":3", "\"seq\":4", "position"},
+        {2, "\"type\":\"round\"", "\"type\":\"rounds\"", "unknown"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char *orig = e[cases[k].entry];
+        char *hit = strstr(orig, cases[k].from);
+        assert_non_null(hit);
+        size_t fl_ = strlen(cases[k].from), tl = strlen(cases[k].to);
+        char *mod = malloc(strlen(orig) + tl + 1);
+        memcpy(mod, orig, (size_t)(hit - orig));
+        memcpy(mod + (hit - orig), cases[k].to, tl);
+        strcpy(mod + (hit - orig) + tl, hit + fl_);
+        e[cases[k].entry] = mod;
+        b = resign(&f, e, 8, &len);
+        fl_status r = check(b, len, NULL, &v);
+        if (r == FL_OK)
+            fail_msg("case %zu verified", k);
+        assert_int_equal(v.ok, 0);
+        assert_int_equal(v.bad_entry, cases[k].entry);
+        assert_int_equal(v.bad_line, cases[k].entry + 2);
+        if (!strstr(v.message, cases[k].why))
+            fail_msg("case %zu: message '%s' lacks '%s'", k, v.message, cases[k].why);
+        free(b);
+        free(mod);
+        e[cases[k].entry] = orig;
+    }
+    for (int i = 0; i < 8; i++)
+        free(e[i]);
+    audit_fx_teardown(&f);
+}
+
+static void test_malformed(void **state) {
+    (void)state;
+    fl_store_audit_verdict v;
+    const char *bad[] = {
+        "",
+        "\n",
+        "{}\n",
+        "not json\n",
+        "{\"checkpoints\":0,\"entries\":0,\"format\":\"flotilla-audit-bundle/1\","
+        "\"origin\":\"x\",\"public_key\":\"x\"}\n",
+        "{\"checkpoints\":1,\"entries\":1,\"format\":\"flotilla-audit-bundle/2\","
+        "\"origin\":\"x\",\"public_key\":\"x\"}\n{}\n{}\n",
+        "{\"checkpoints\": 1}\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fl_store_audit_bundle *b = NULL;
+        fl_status r = fl_store_audit_bundle_open(&b, bad[i], strlen(bad[i]), NULL);
+        assert_int_not_equal(r, FL_OK);
+        assert_non_null(fl_store_audit_bundle_errmsg(b));
+        assert_int_equal(fl_store_audit_bundle_entry_count(b), 0);
+        assert_int_not_equal(fl_store_audit_bundle_verify(b, NULL, &v), FL_OK);
+        assert_int_equal(v.ok, 0);
+        fl_store_audit_bundle_close(b);
+    }
+    assert_int_equal(fl_store_audit_bundle_open(NULL, "x", 1, NULL), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_audit_bundle_verify(NULL, NULL, &v), FL_ERR_MISUSE);
+    fl_store_audit_bundle_close(NULL);
+    /* Verifier keys: strict parsing. */
+    uint8_t pk[32] = {0};
+    char vkey[256];
+    assert_int_equal(fl_store_audit_vkey(vkey, sizeof(vkey), "log.example", pk), FL_OK);
+    assert_int_equal(fl_store_audit_vkey(vkey, 10, "log.example", pk), FL_ERR_RANGE);
+    assert_int_equal(fl_store_audit_checkpoint_verify("x\n", 2, vkey, NULL, NULL), FL_ERR_FORMAT);
+    assert_int_equal(fl_store_audit_checkpoint_verify("x\n", 2, "bad", NULL, NULL), FL_ERR_FORMAT);
+}
+
+/* A bundle of one population with many entries verifies in a bounded time and memory. */
+static void test_oom_verify(void **state) {
+    (void)state;
+    struct audit_fx f;
+    char vkey[256];
+    size_t len = 0;
+    uint8_t *buf = small_bundle(&f, &len, vkey);
+    struct fl_test_counting cnt = {0};
+    fl_allocator a = fl_test_counting_allocator(&cnt);
+    int done = 0;
+    for (long k = 1; !done && k < 100; k++) {
+        cnt.calls = 0;
+        cnt.fail_at = k;
+        fl_store_audit_bundle *b = NULL;
+        fl_store_audit_verdict v;
+        fl_status r = fl_store_audit_bundle_open(&b, buf, len, &a);
+        if (r == FL_OK)
+            r = fl_store_audit_bundle_verify(b, vkey, &v);
+        fl_store_audit_bundle_close(b);
+        cnt.fail_at = 0;
+        if (r == FL_OK)
+            done = 1;
+        else
+            assert_int_equal(r, FL_ERR_NOMEM);
+        assert_int_equal(cnt.live, 0);
+    }
+    assert_true(done);
+    free(buf);
+    audit_fx_teardown(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_byte),
+        cmocka_unit_test(test_rule_breaks_named),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_oom_verify),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
