@@ -445,10 +445,22 @@ static fl_status writer_bytes(fl_safetensors_writer *w, uint8_t **out, size_t *l
 /* ---- aggregation ---- */
 
 /* Turns the final sum into the averaged delta (dim floats). */
-static fl_status decode_sum(fl_coord *co, const struct fl__coord_round_params *rp,
+static fl_status decode_sum(fl_coord *co, const struct fl__coord_round *r,
                             const uint64_t *sum, uint32_t count, float *delta, char *why,
                             size_t why_len) {
+    const struct fl__coord_round_params *rp = &r->rp;
     fl_status rc = FL_OK;
+    if (rp->buffered) {
+        /* FedBuff: the staleness-weighted sum over K (or over the summed weights). */
+        double denom = rp->weight_examples ? r->bwsum : (double)count;
+        if (denom <= 0) {
+            snprintf(why, why_len, "the weights sum to zero");
+            return FL_ERR_RANGE;
+        }
+        for (size_t i = 0; i < rp->dim; i++)
+            delta[i] = (float)(r->bnum[i] * rp->granularity / denom);
+        return FL_OK;
+    }
     if (rp->dp == FL__DP_DISTRIBUTED) {
         fl_dp_distributed_params dp;
         distributed_params(&dp, rp);
@@ -639,13 +651,15 @@ static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__
         const struct fl__coord_participant *pt = &r->parts[i];
         bool in = (pt->posted & (1u << FL__PH_MASKED)) &&
                   (pt->dropped_at < 0 || pt->dropped_at > FL__PH_MASKED);
+        if (r->rp.buffered && !in)
+            continue; /* still training: its participation moves to the next buffer */
         done += in;
         rc = fl_store_participant_set(co->store, r->id, pt->client_id,
                                       in ? FL_STORE_PARTICIPANT_COMPLETED
                                          : FL_STORE_PARTICIPANT_DROPPED);
     }
-    fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, (int64_t)count,
-                                    (int64_t)r->n - (int64_t)count};
+    int64_t sel = r->rp.buffered ? (int64_t)count : (int64_t)r->n;
+    fl_store_round_counts counts = {sel, sel, (int64_t)count, sel - (int64_t)count};
     (void)done;
     if (rc == FL_OK)
         rc = fl_store_round_set_counts(co->store, r->id, &counts);
@@ -693,9 +707,9 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
         return;
     }
     float *delta = fl__calloc(&co->alloc, rp->dim, sizeof(float));
-    fl_status rc = delta ? decode_sum(co, rp, sum, count, delta, why, sizeof(why))
+    fl_status rc = delta ? decode_sum(co, r, sum, count, delta, why, sizeof(why))
                          : FL_ERR_NOMEM;
-    if (rc == FL_OK && co->debug_sum)
+    if (rc == FL_OK && co->debug_sum && sum)
         co->debug_sum(co->debug_user, r->id, sum, rp->vec_len, count, delta, rp->dim);
     if (rc == FL_OK)
         rc = build_model(co, p, r, delta, &model, &model_len, &opt, &opt_len, &m, &v, why,

@@ -155,16 +155,19 @@ static int reply_selected(fl_coord *co, struct fl__coord_reply *rep, struct fl__
                           const struct fl__coord_participant *pt) {
     struct fl__coord_round *r = p->round;
     char task_url[64], model_url[128];
-    snprintf(task_url, sizeof(task_url), "/v1/rounds/%lld/task", (long long)r->id);
+    snprintf(task_url, sizeof(task_url), "/v1/rounds/%lld/task", (long long)pt->sel_rid);
     snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
-             (long long)r->base_version);
+             (long long)pt->base_version);
     atomic_fetch_add(&co->metrics.checkins[FL__CHK_SELECTED], 1);
     return fl__coord_json(
         rep, 200,
         json_pack("{s:s, s:I, s:s, s:s, s:s, s:{s:I}}", "status", "selected", "round_id",
-                  (json_int_t)r->id, "participation_id", pt->pid, "task_url", task_url,
-                  "model_url", model_url, "deadlines", "advertise_unix_ms",
-                  (json_int_t)(r->forming_deadline + p->deadlines_s[0] * 1000)));
+                  (json_int_t)pt->sel_rid, "participation_id", pt->pid, "task_url", task_url,
+                  "model_url", model_url, "deadlines",
+                  r->rp.buffered ? "masked_unix_ms" : "advertise_unix_ms",
+                  (json_int_t)(r->rp.buffered ? pt->deadline
+                                              : r->forming_deadline +
+                                                    p->deadlines_s[0] * 1000)));
 }
 
 /* Validates the check-in body into facts; sets a 400 on failure. */
@@ -243,8 +246,8 @@ static bool checkin_parse(json_t *b, struct checkin_facts *f, struct fl__coord_r
 /* Creates a forming round for p (lock held): fixes its parameters from the population
  * config and base model, and asks the dp accountant whether the round fits the privacy
  * budget. A round that cannot run leaves nothing in storage; why says why (logged). */
-static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now, char *why,
-                              size_t why_len) {
+fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now, char *why,
+                                 size_t why_len) {
     struct fl__coord_round *r = calloc(1, sizeof(*r));
     if (!r)
         return FL_ERR_NOMEM;
@@ -252,6 +255,16 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
     r->cap = (size_t)capd;
     if ((double)r->cap < capd)
         r->cap++;
+    if (p->buffered) {
+        /* A buffer holds the devices training now plus the K updates it folds. */
+        json_t *st = json_object_get(p->config, "strategy");
+        r->rp.buffered = true;
+        r->rp.buffer_k = (uint32_t)json_integer_value(json_object_get(st, "buffer_size"));
+        r->rp.max_inflight = (uint32_t)json_integer_value(json_object_get(st, "max_concurrency"));
+        r->rp.max_staleness = json_integer_value(json_object_get(st, "max_staleness"));
+        r->rp.staleness_alpha = json_number_value(json_object_get(st, "staleness_alpha"));
+        r->cap = (size_t)r->rp.max_inflight + r->rp.buffer_k;
+    }
     r->parts = calloc(r->cap, sizeof(*r->parts));
     if (!r->parts) {
         free(r);
@@ -294,6 +307,66 @@ static fl_status round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now
     return FL_OK;
 }
 
+/* Check-in to a buffered (FedBuff) population (lock held): the device gets a participation
+ * in the open buffer on the current model version, unless max_concurrency devices are
+ * training already. A device with a live participation gets it again; one whose update is
+ * in the open buffer waits for the next buffer. */
+static int checkin_buffered(fl_coord *co, struct fl__coord_reply *rep, struct fl__coord_pop *p,
+                            const char *client_id, int64_t now) {
+    struct fl__coord_round *r = p->round;
+    if (!r) {
+        fl_status rc = fl__coord_buffer_open(co, p, now, NULL);
+        if (rc == FL_ERR_BUSY)
+            return store_fail(co, rep, rc);
+        if (rc != FL_OK || !p->round)
+            return reply_retry(co, rep, clamp_retry(p, 60), "no_round_forming");
+        r = p->round;
+    }
+    struct fl__coord_participant *pt = NULL;
+    size_t inflight = 0;
+    fl__coord_buffer_tick(co, p, now);
+    if (r->n >= r->cap)
+        fl__coord_buffer_compact(r);
+    for (size_t i = 0; i < r->n; i++) {
+        struct fl__coord_participant *q = &r->parts[i];
+        bool live = !(q->posted & (1u << FL__PH_MASKED)) && q->dropped_at < 0 &&
+                    now < q->deadline;
+        inflight += live;
+        if (strcmp(q->client_id, client_id) != 0)
+            continue;
+        if (live)
+            return reply_selected(co, rep, p, q);
+        if (q->posted & (1u << FL__PH_MASKED))
+            return reply_retry(co, rep, clamp_retry(p, p->sel.min_retry_s), "round_full");
+        pt = q; /* expired or dropped: the slot is reused for a fresh participation */
+    }
+    if (!pt && (inflight >= r->rp.max_inflight || r->n >= r->cap))
+        return reply_retry(co, rep, clamp_retry(p, p->sel.min_retry_s), "round_full");
+    if (pt && inflight >= r->rp.max_inflight)
+        return reply_retry(co, rep, clamp_retry(p, p->sel.min_retry_s), "round_full");
+    fl_status rc = fl_store_participant_set(co->store, r->id, client_id,
+                                            FL_STORE_PARTICIPANT_SELECTED);
+    if (rc != FL_OK)
+        return store_fail(co, rep, rc);
+    if (!pt) {
+        pt = &r->parts[r->n];
+        pt->index = (uint32_t)r->n;
+        r->n++;
+    }
+    uint32_t index = pt->index;
+    memset(pt, 0, sizeof(*pt));
+    pt->index = index;
+    pt->dropped_at = -1;
+    snprintf(pt->client_id, sizeof(pt->client_id), "%s", client_id);
+    uint8_t pid[16];
+    fl__coord_random(pid, sizeof(pid));
+    fl__coord_hex(pt->pid, pid, sizeof(pid));
+    pt->sel_rid = r->id;
+    pt->base_version = p->model_version;
+    pt->deadline = now + p->deadlines_s[FL__PH_MASKED] * 1000;
+    return reply_selected(co, rep, p, pt);
+}
+
 int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
     struct fl__coord_client_auth ca;
@@ -329,7 +402,7 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     struct fl__coord_round *r = p->round;
-    if (r)
+    if (r && !p->buffered)
         for (size_t i = 0; i < r->n; i++)
             if (strcmp(r->parts[i].client_id, ca.client_id) == 0) {
                 status = reply_selected(co, rep, p, &r->parts[i]);
@@ -350,6 +423,10 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "secagg_required");
         goto out_unlock;
     }
+    if (p->buffered) {
+        status = checkin_buffered(co, rep, p, ca.client_id, now);
+        goto out_unlock;
+    }
     if (!r) {
         if (p->budget_exhausted && now < p->next_round_at) {
             status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
@@ -361,7 +438,7 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
             goto out_unlock;
         }
         char why[400] = "";
-        fl_status rc = round_create(co, p, now, why, sizeof(why));
+        fl_status rc = fl__coord_round_create(co, p, now, why, sizeof(why));
         p->budget_exhausted = rc == FL_ERR_BUDGET;
         if (rc == FL_ERR_BUDGET) {
             status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
@@ -395,6 +472,8 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl__coord_random(pid, sizeof(pid));
     fl__coord_hex(pt->pid, pid, sizeof(pid));
     pt->index = (uint32_t)r->n;
+    pt->sel_rid = r->id;
+    pt->base_version = r->base_version;
     r->n++;
     status = reply_selected(co, rep, p, pt);
     fl__coord_round_maybe_start(co, p, now);
@@ -489,7 +568,7 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
     fl__coord_b64(rseed, sizeof(rseed), rp->rotation_seed, 32);
     fl__coord_b64(qseed, sizeof(qseed), rp->quant_seed, 32);
     snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
-             (long long)r->base_version);
+             (long long)pt->base_version);
     json_t *training = json_deep_copy(json_object_get(cfg, "training"));
     json_t *mu = json_object_get(st, "proximal_mu");
     json_object_set_new(training, "optimizer", json_string("sgd"));
@@ -532,18 +611,27 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
         json_object_set_new(sa, "modulus_bits", json_integer(rp->bits));
         json_object_set_new(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
     }
-    const int64_t *dl = r->phase_deadline;
+    int64_t bdl[FL__PH_COUNT];
+    for (int k = 0; k < FL__PH_COUNT; k++)
+        bdl[k] = pt->deadline;
+    const int64_t *dl = rp->buffered ? bdl : r->phase_deadline;
     json_t *t = json_pack(
         "{s:s, s:s, s:I, s:s, s:{s:I, s:s}, s:O, s:o, s:o, s:o, s:o,"
         " s:{s:I, s:I, s:I, s:I, s:I}}",
-        "protocol", "flotilla/v1", "population", p->name, "round_id", (json_int_t)r->id, "kind",
-        "sync", "model", "version", (json_int_t)r->base_version, "url", model_url,
+        "protocol", "flotilla/v1", "population", p->name, "round_id", (json_int_t)pt->sel_rid,
+        "kind", rp->buffered ? "buffered" : "sync", "model", "version",
+        (json_int_t)pt->base_version, "url", model_url,
         "data_schema", json_object_get(cfg, "data_schema") ? json_object_get(cfg, "data_schema")
                                                            : json_null(),
         "training", training, "update", update, "dp", dp, "secagg", sa,
         "deadlines", "advertise_unix_ms", (json_int_t)dl[0], "share_unix_ms", (json_int_t)dl[1],
         "masked_unix_ms", (json_int_t)dl[2], "consistency_unix_ms", (json_int_t)dl[3],
         "unmask_unix_ms", (json_int_t)dl[4]);
+    if (t && rp->buffered)
+        json_object_set_new(t, "buffered",
+                            json_pack("{s:i, s:I, s:f}", "buffer_size", (int)rp->buffer_k,
+                                      "max_staleness", (json_int_t)rp->max_staleness,
+                                      "staleness_alpha", rp->staleness_alpha));
     (void)co;
     (void)pr;
     return t;

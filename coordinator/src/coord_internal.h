@@ -133,6 +133,10 @@ struct fl__coord_participant {
     uint8_t hash[FL__PH_COUNT][32];    /* SHA-256 of the accepted message per phase */
     uint8_t *result[FL__PH_COUNT];     /* server message for it after phase k closed */
     uint32_t result_len[FL__PH_COUNT];
+    int64_t sel_rid;                   /* round id the device was given at selection (a
+                                          buffered participation outlives its buffer) */
+    int64_t base_version;              /* model version the device trains from */
+    int64_t deadline;                  /* buffered: Unix ms by which its update must arrive */
 };
 
 enum fl__coord_round_state {
@@ -167,6 +171,11 @@ struct fl__coord_round_params {
     uint8_t rotation_seed[32];  /* distributed: public Hadamard seed */
     uint8_t quant_seed[32];     /* public quantizer seed (sent, unused by v1 encoders) */
     uint32_t degree, threshold; /* secagg k and t once the round runs */
+    bool buffered;              /* FedBuff buffer (docs/protocol.md section 5.4) */
+    uint32_t buffer_k;          /* buffered: contributions per model update (K) */
+    uint32_t max_inflight;      /* buffered: devices training at once (max_concurrency) */
+    int64_t max_staleness;      /* buffered: largest accepted version lag */
+    double staleness_alpha;     /* buffered: weight 1 / (1 + staleness)^alpha */
     char **tensors;             /* update tensor names, in order */
     size_t n_tensors;
 };
@@ -190,6 +199,9 @@ struct fl__coord_round {
     struct fl_secagg_server *sa;/* secagg server state machine (secagg rounds, running) */
     uint64_t *acc;              /* plain rounds: (vec_len) running sum mod 2^b */
     uint32_t received;          /* plain rounds: updates folded into acc */
+    double *bnum;               /* buffered: (dim) staleness-weighted sum of decoded
+                                   contributions, lattice units */
+    double bwsum;               /* buffered: sum of the contributions' weight coordinates */
     uint32_t survivors;         /* clients in the final sum */
     int64_t new_version;        /* model version produced (COMPLETED) */
     char reason[256];           /* why it was abandoned */
@@ -203,6 +215,7 @@ struct fl__coord_pop {
     char **regions;                          /* allowed regions; NULL with any_region */
     size_t n_regions;
     bool any_region;
+    bool buffered;                           /* FedBuff without secagg: asynchronous */
     bool running;                            /* admin started it */
     int64_t model_version;                   /* current version, 0 = none */
     struct fl__coord_selection sel;
@@ -397,6 +410,27 @@ size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *
  * in why (why_len bytes) and returns an error when the round cannot be run. */
 fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
                                       struct fl__coord_round *r, char *why, size_t why_len);
+/* Creates a forming round for p (lock held; api.c): parameters, budget check, storage
+ * row. why says why a round cannot be created (logged). */
+fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now, char *why,
+                                 size_t why_len);
+/* Buffered populations (buffer.c): opens the next buffer (lock held), moving the in-flight
+ * participations of prev (may be NULL) into it. */
+fl_status fl__coord_buffer_open(fl_coord *co, struct fl__coord_pop *p, int64_t now,
+                                struct fl__coord_round *prev);
+/* Buffered: validates an update and folds it with its staleness weight; commits the buffer
+ * when it holds K contributions. Returns the HTTP status (202 or an error set in rep). */
+int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
+                          struct fl__coord_participant *pt, const uint8_t *b, size_t len,
+                          struct fl__coord_reply *rep);
+/* Checks a plain update body (section 5.2): length, every word < 2^b, the weight in range.
+ * Returns 202 (w receives the weight) or the error status set in rep. */
+int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
+                             size_t len, struct fl__coord_reply *rep, uint64_t *w);
+/* Buffered: drops participations whose update deadline passed (lock held). */
+void fl__coord_buffer_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
+/* Buffered: removes dropped participations that sent nothing, freeing their slots. */
+void fl__coord_buffer_compact(struct fl__coord_round *r);
 /* Starts a forming round (lock held): secagg server or accumulator, phase deadlines. */
 void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Phase deadlines and early closes (lock held). */

@@ -267,12 +267,15 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
          strcmp(sname, "fedadagrad") == 0) &&
         !get_num(st, "strategy", "tau", 1e-3, 0.0, 1e6, true, &dv, rep))
         return false;
-    if (strcmp(sname, "fedbuff") == 0 &&
-        (!get_int(st, "strategy", "buffer_size", 10, 1, 100000, &iv, rep) ||
-         !get_int(st, "strategy", "max_concurrency", 2, 1, 1000, &iv, rep) ||
-         !get_num(st, "strategy", "staleness_alpha", 0.5, 0.0, 100.0, false, &dv, rep) ||
-         !get_int(st, "strategy", "max_staleness", 10, 0, 1000000, &iv, rep)))
-        return false;
+    if (strcmp(sname, "fedbuff") == 0) {
+        int64_t k;
+        if (!get_int(st, "strategy", "buffer_size", 10, 1, 100000, &k, rep) ||
+            !get_int(st, "strategy", "max_concurrency", k * 4 < 100000 ? k * 4 : 100000, 1,
+                     100000, &iv, rep) ||
+            !get_num(st, "strategy", "staleness_alpha", 0.5, 0.0, 100.0, false, &dv, rep) ||
+            !get_int(st, "strategy", "max_staleness", 10, 0, 1000000, &iv, rep))
+            return false;
+    }
 
     /* secagg */
     json_t *sa = sub_object(cfg, "secagg", rep);
@@ -322,6 +325,14 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
             return fl__coord_error(rep, 400, "invalid_field", "update.weighting",
                                    "differential privacy needs uniform weighting"), false;
     }
+    /* FedBuff without secure aggregation runs asynchronously (docs/protocol.md 5.4): the
+     * server weighs each update by its staleness, which needs it in the clear; DP for that
+     * mode (noise per buffer) is not offered yet. */
+    p->buffered = strcmp(sname, "fedbuff") == 0 && !secagg_on;
+    if (p->buffered && strcmp(mode, "none") != 0)
+        return fl__coord_error(rep, 400, "invalid_field", "privacy.mode",
+                               "asynchronous FedBuff (secagg.enabled false) supports "
+                               "privacy.mode 'none' only"), false;
     /* The distributed-DP encoder always rotates (randomised Hadamard); the others never. */
     const char *rot = json_string_value(json_object_get(pr, "rotation"));
     bool dist = strcmp(mode, "distributed") == 0;
@@ -359,6 +370,10 @@ void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
     if (r->acc) {
         fl_memzero(r->acc, r->rp.vec_len * sizeof(uint64_t));
         fl__free(&co->alloc, r->acc, r->rp.vec_len * sizeof(uint64_t));
+    }
+    if (r->bnum) {
+        fl_memzero(r->bnum, r->rp.dim * sizeof(double));
+        fl__free(&co->alloc, r->bnum, r->rp.dim * sizeof(double));
     }
     for (size_t i = 0; i < r->n; i++)
         for (int k = 0; k < FL__PH_COUNT; k++)
@@ -546,6 +561,8 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
                          (long long)p->sel.min_participants);
                 fl__coord_round_abandon(co, p, why);
             }
+        } else if (r->state == FL__ROUND_RUNNING && r->rp.buffered) {
+            fl__coord_buffer_tick(co, p, now);
         } else if (r->state == FL__ROUND_RUNNING) {
             fl__coord_round_tick(co, p, now);
         }

@@ -83,6 +83,25 @@ struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
     }
     struct fl__coord_pop *p = fl__coord_pop_by_id(rq->co, ca->population_id);
     struct fl__coord_round *r = p ? fl__coord_round_lookup(p, rid) : NULL;
+    if (p && p->buffered) {
+        /* A buffered participation keeps the round id it was given while it moves from
+         * buffer to buffer: find it by client and that id in the open or last buffer. */
+        struct fl__coord_round *cand[2] = {p->round, p->last};
+        for (int c = 0; c < 2; c++)
+            for (size_t i = 0; cand[c] && i < cand[c]->n; i++) {
+                struct fl__coord_participant *pt = &cand[c]->parts[i];
+                if (pt->sel_rid != rid || strcmp(pt->client_id, ca->client_id) != 0)
+                    continue;
+                if (strlen(key) != FL__COORD_PID_CHARS ||
+                    fl_memeq_ct(pt->pid, key, FL__COORD_PID_CHARS) != 0)
+                    break;
+                *pop_out = p;
+                *round_out = cand[c];
+                return pt;
+            }
+        if (!r && p->round && rid < p->round->id)
+            r = p->round; /* an id this population handed out: not this client's */
+    }
     if (!r) {
         fl__coord_error(rep, 410, "round_closed", NULL, "round %lld is not open",
                         (long long)rid);
@@ -199,6 +218,8 @@ static const char *round_state_word(const struct fl__coord_round *r) {
     case FL__ROUND_COMPLETED: return "completed";
     case FL__ROUND_ABANDONED: return "abandoned";
     case FL__ROUND_RUNNING:
+        if (r->rp.buffered)
+            return "buffering";
         return r->phase < FL__PH_COUNT && r->rp.secagg ? fl__coord_phase_names[r->phase]
                : r->phase < FL__PH_COUNT               ? "masked"
                                                        : "aggregating";
@@ -244,7 +265,15 @@ size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *
             cap = 8 * r->rp.vec_len + 4096;
         else if (k == FL__PH_UNMASK)
             cap = 128 * (kk + 1) + 4096;
-        break;
+        fl__coord_unlock(co);
+        return cap;
+    }
+    /* A buffered participation posts under the id of the buffer it was selected in. */
+    for (size_t i = 0; i < co->n_pops; i++) {
+        struct fl__coord_round *r = co->pops[i]->round;
+        if (co->pops[i]->buffered && r && rid < r->id && k == FL__PH_MASKED &&
+            8 * r->rp.vec_len + 4096 > cap)
+            cap = 8 * r->rp.vec_len + 4096;
     }
     fl__coord_unlock(co);
     return cap;
@@ -270,6 +299,11 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
         fl_memzero(r->acc, r->rp.vec_len * sizeof(uint64_t));
         fl__free(&co->alloc, r->acc, r->rp.vec_len * sizeof(uint64_t));
         r->acc = NULL;
+    }
+    if (r->bnum) {
+        fl_memzero(r->bnum, r->rp.dim * sizeof(double));
+        fl__free(&co->alloc, r->bnum, r->rp.dim * sizeof(double));
+        r->bnum = NULL;
     }
     /* Keep the last phase's results only while a poll may still ask; the outcome JSON is
      * built from the round record. */
@@ -346,6 +380,17 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         }
         fl_secagg_server_params(r->sa, &r->rp.degree, &r->rp.threshold);
         r->phase = FL__PH_ADVERTISE;
+    } else if (r->rp.buffered) {
+        /* No phases or round deadline: each participation has its own deadline. */
+        r->bnum = fl__calloc(&co->alloc, r->rp.dim, sizeof(double));
+        if (!r->bnum) {
+            fl__coord_round_abandon(co, p, "out of memory for the buffer");
+            return;
+        }
+        for (int k = 0; k < FL__PH_COUNT; k++)
+            r->phase_deadline[k] = INT64_MAX;
+        r->run_deadline = INT64_MAX;
+        r->phase = FL__PH_MASKED;
     } else {
         r->acc = fl__calloc(&co->alloc, r->rp.vec_len, sizeof(uint64_t));
         if (!r->acc) {
@@ -357,7 +402,8 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     atomic_fetch_add(&co->metrics.rounds_started, 1);
     fl__log(&co->logger, FL_LOG_INFO,
             "round %lld of %s running with %zu clients (%s, d=%zu, vector %zu, k=%u, t=%u)",
-            (long long)r->id, p->name, r->n, r->rp.secagg ? "secagg" : "plain", r->rp.dim,
+            (long long)r->id, p->name, r->n,
+            r->rp.secagg ? "secagg" : r->rp.buffered ? "buffered" : "plain", r->rp.dim,
             r->rp.vec_len, r->rp.degree, r->rp.threshold);
 }
 
@@ -463,7 +509,7 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
 static void maybe_close(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     for (int guard = 0; guard < FL__PH_COUNT; guard++) {
         struct fl__coord_round *r = p->round;
-        if (!r || r->state != FL__ROUND_RUNNING || r->phase >= FL__PH_DONE)
+        if (!r || r->state != FL__ROUND_RUNNING || r->phase >= FL__PH_DONE || r->rp.buffered)
             return;
         int k = r->phase;
         bool all;
@@ -498,10 +544,8 @@ static int reply_accepted(struct fl__coord_reply *rep, const struct fl__coord_ro
                                     "accepted", 1));
 }
 
-/* Folds a plain update into the accumulator after validating every word. */
-static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b, size_t len,
-                      struct fl__coord_reply *rep) {
-    const struct fl__coord_round_params *rp = &r->rp;
+int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
+                             size_t len, struct fl__coord_reply *rep, uint64_t *w_out) {
     size_t wb = rp->bits <= 32 ? 4 : 8;
     if (len != rp->vec_len * wb)
         return fl__coord_error(rep, 400, "invalid_message", NULL,
@@ -520,6 +564,20 @@ static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b,
             return fl__coord_error(rep, 400, "invalid_message", NULL,
                                    "coordinate %zu is not below 2^%u", i, rp->bits);
     }
+    *w_out = w;
+    return 202;
+}
+
+/* Folds a plain update into the accumulator after validating every word. */
+static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b, size_t len,
+                      struct fl__coord_reply *rep) {
+    const struct fl__coord_round_params *rp = &r->rp;
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    uint64_t mask = rp->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << rp->bits) - 1;
+    uint64_t w;
+    int st = fl__coord_plain_validate(rp, b, len, rep, &w);
+    if (st != 202)
+        return st;
     for (size_t i = 0; i < rp->vec_len; i++) {
         uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
         r->acc[i] = (r->acc[i] + x) & mask;
@@ -556,6 +614,20 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         return fl__coord_error(rep, 410, "round_closed", NULL,
                                "this client was dropped from the round in phase %s",
                                fl__coord_phase_names[pt->dropped_at]);
+    if (r->rp.buffered) {
+        if (now >= pt->deadline)
+            return fl__coord_error(rep, 410, "round_closed", NULL,
+                                   "the update deadline of this participation passed");
+        if (rq->body_len == 0)
+            return fl__coord_error(rep, 400, "invalid_message", NULL, "empty body");
+        memcpy(pt->hash[k], h, 32); /* kept only if accepted (posted bit) */
+        int st = fl__coord_buffer_fold(co, p, r, pt, rq->body, rq->body_len, rep);
+        if (st != 202)
+            return st;
+        atomic_fetch_add(&co->metrics.updates_accepted, 1);
+        atomic_fetch_add(&co->metrics.update_bytes, rq->body_len);
+        return reply_accepted(rep, r, k, 202);
+    }
     if (r->phase < k) {
         int64_t left = (r->phase_deadline[r->phase] - now) / 1000;
         rep->retry_after_s = (int)(left > 1 ? (left < 5 ? left : 5) : 1);
