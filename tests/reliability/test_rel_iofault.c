@@ -65,6 +65,25 @@ static uint8_t *big_model(void) {
     return buf;
 }
 
+/* Schema signature seen for each user_version (every migration commits with its version
+ * bump, so one version must always come with the same schema). */
+static char *schema_seen[FL_STORE_SCHEMA_VERSION + 1];
+
+static char *schema_signature(sqlite3 *raw) {
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(raw,
+                                        "SELECT ifnull(group_concat(type || ':' || name, ','), '') "
+                                        "FROM (SELECT type, name FROM sqlite_schema ORDER BY "
+                                        "type, name)",
+                                        -1, &s, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    char *sig = strdup((const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    assert_non_null(sig);
+    return sig;
+}
+
 static void make_template(struct tmpl *tp) {
     store_tdir_make(&tp->t, "template.db");
     snprintf(tp->work, sizeof(tp->work), "%s/work.db", tp->t.dir);
@@ -83,6 +102,8 @@ static void make_template(struct tmpl *tp) {
     STORE_OK(st, fl_store_ledger_append(st, NULL, &e));
     fl_store_close(st); /* checkpoints and removes the WAL: one file to copy */
     sqlite3 *raw = store_raw_open(tp->t.path);
+    if (!schema_seen[FL_STORE_SCHEMA_VERSION])
+        schema_seen[FL_STORE_SCHEMA_VERSION] = schema_signature(raw);
     tp->ledger_count = store_raw_int(raw, "SELECT count(*) FROM privacy_ledger");
     tp->model_count = store_raw_int(raw, "SELECT count(*) FROM models");
     tp->round_count = store_raw_int(raw, "SELECT count(*) FROM rounds");
@@ -321,6 +342,32 @@ static void check_poisoned(fl_store *st, const struct tmpl *tp) {
     fl_store_free(st, p);
 }
 
+/* After a fault while creating a store: a schema version with exactly that version's
+ * schema (nothing half-migrated); FL_OK only with the current version. */
+static void check_open_atomic(const char *path, fl_status r, int kind, long n) {
+    sqlite3 *raw = store_raw_open(path);
+    int64_t v = store_raw_int(raw, "PRAGMA user_version");
+    char *sig = schema_signature(raw);
+    sqlite3_close(raw);
+    if (v < 0 || v > FL_STORE_SCHEMA_VERSION)
+        fail_msg("open with %s %ld failing: user_version %lld", kind ? "fsync" : "write", n,
+                 (long long)v);
+    if (v == 0 && sig[0] != '\0')
+        fail_msg("open with %s %ld failing: version 0 with a schema: %s", kind ? "fsync" : "write",
+                 n, sig);
+    if (!schema_seen[v]) {
+        schema_seen[v] = sig;
+    } else {
+        if (strcmp(schema_seen[v], sig) != 0)
+            fail_msg("open with %s %ld failing left a half-migrated store: version %lld has "
+                     "schema\n  %s\nbut earlier\n  %s",
+                     kind ? "fsync" : "write", n, (long long)v, sig, schema_seen[v]);
+        free(sig);
+    }
+    if (r == FL_OK && v != FL_STORE_SCHEMA_VERSION)
+        fail_msg("open returned FL_OK but the schema is at version %lld", (long long)v);
+}
+
 /* One step: op with the n-th write (kind 0) or sync (kind 1) failing. Returns 1 while the
  * fault fired (so the walk goes on to n + 1). */
 static int step(enum op op, int kind, long n, const struct tmpl *tp, struct walk_figures *f) {
@@ -396,21 +443,8 @@ static int step(enum op op, int kind, long n, const struct tmpl *tp, struct walk
                  kind ? "fsync" : "write", n, cnt.live);
 
     /* Reopen through the normal VFS. */
-    if (op == OP_OPEN) {
-        sqlite3 *raw = store_raw_open(tp->work);
-        int64_t v = store_raw_int(raw, "PRAGMA user_version");
-        int64_t tables = store_raw_int(raw, "SELECT count(*) FROM sqlite_schema WHERE type = "
-                                            "'table' AND name IN ('populations', 'models', "
-                                            "'privacy_ledger')");
-        sqlite3_close(raw);
-        /* v0 = nothing yet, v1 = first migration (no ledger), v2 = all. */
-        if (!((v == 0 && tables == 0) || (v == 1 && tables == 2) || (v == 2 && tables == 3)))
-            fail_msg("open with %s %ld failing left a half-migrated store: user_version %lld, "
-                     "%lld of 3 tables",
-                     kind ? "fsync" : "write", n, (long long)v, (long long)tables);
-        if (r == FL_OK && v != 2)
-            fail_msg("open returned FL_OK but the schema is at version %lld", (long long)v);
-    }
+    if (op == OP_OPEN)
+        check_open_atomic(tp->work, r, kind, n);
     st = store_open_ok(tp->work, NULL);
     STORE_OK(st, fl_store_check(st));
     if (op != OP_OPEN) {
@@ -483,5 +517,7 @@ int main(void) {
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(big_model());
+    for (int i = 0; i <= FL_STORE_SCHEMA_VERSION; i++)
+        free(schema_seen[i]);
     return rc;
 }
