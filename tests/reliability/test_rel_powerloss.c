@@ -31,23 +31,41 @@
 #define STEPS_PER_LIFE 10 /* operations per writer */
 
 enum rec_type { REC_OPENED = 1, REC_INTENT, REC_ACK, REC_DONE, REC_CUT };
-enum op_kind { OP_GROUP = 1, OP_TAG, OP_ENROLL, OP_PUT, OP_LEDGER, OP_ROUND, OP_START, OP_POP };
+enum op_kind {
+    OP_GROUP = 1,
+    OP_TAG,
+    OP_ENROLL,
+    OP_PUT,
+    OP_LEDGER,
+    OP_ROUND,
+    OP_START,
+    OP_POP,
+    OP_REOPEN /* close (checkpoint, WAL removed) and open again */
+};
 
 /* One pipe record (< PIPE_BUF: written atomically). */
 struct rec {
     uint8_t type, kind;
     uint32_t life, index;
     int64_t a, b, c; /* ids: group = version, round, ledger; others use a (and b) */
-    int64_t d;       /* REC_CUT: directory fsyncs seen */
+    int64_t d;       /* REC_CUT: directory fsyncs seen; others: I/O calls so far */
 };
 
 /* ---- the writer ---- */
 
 static int pipe_fd = -1;
+static int script_reopen; /* 1: steps 0 and 1 are a group and a reopen (targeted test) */
 
 static void send_rec(uint8_t type, uint8_t kind, uint32_t life, uint32_t index, int64_t a,
                      int64_t b, int64_t c) {
-    struct rec r = {type, kind, life, index, a, b, c, fault_vfs_dir_sync_count()};
+    struct rec r = {type,
+                    kind,
+                    life,
+                    index,
+                    a,
+                    b,
+                    c,
+                    type == REC_CUT ? fault_vfs_dir_sync_count() : fault_vfs_io_count()};
     if (write(pipe_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
         _exit(30);
 }
@@ -85,13 +103,18 @@ static void writer(const char *path, int64_t pop, uint32_t life, uint64_t seed, 
     }
     uint64_t rng = seed;
     for (; i < STEPS_PER_LIFE; i++) {
-        uint32_t pick = (uint32_t)(rel_rng(&rng) % 16);
-        int kind = pick < 7 ? OP_GROUP : pick < 9 ? OP_TAG : pick < 11 ? OP_ENROLL
-                   : pick < 13                   ? OP_PUT
-                   : pick < 15                   ? OP_LEDGER
-                                                 : OP_ROUND;
+        uint32_t pick = (uint32_t)(rel_rng(&rng) % 17);
+        int kind = pick < 7    ? OP_GROUP
+                   : pick < 9  ? OP_TAG
+                   : pick < 11 ? OP_ENROLL
+                   : pick < 13 ? OP_PUT
+                   : pick < 15 ? OP_LEDGER
+                   : pick < 16 ? OP_ROUND
+                               : OP_REOPEN;
         if (kind == OP_TAG && latest == 0)
             kind = OP_PUT;
+        if (script_reopen && i < 2)
+            kind = i == 0 ? OP_GROUP : OP_REOPEN;
         send_rec(REC_INTENT, (uint8_t)kind, life, i, latest, 0, 0);
         fl_store_model_ref ref;
         int64_t rid = 0, lid = 0;
@@ -151,6 +174,15 @@ static void writer(const char *path, int64_t pop, uint32_t life, uint64_t seed, 
             send_rec(REC_ACK, OP_LEDGER, life, i, lid, 0, 0);
             break;
         }
+        case OP_REOPEN:
+            /* The checkpoint at close, the WAL's removal (not fsynced in its directory)
+             * and its re-creation all run under the cut too. */
+            fl_store_close(st);
+            st = NULL;
+            if (rel_open_fault(&st, path, NULL) != FL_OK)
+                _exit(35);
+            send_rec(REC_ACK, OP_REOPEN, life, i, 0, 0, 0);
+            break;
         case OP_ROUND:
             if (fl_store_round_create(st, &rid, pop, 0, 0,
                                       rel_json(j2, sizeof(j2), "solo", life, i)) != FL_OK)
@@ -311,7 +343,8 @@ static void check_ack(fl_store *st, const struct history *h, const struct rec *a
         break;
     }
     case OP_TAG:
-        break; /* checked against h->tag */
+    case OP_REOPEN:
+        break; /* tag: checked against h->tag; reopen writes nothing of its own */
     default:
         fail_msg("unknown op kind %d", a->kind);
     }
@@ -415,7 +448,8 @@ static int check_inflight(fl_store *st, sqlite3 *raw, struct history *h, const s
     }
     case OP_TAG:
     case OP_POP:
-        return -1; /* handled by the caller */
+    case OP_REOPEN:
+        return -1; /* handled by the caller, or nothing to check */
     default:
         fail_msg("unknown op kind %d", in->kind);
     }
@@ -520,6 +554,7 @@ struct life_result {
     long io;             /* I/O calls of a complete life (REC_DONE) */
     struct rec inflight; /* last intent without ack */
     int has_inflight;
+    long reopen_io;      /* I/O calls when the first reopen was acknowledged, 0 if none */
 };
 
 static struct life_result run_life(const char *path, struct history *h, uint32_t life,
@@ -559,6 +594,8 @@ static struct life_result run_life(const char *path, struct history *h, uint32_t
                 h->pop = r.a;
             if (r.kind == OP_TAG)
                 h->tag = r.a;
+            if (r.kind == OP_REOPEN && res.reopen_io == 0)
+                res.reopen_io = (long)r.d;
             hist_add(h, &r);
             break;
         case REC_DONE:
@@ -700,6 +737,70 @@ static void test_power_loss(void **state) {
     fault_vfs_reset();
 }
 
+/* Targeted: cuts at each of the first I/O calls after the store was closed (checkpoint,
+ * WAL removed without a directory fsync) and opened again, where the directory holds
+ * changes no fsync has covered yet: the old WAL may come back. */
+static void test_power_loss_after_wal_removal(void **state) {
+    (void)state;
+    uint64_t seed = rel_seed();
+    assert_true(sodium_init() >= 0);
+    assert_int_equal(fault_vfs_register(), SQLITE_OK);
+    if (!fault_vfs_uri_supported())
+        skip();
+    struct store_tdir t;
+    store_tdir_make(&t, "base.db");
+    char work[400], copy[400];
+    snprintf(work, sizeof(work), "%s/work.db", t.dir);
+    snprintf(copy, sizeof(copy), "%s/check.db", t.dir);
+    struct figures fig;
+    memset(&fig, 0, sizeof(fig));
+    struct history base = {0};
+    struct life_result res =
+        run_life(t.path, &base, 0, seed, 0, FAULT_VFS_LOSE_UNSYNCED, 0, &fig);
+    assert_int_equal(res.status, 0);
+    script_reopen = 1;
+    assert_int_equal(rel_copy_db(t.path, work), 0);
+    struct history h = base;
+    h.acks = NULL;
+    h.nacks = h.cap = 0;
+    uint64_t life_seed = seed ^ 0x5EED;
+    res = run_life(work, &h, 1, life_seed, 0, FAULT_VFS_LOSE_UNSYNCED, 0, &fig);
+    assert_int_equal(res.status, 0);
+    long k0 = res.reopen_io;
+    assert_true(k0 > 0);
+    free(h.acks);
+    for (int model = 0; model < 2; model++) {
+        for (long delta = 1; delta <= 6; delta++) {
+            assert_int_equal(rel_copy_db(t.path, work), 0);
+            h = base;
+            h.cap = base.nacks;
+            h.acks = malloc(h.cap * sizeof(*h.acks));
+            assert_non_null(h.acks);
+            memcpy(h.acks, base.acks, base.nacks * sizeof(*h.acks));
+            res = run_life(work, &h, 1, life_seed, k0 + delta, (enum fault_vfs_model)model, 0,
+                           &fig);
+            assert_int_equal(res.status, CUT_EXIT);
+            fig.cuts[model]++;
+            assert_int_equal(rel_copy_db(work, copy), 0);
+            check_store(copy, &h, res.has_inflight ? &res.inflight : NULL, &fig);
+            rel_remove_db(copy);
+            rel_remove_db(work);
+            free(h.acks);
+            if (fig.lost || fig.corrupt)
+                fail_msg("cut %ld I/O calls after the reopen (%s model): %ld lost, %ld corrupt; "
+                         "FL_RELIABILITY_SEED=%llu",
+                         delta, model ? "torn" : "lose-unsynced", fig.lost, fig.corrupt,
+                         (unsigned long long)seed);
+        }
+    }
+    script_reopen = 0;
+    print_figures("after WAL removal", &fig, 0);
+    /* The cuts must have found the directory holding unsynced changes. */
+    assert_true(fig.dir_entries > 0);
+    free(base.acks);
+    store_tdir_rm(&t);
+}
+
 /* Self-test: the same cuts on a disk that ignores fsync must lose acknowledged commits,
  * and the checker must see it (so a store that did not sync would fail the test above). */
 static void test_power_loss_detects_lying_disk(void **state) {
@@ -724,6 +825,7 @@ static void test_power_loss_detects_lying_disk(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_power_loss),
+        cmocka_unit_test(test_power_loss_after_wal_removal),
         cmocka_unit_test(test_power_loss_detects_lying_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
