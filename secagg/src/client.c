@@ -18,6 +18,8 @@ struct fl__sa_peer {
     uint8_t s_pk[32];                    /* masking public key */
     uint8_t vk[32];                      /* signing verification key (active mode) */
     uint8_t ct[FL__SA_SHARE_CT_BYTES];   /* its shares for us, encrypted */
+    uint8_t key[32];                     /* share-encryption key of the pair (secret; derived
+                                            once in KEYS, reused at unmasking, then wiped) */
 };
 
 struct fl_secagg_client {
@@ -57,6 +59,8 @@ static fl_status client_fail(fl_secagg_client *c, fl_status code, const char *wh
     fl_memzero(c->s_sk, sizeof(c->s_sk));
     fl_memzero(c->b_seed, sizeof(c->b_seed));
     fl_memzero(c->self_b_y, sizeof(c->self_b_y));
+    if (c->peers)
+        fl_memzero(c->peers, (size_t)c->cfg.degree * sizeof(struct fl__sa_peer));
     fl__log(&c->cfg.logger, FL_LOG_WARN, "secagg client %u failed: %s", c->index, what);
     return code;
 }
@@ -112,8 +116,10 @@ void fl_secagg_client_destroy(fl_secagg_client *c) {
         fl_memzero(c->input, (size_t)c->cfg.dim * sizeof(uint32_t));
         fl__free(&a, c->input, (size_t)c->cfg.dim * sizeof(uint32_t));
     }
-    if (c->peers)
+    if (c->peers) {
+        fl_memzero(c->peers, (size_t)c->cfg.degree * sizeof(struct fl__sa_peer));
         fl__free(&a, c->peers, (size_t)c->cfg.degree * sizeof(struct fl__sa_peer));
+    }
     fl__free(&a, c->u3, c->u3_len);
     fl__free(&a, c->scratch, FL__SA_MASK_CHUNK * 4);
     fl__sa_buf_free(&c->out, &a);
@@ -260,7 +266,7 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
     uint32_t *xs = fl__calloc(&c->alloc, (size_t)count + 1, sizeof(uint32_t));
     size_t out_len = FL_SECAGG_HEADER_BYTES + FL__SA_COMMIT_BYTES + 4 +
                      (size_t)count * (4 + FL__SA_SHARE_CT_BYTES);
-    uint8_t pt[FL__SA_SHARE_PT_BYTES], key[32];
+    uint8_t pt[FL__SA_SHARE_PT_BYTES];
     if (!peers || !ss || !bs || !xs || fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
         st = fl__err_set(&c->err, FL_ERR_NOMEM, "KEYS: out of memory");
         goto out;
@@ -326,9 +332,9 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         memcpy(pt + 8, ss[i].y, FL__SA_SHARE_Y_BYTES);
         memcpy(pt + 8 + FL__SA_SHARE_Y_BYTES, bs[i].y, FL__SA_SHARE_Y_BYTES);
         fl__put_u32le(o, p->index);
-        if (fl__sa_derive_pair_key(key, cr, "enc", c->c_sk, p->c_pk, c->round_id, c->index,
+        if (fl__sa_derive_pair_key(p->key, cr, "enc", c->c_sk, p->c_pk, c->round_id, c->index,
                                    p->index) != 0 ||
-            cr->aead_seal(o + 4, pt, sizeof(pt), ad, sizeof(ad), nonce, key) != 0) {
+            cr->aead_seal(o + 4, pt, sizeof(pt), ad, sizeof(ad), nonce, p->key) != 0) {
             fl_memzero(c->out.p, out_len);
             st = client_fail(c, FL_ERR_CRYPTO, "KEYS: share encryption failed");
             goto out;
@@ -348,7 +354,6 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
     st = FL_OK;
 out:
     fl_memzero(pt, sizeof(pt));
-    fl_memzero(key, sizeof(key));
     if (ss) {
         fl_memzero(ss, ((size_t)count + 1) * sizeof(*ss));
         fl__free(&c->alloc, ss, ((size_t)count + 1) * sizeof(*ss));
@@ -358,6 +363,8 @@ out:
         fl__free(&c->alloc, bs, ((size_t)count + 1) * sizeof(*bs));
     }
     fl__free(&c->alloc, xs, ((size_t)count + 1) * sizeof(uint32_t));
+    if (peers)
+        fl_memzero(peers, peers_bytes);
     fl__free(&c->alloc, peers, peers_bytes);
     fl__sa_graph_free(&g, &c->alloc);
     return st;
@@ -612,7 +619,7 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
     /* Reveal exactly one share per neighbour that shared with us: b_v if v survived, s_v if
      * it dropped. This is the only place shares leave the client, once per round. */
     uint8_t *o = c->out.p + FL_SECAGG_HEADER_BYTES + 4;
-    uint8_t key[32], pt[FL__SA_SHARE_PT_BYTES];
+    uint8_t pt[FL__SA_SHARE_PT_BYTES];
     uint32_t m = 0;
     st = FL_OK;
     for (uint32_t s = 0; s < k; s++) {
@@ -621,9 +628,7 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
             continue;
         uint8_t nonce[12], ad[19];
         share_nonce_ad(nonce, ad, c->round_id, p->index, c->index);
-        if (fl__sa_derive_pair_key(key, cr, "enc", c->c_sk, p->c_pk, c->round_id, c->index,
-                                   p->index) != 0 ||
-            cr->aead_open(pt, p->ct, FL__SA_SHARE_CT_BYTES, ad, sizeof(ad), nonce, key) != 0) {
+        if (cr->aead_open(pt, p->ct, FL__SA_SHARE_CT_BYTES, ad, sizeof(ad), nonce, p->key) != 0) {
             st = client_fail(c, FL_ERR_CRYPTO, "UNMASK_REQ: share ciphertext does not open");
             break;
         }
@@ -638,7 +643,6 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
         o += 4 + 1 + FL__SA_SHARE_Y_BYTES;
         m++;
     }
-    fl_memzero(key, sizeof(key));
     fl_memzero(pt, sizeof(pt));
     if (st != FL_OK) {
         fl_memzero(c->out.p, c->out.cap);
@@ -660,6 +664,8 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
     fl_memzero(c->s_sk, sizeof(c->s_sk));
     fl_memzero(c->b_seed, sizeof(c->b_seed));
     fl_memzero(c->self_b_y, sizeof(c->self_b_y));
+    for (uint32_t s2 = 0; s2 < k; s2++)
+        fl_memzero(c->peers[s2].key, sizeof(c->peers[s2].key));
     return FL_OK;
 }
 
