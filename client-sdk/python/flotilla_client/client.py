@@ -1,0 +1,265 @@
+"""The federated client (fl_client_*) over the default libcurl transport."""
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+from . import _native
+from .errors import FlotillaError, check
+
+_curl_lock = threading.Lock()
+_curl_ready = False
+
+
+def _curl_global_init():
+    """libcurl wants curl_global_init once per process before any handle; the SDK leaves that
+    to the app, so the binding does it on the first Client (from the libcurl the SDK loaded)."""
+    global _curl_ready
+    with _curl_lock:
+        if _curl_ready:
+            return
+        try:
+            curl = ctypes.CDLL("libcurl.so.4")
+        except OSError as e:
+            raise FlotillaError(_native.FL_ERR_UNSUPPORTED, "libcurl not loadable: %s" % e,
+                                "curl_global_init")
+        curl.curl_global_init.restype = ctypes.c_int
+        curl.curl_global_init.argtypes = [ctypes.c_long]
+        rc = curl.curl_global_init(3)  # CURL_GLOBAL_DEFAULT
+        if rc != 0:
+            raise FlotillaError(_native.FL_ERR_INTERNAL, "curl_global_init returned %d" % rc,
+                                "curl_global_init")
+        _curl_ready = True
+
+
+def key_id(public_key):
+    """Key id (16 lowercase hex chars) of a coordinator Ed25519 public key (32 bytes)."""
+    lib = _native.lib()
+    pk = bytes(public_key)
+    if len(pk) != lib.fl_client_public_key_bytes():
+        raise ValueError("public key must be %d bytes, got %d"
+                         % (lib.fl_client_public_key_bytes(), len(pk)))
+    out = ctypes.create_string_buffer(lib.fl_client_key_id_chars() + 1)
+    arr = (ctypes.c_uint8 * len(pk)).from_buffer_copy(pk)
+    check(lib.fl_client_key_id(out, arr), "fl_client_key_id", lambda: "bad argument")
+    return out.value.decode()
+
+
+@dataclass
+class ClientStats:
+    """fl_client_stats, with the state as its name."""
+    state: str
+    checkins: int
+    selected: int
+    rounds_completed: int
+    rounds_failed: int
+    uploads: int
+    transient_errors: int
+    bytes_sent: int
+    bytes_received: int
+    next_action_ms: int
+    round_id: int
+    model_version: int
+    examples_trained: int
+    train_loss: float
+    last_error: str
+
+
+class Client:
+    """A device taking part in federated rounds of one population.
+
+    Client(url, population, region, coordinator_key, store, enrollment_token=None,
+           client_token=None, platform=None, seed=0, allocator=None, logger=None,
+           pinned_public_key=None, ca_file=None, connect_timeout_ms=None, **config)
+
+    url               coordinator base URL ("https://host:port"; http:// only for loopback)
+    coordinator_key   the coordinator's Ed25519 public key (32 bytes), pinned
+    store             a Store with the device's examples (borrowed; must stay open)
+    logger            optional callable(level:int, msg:str)
+    config            other fl_client_config fields: momentum, weight_decay,
+                      max_model_bytes, backoff_initial_ms, backoff_max_ms,
+                      request_timeout_ms, long_poll_s, secagg_backend
+    Use as a context manager or call close(); close() is idempotent. One thread at a time,
+    except interrupt().
+    """
+
+    _CONFIG_FIELDS = ("momentum", "weight_decay", "max_model_bytes", "backoff_initial_ms",
+                      "backoff_max_ms", "request_timeout_ms", "long_poll_s", "secagg_backend")
+
+    def __init__(self, url, population, region, coordinator_key, store, enrollment_token=None,
+                 client_token=None, platform=None, seed=0, allocator=None, logger=None,
+                 pinned_public_key=None, ca_file=None, connect_timeout_ms=None, **config):
+        self._lib = lib = _native.lib()
+        self._h = None
+        self._curl = None
+        unknown = set(config) - set(self._CONFIG_FIELDS)
+        if unknown:
+            raise TypeError("unknown client option(s): %s" % ", ".join(sorted(unknown)))
+        key = bytes(coordinator_key)
+        if len(key) != lib.fl_client_public_key_bytes():
+            raise ValueError("coordinator_key must be %d bytes, got %d"
+                             % (lib.fl_client_public_key_bytes(), len(key)))
+        store._handle()  # raises if closed
+        _curl_global_init()
+        alloc = allocator.pointer() if allocator is not None else None
+        self._allocator, self._store = allocator, store
+        # Every string handed to C stays referenced by self for the handle's lifetime (the SDK
+        # copies them, but this keeps the rule simple).
+        self._keep = []
+
+        def cs(s):
+            if s is None:
+                return None
+            b = s.encode() if isinstance(s, str) else bytes(s)
+            self._keep.append(b)
+            return b
+
+        tbuf, tc = lib.init_struct(_native.fl_client_curl_config, "fl_client_curl_config_init")
+        tc.base_url = cs(url)
+        tc.pinned_public_key = cs(pinned_public_key)
+        tc.ca_file = cs(ca_file)
+        if connect_timeout_ms is not None:
+            tc.connect_timeout_ms = int(connect_timeout_ms)
+        if alloc is not None:
+            tc.allocator = alloc
+        err = ctypes.create_string_buffer(512)
+        t = ctypes.c_void_p()
+        check(lib.fl_client_curl_create(ctypes.byref(t), ctypes.addressof(tbuf), err, len(err)),
+              "fl_client_curl_create", lambda: err.value)
+        self._curl = t
+        try:
+            cbuf, cfg = lib.init_struct(_native.fl_client_config, "fl_client_config_init")
+            check(lib.fl_client_curl_transport(t, ctypes.byref(cfg.transport)),
+                  "fl_client_curl_transport", lambda: "cannot get the curl vtable")
+            if alloc is not None:
+                cfg.allocator = alloc
+            cfg.population = cs(population)
+            cfg.region = cs(region)
+            if platform is not None:
+                cfg.platform = cs(platform)
+            ctypes.memmove(cfg.coordinator_key, key, len(key))
+            cfg.has_coordinator_key = 1
+            cfg.client_token = cs(client_token)
+            cfg.enrollment_token = cs(enrollment_token)
+            cfg.store = store._handle()
+            cfg.seed = int(seed)
+            for k, v in config.items():
+                setattr(cfg, k, v)
+            self._log = None
+            if logger is not None:
+                self._log = _native.LOG_FN(
+                    lambda user, level, msg: logger(level, msg.decode("utf-8", "replace")))
+                cfg.logger.fn = self._log
+                cfg.logger.min_level = 0
+            h = ctypes.c_void_p()
+            check(lib.fl_client_create(ctypes.byref(h), ctypes.addressof(cbuf), err, len(err)),
+                  "fl_client_create", lambda: err.value)
+            self._h = h
+        except BaseException:
+            lib.fl_client_curl_destroy(t)
+            self._curl = None
+            raise
+        store._users.add(self)
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Stops the worker if any, destroys the client and its transport. Idempotent."""
+        if self._h is not None:
+            self._lib.fl_client_worker_stop(self._h)
+            self._lib.fl_client_destroy(self._h)
+            self._h = None
+        if self._curl is not None:
+            self._lib.fl_client_curl_destroy(self._curl)
+            self._curl = None
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("client is closed")
+        return self._h
+
+    def _check(self, rc, call):
+        check(rc, call, lambda: self._lib.fl_client_errmsg(self._h))
+
+    # ---- driving ----
+
+    def set_eligibility(self, charging=True, unmetered=True, idle=True, battery_pct=-1):
+        e = _native.fl_client_eligibility(ctypes.sizeof(_native.fl_client_eligibility),
+                                          int(bool(charging)), int(bool(unmetered)),
+                                          int(bool(idle)), int(battery_pct))
+        self._check(self._lib.fl_client_set_eligibility(self._handle(), ctypes.byref(e)),
+                    "fl_client_set_eligibility")
+
+    def step(self):
+        """One exchange and what follows it. Returns the Unix ms at which to step again, or
+        None when the transport would block (FL_ERR_AGAIN)."""
+        nxt = ctypes.c_int64()
+        rc = self._lib.fl_client_step(self._handle(), ctypes.byref(nxt))
+        if rc == _native.FL_ERR_AGAIN:
+            return None
+        self._check(rc, "fl_client_step")
+        return nxt.value
+
+    def run(self, max_wait_ms=60000):
+        """Blocking loop until a round this client took part in ends (True), or until nothing
+        is due within max_wait_ms (False). Interrupts and sticky failures raise."""
+        rc = self._lib.fl_client_run(self._handle(), int(max_wait_ms))
+        if rc == _native.FL_ERR_AGAIN:
+            return False
+        self._check(rc, "fl_client_run")
+        return True
+
+    def interrupt(self):
+        """Makes a running step/run return FL_ERR_CANCELLED (safe from any thread)."""
+        h = self._h
+        if h is not None:
+            self._lib.fl_client_interrupt(h)
+
+    def stats(self):
+        s = _native.fl_client_stats()
+        s.struct_size = ctypes.sizeof(s)
+        self._check(self._lib.fl_client_stats_get(self._handle(), ctypes.byref(s)),
+                    "fl_client_stats_get")
+        st = s.state
+        return ClientStats(
+            state=_native.CLIENT_STATES[st] if 0 <= st < len(_native.CLIENT_STATES) else str(st),
+            checkins=s.checkins, selected=s.selected, rounds_completed=s.rounds_completed,
+            rounds_failed=s.rounds_failed, uploads=s.uploads,
+            transient_errors=s.transient_errors, bytes_sent=s.bytes_sent,
+            bytes_received=s.bytes_received, next_action_ms=s.next_action_ms,
+            round_id=s.round_id, model_version=s.model_version,
+            examples_trained=s.examples_trained, train_loss=s.train_loss,
+            last_error=_native.STATUS_NAMES[s.last_error]
+            if 0 <= s.last_error < len(_native.STATUS_NAMES) else str(s.last_error))
+
+    def token(self):
+        """The client token after enrollment (keep it in secure storage), or None."""
+        buf = ctypes.create_string_buffer(self._lib.fl_client_token_max_chars() + 1)
+        rc = self._lib.fl_client_token(self._handle(), buf, len(buf))
+        if rc == _native.FL_ERR_NOT_FOUND:
+            return None
+        self._check(rc, "fl_client_token")
+        return buf.value.decode()
+
+    def start_worker(self):
+        self._check(self._lib.fl_client_worker_start(self._handle()), "fl_client_worker_start")
+
+    def stop_worker(self):
+        if self._h is not None:
+            self._lib.fl_client_worker_stop(self._h)
