@@ -140,57 +140,36 @@ static fl_status node_put(struct fl__store_audit_stmts *c, unsigned level, int64
 
 /* ---- population state from the log ---- */
 
-/* Rebuilds what the log says about population id by reading its entries newest first until
- * every aspect is known (or its population_created entry is reached), then replaying them
- * oldest first. Usually reads one to three entries. */
+/* Rebuilds what the log says about population id from the latest entry of each kind that
+ * sets part of its state (at most five indexed reads), replayed oldest first. */
 static fl_status load_pop(struct fl__store_audit_stmts *c, int64_t id,
                           struct fl__store_audit_pop *pop) {
     fl_store *st = c->st;
     sqlite3_stmt *s;
-    json_t *stack = json_array();
     fl_status r = FL_OK;
-    unsigned seen = 0;
     char why[160];
+    int rc = SQLITE_DONE;
     fl__store_audit_pop_init(pop);
-    if (!stack)
-        return fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory reading the audit log");
-    s = fl__store_audit_stmt(c, FL__AUDIT_ENTRY_POP_BACK);
-    if (!s) {
-        json_decref(stack);
-        return st->err.code;
-    }
+    STMT(c, FL__AUDIT_ENTRY_POP_LATEST, s);
     sqlite3_bind_int64(s, 1, id);
-    int rc;
-    while (seen != FL__AUDIT_SEEN_ALL && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    while (r == FL_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         json_t *e = NULL;
         const char *data = (const char *)sqlite3_column_blob(s, 1);
         size_t n = (size_t)sqlite3_column_bytes(s, 1);
         if (!data || fl__store_audit_parse(data, n, &e, why, sizeof(why)) != FL_OK) {
-            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "audit entry %lld: %s",
-                            (long long)sqlite3_column_int64(s, 0), data ? why : "unreadable");
+            r = fl__err_set(&st->err, data ? FL_ERR_CORRUPT : FL_ERR_NOMEM, "audit entry %lld: %s",
+                            (long long)sqlite3_column_int64(s, 0), data ? why : "out of memory");
             break;
         }
-        unsigned a = fl__store_audit_entry_aspects(e);
-        if (a & ~seen) {
-            if (json_array_append_new(stack, e) != 0) {
-                r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory reading the audit log");
-                break;
-            }
-            seen |= a;
-        } else {
-            json_decref(e);
-        }
+        r = fl__store_audit_apply(e, pop);
+        json_decref(e);
+        pop->seen = 1;
     }
-    if (r == FL_OK && seen != FL__AUDIT_SEEN_ALL && rc != SQLITE_DONE)
+    if (r == FL_OK && rc != SQLITE_DONE)
         r = fl__store_sqlerr(st, rc, "reading the audit log");
     fl__store_done(s);
-    if (r == FL_OK && json_array_size(stack) > 0) {
-        pop->seen = seen;
-        for (size_t i = json_array_size(stack); i-- > 0;)
-            fl__store_audit_apply(json_array_get(stack, i), pop);
+    if (pop->seen)
         pop->id = id;
-    }
-    json_decref(stack);
     return r;
 }
 
@@ -262,7 +241,7 @@ static fl_status append_entry(struct fl__store_audit_stmts *c, json_t *e,
     if (r == FL_OK && pop)
         r = fl__store_audit_apply(e, pop);
     if (r == FL_OK && pop && json_object_get(e, "population_id"))
-        pop->seen = FL__AUDIT_SEEN_ALL;
+        pop->seen = 1;
     if (r == FL_OK && seq_out)
         *seq_out = seq;
 out_free:

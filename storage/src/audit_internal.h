@@ -20,7 +20,7 @@ enum fl__store_audit_stmt_id {
     FL__AUDIT_ENTRY_INSERT,
     FL__AUDIT_ENTRY_GET,
     FL__AUDIT_ENTRY_RANGE,
-    FL__AUDIT_ENTRY_POP_BACK,
+    FL__AUDIT_ENTRY_POP_LATEST,
     FL__AUDIT_NODE_INSERT,
     FL__AUDIT_NODE_GET,
     FL__AUDIT_CP_INSERT,
@@ -68,7 +68,8 @@ fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *w
 
 /* ---- entry rules ----
  * What the log says about one population so far; built by replaying its entries (the
- * verifier replays all of them, an append only the few latest ones it needs). */
+ * verifier replays all of them, an append only the latest entry of each kind, which is
+ * enough because each part of the state is set by one kind of entry). */
 struct fl__store_audit_pop {
     int64_t id;                  /* population id */
     char name[FL_STORE_NAME_MAX + 1];
@@ -80,20 +81,11 @@ struct fl__store_audit_pop {
     int has_model;               /* 1 once a current model is known */
     int64_t model_version;       /* current model */
     char model_sha[65];          /* its SHA-256, hex */
-    unsigned seen;               /* FL__AUDIT_SEEN_* aspects set (used by the back scan) */
+    int seen;                    /* 1 once the log has an entry of this population */
 };
-#define FL__AUDIT_SEEN_TERMS 1u /* name, budget, allowed regions */
-#define FL__AUDIT_SEEN_EPS 2u   /* eps_total */
-#define FL__AUDIT_SEEN_ROUND 4u /* last_round */
-#define FL__AUDIT_SEEN_MODEL 8u /* model */
-#define FL__AUDIT_SEEN_CREATED 16u
-#define FL__AUDIT_SEEN_ALL 31u
 
 void fl__store_audit_pop_init(struct fl__store_audit_pop *p);
 void fl__store_audit_pop_free(struct fl__store_audit_pop *p);
-
-/* Which aspects of population state an entry of this type sets (for the back scan). */
-unsigned fl__store_audit_entry_aspects(const json_t *entry);
 
 /* Checks one parsed entry: its schema (exact field set and types per type) and its rules
  * against pop, the state of the entry's population before it (NULL when the log has no

@@ -628,28 +628,6 @@ int64_t fl__store_audit_entry_pop(const json_t *e) {
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
 }
 
-unsigned fl__store_audit_entry_aspects(const json_t *e) {
-    const char *type = json_string_value(json_object_get(e, "type"));
-    if (!type)
-        return 0;
-    if (strcmp(type, "population_created") == 0)
-        return FL__AUDIT_SEEN_ALL; /* nothing before it matters */
-    if (strcmp(type, "config_changed") == 0)
-        return FL__AUDIT_SEEN_TERMS;
-    if (strcmp(type, "model_registered") == 0)
-        return FL__AUDIT_SEEN_MODEL;
-    if (strcmp(type, "budget_refused") == 0)
-        return FL__AUDIT_SEEN_EPS;
-    if (strcmp(type, "round") == 0) {
-        const char *o = json_string_value(json_object_get(e, "outcome"));
-        unsigned a = FL__AUDIT_SEEN_EPS | FL__AUDIT_SEEN_ROUND;
-        if (o && strcmp(o, "completed") == 0)
-            a |= FL__AUDIT_SEEN_MODEL;
-        return a;
-    }
-    return 0;
-}
-
 fl_status fl__store_audit_apply(const json_t *e, struct fl__store_audit_pop *pop) {
     const char *type = json_string_value(json_object_get(e, "type"));
     if (!type || !pop)

@@ -139,7 +139,8 @@ static const char fl__store_migration_3[] =
     "  created_at INTEGER NOT NULL,\n"
     "  data BLOB NOT NULL CHECK (length(data) BETWEEN 2 AND 65536)\n"
     ");\n"
-    "CREATE INDEX audit_entries_population ON audit_entries(population_id, seq);\n"
+    /* An append finds a population's latest entry of each type in O(log n). */
+    "CREATE INDEX audit_entries_population ON audit_entries(population_id, type, seq);\n"
     "CREATE TABLE audit_tree (\n"
     "  level INTEGER NOT NULL CHECK (level BETWEEN 0 AND 63),\n"
     "  idx INTEGER NOT NULL CHECK (idx >= 0),\n"

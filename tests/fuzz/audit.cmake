@@ -1,4 +1,5 @@
 # audit fuzz target: the offline bundle verifier, entry rules and checkpoint notes (corpus in
 # corpus/audit_bundle/; seeds from `flotilla-audit demo`, see corpus/audit_bundle/README).
 fl_add_fuzzer(audit_bundle SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/audit_bundle.c
-  LIBS fl_storage_static LABEL "storage;audit")
+  LIBS fl_storage_static LABEL storage)
+set_tests_properties(fuzz_replay_audit_bundle PROPERTIES LABELS "storage;audit;fuzz-regress")

@@ -64,7 +64,7 @@ static void fuzz_entry(const uint8_t *data, size_t size) {
     pop.has_model = 1;
     pop.model_version = 5;
     memset(pop.model_sha, 'a', 64);
-    pop.seen = FL__AUDIT_SEEN_ALL;
+    pop.seen = 1;
     int64_t seq = json_integer_value(json_object_get(e, "seq"));
     if (fl__store_audit_check(e, seq, &pop, why, sizeof(why), &budget) == 0) {
         char *again = NULL;
