@@ -216,6 +216,35 @@ static void test_bernoulli_exp(void **state) {
     fl_dp_rng_destroy(rng);
 }
 
+/* The exp(-1) expansion: its first 120 bits against the series sum_k (-1)^k floor(2^120/k!),
+ * which is within 41 of exp(-1) 2^120 (41 floors, tail below 1). */
+static void test_exp_m1_table(void **state) {
+    (void)state;
+    fl__dp_u128 t = (fl__dp_u128)1 << 120, s = 0;
+    int neg = 0;
+    for (unsigned k = 0; k <= 40; k++) {
+        if (k > 0)
+            t /= k;
+        s = neg ? s - t : s + t;
+        neg = !neg;
+    }
+    fl__dp_u128 tab = ((fl__dp_u128)fl__dp_exp_m1_words[0] << 56) | (fl__dp_exp_m1_words[1] >> 8);
+    fl__dp_u128 diff = tab > s ? tab - s : s - tab;
+    assert_true(diff <= 41);
+    /* And the coin's frequency. */
+    fl_dp_rng *rng = seeded(21);
+    long hits = 0;
+    for (long i = 0; i < 400000; i++)
+        hits += fl__dp_bern_exp1(rng);
+    double p = exp(-1.0);
+    assert_true(fabs(hits / 400000.0 - p) < 5 * sqrt(p * (1 - p) / 400000));
+    long h2 = 0;
+    for (long i = 0; i < 400000; i++)
+        h2 += fl__dp_bern_exp1_alg1(rng);
+    assert_true(fabs(h2 / 400000.0 - p) < 5 * sqrt(p * (1 - p) / 400000));
+    fl_dp_rng_destroy(rng);
+}
+
 static void test_args(void **state) {
     (void)state;
     fl_dp_rng *rng = seeded(30);
@@ -273,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_gauss_big_rational), cmocka_unit_test(test_gauss_tiny),
         cmocka_unit_test(test_laplace),           cmocka_unit_test(test_bernoulli_exp),
         cmocka_unit_test(test_args),              cmocka_unit_test(test_variance_to_rational),
+        cmocka_unit_test(test_exp_m1_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
