@@ -128,23 +128,13 @@ static const char *const fl__store_audit_sql_text[FL__AUDIT_STMT_COUNT] = {
                                "data) VALUES (?1, ?2, ?3, ?4, ?5)",
     [FL__AUDIT_ENTRY_GET] = "SELECT data FROM audit_entries WHERE seq = ?1",
     [FL__AUDIT_ENTRY_RANGE] = "SELECT seq, data FROM audit_entries WHERE seq < ?1 ORDER BY seq",
-    /* The latest entry of each kind that sets part of a population's state (terms, last
-     * round, last completed round, last refusal, last registered model), oldest first:
-     * replaying just these gives the state an append is checked against. */
-    [FL__AUDIT_ENTRY_POP_LATEST] =
-        "SELECT seq, data FROM ("
-        " SELECT * FROM (SELECT seq, data FROM audit_entries WHERE population_id = ?1 AND"
-        "  type IN ('population_created', 'config_changed') ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL SELECT * FROM (SELECT seq, data FROM audit_entries WHERE"
-        "  population_id = ?1 AND type = 'round' ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL SELECT * FROM (SELECT seq, data FROM audit_entries WHERE"
-        "  population_id = ?1 AND type = 'round' AND"
-        "  json_extract(CAST(data AS TEXT), '$.outcome') = 'completed' ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL SELECT * FROM (SELECT seq, data FROM audit_entries WHERE"
-        "  population_id = ?1 AND type = 'budget_refused' ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL SELECT * FROM (SELECT seq, data FROM audit_entries WHERE"
-        "  population_id = ?1 AND type = 'model_registered' ORDER BY seq DESC LIMIT 1)"
-        ") ORDER BY seq",
+    /* The latest entry of one type for a population (index (population_id, type, seq)). */
+    [FL__AUDIT_ENTRY_POP_LATEST] = "SELECT seq, data FROM audit_entries WHERE population_id = ?1 "
+                                   "AND type = ?2 ORDER BY seq DESC LIMIT 1",
+    /* The latest completed round, when the latest round was abandoned. */
+    [FL__AUDIT_ENTRY_POP_COMPLETED] =
+        "SELECT seq, data FROM audit_entries WHERE population_id = ?1 AND type = 'round' AND "
+        "json_extract(CAST(data AS TEXT), '$.outcome') = 'completed' ORDER BY seq DESC LIMIT 1",
     [FL__AUDIT_NODE_INSERT] = "INSERT INTO audit_tree (level, idx, hash) VALUES (?1, ?2, ?3)",
     [FL__AUDIT_NODE_GET] = "SELECT hash FROM audit_tree WHERE level = ?1 AND idx = ?2",
     [FL__AUDIT_CP_INSERT] = "INSERT INTO audit_checkpoints (tree_size, root, origin, public_key, "
