@@ -21,7 +21,8 @@
 /* ---- response sink ---- */
 
 struct fl_client_response {
-    const fl_allocator *alloc;   /* the client's allocator */
+    const fl_allocator *alloc;   /* the client's allocator, or &own for a standalone one */
+    fl_allocator own;            /* allocator of a standalone response (response_create) */
     int status;                  /* HTTP status, 0 = none yet */
     uint8_t *body;               /* received body, cap bytes allocated */
     size_t len, cap;             /* bytes used / allocated */
@@ -123,10 +124,95 @@ fl_status fl_client_response_append(fl_client_response *r, const void *data, siz
 static void resp_reset(fl_client_response *r, size_t limit) {
     if (r->body)
         fl__free(r->alloc, r->body, r->cap);
+    int standalone = r->alloc == &r->own;
     const fl_allocator *a = r->alloc;
+    fl_allocator own = r->own;
     memset(r, 0, sizeof(*r));
-    r->alloc = a;
+    r->own = own;
+    r->alloc = standalone ? &r->own : a;
     r->limit = limit;
+}
+
+/* Standalone responses for wrapping transports: the wrapper lets the inner transport fill
+ * its own response, looks at it (or changes it) and replays it into the SDK's. */
+
+fl_status fl_client_response_create(fl_client_response **out, size_t limit,
+                                    const fl_allocator *alloc) {
+    fl_allocator a;
+    if (!out)
+        return FL_ERR_MISUSE;
+    *out = NULL;
+    if (fl__allocator_copy(&a, alloc) != FL_OK)
+        return FL_ERR_MISUSE;
+    fl_client_response *r = fl__calloc(&a, 1, sizeof(*r));
+    if (!r)
+        return FL_ERR_NOMEM;
+    r->own = a;
+    r->alloc = &r->own;
+    r->limit = limit;
+    *out = r;
+    return FL_OK;
+}
+
+void fl_client_response_destroy(fl_client_response *r) {
+    if (!r)
+        return;
+    if (r->body) {
+        fl_memzero(r->body, r->len);
+        fl__free(r->alloc, r->body, r->cap);
+    }
+    fl_allocator a = r->own;
+    fl__free(&a, r, sizeof(*r));
+}
+
+static void resp_reset(fl_client_response *r, size_t limit);
+
+void fl_client_response_reset(fl_client_response *r, size_t limit) {
+    if (r)
+        resp_reset(r, limit);
+}
+
+int fl_client_response_status(const fl_client_response *r) {
+    return r ? r->status : 0;
+}
+
+size_t fl_client_response_limit(const fl_client_response *r) {
+    return r ? r->limit : 0;
+}
+
+const uint8_t *fl_client_response_body(const fl_client_response *r, size_t *len) {
+    if (len)
+        *len = r ? r->len : 0;
+    return r && r->len ? r->body : NULL;
+}
+
+/* The kept headers in a fixed order with their canonical names. */
+static const char *resp_header_slot(const fl_client_response *r, size_t k, const char **name) {
+    switch (k) {
+    case 0: *name = "Retry-After"; return r->retry_after;
+    case 1: *name = "Flotilla-Content-SHA256"; return r->sha256;
+    case 2: *name = "Flotilla-Signature"; return r->signature;
+    case 3: *name = "Flotilla-Key-Id"; return r->key_id;
+    case 4: *name = "Content-Type"; return r->content_type;
+    default: *name = NULL; return NULL;
+    }
+}
+
+fl_status fl_client_response_header_at(const fl_client_response *r, size_t i, const char **name,
+                                       const char **value) {
+    if (!r || !name || !value)
+        return FL_ERR_MISUSE;
+    for (size_t k = 0;; k++) {
+        const char *v = resp_header_slot(r, k, name);
+        if (!v)
+            break;
+        if (v[0] && i-- == 0) {
+            *value = v;
+            return FL_OK;
+        }
+    }
+    *name = *value = NULL;
+    return FL_ERR_NOT_FOUND;
 }
 
 /* ---- the client ---- */
@@ -199,7 +285,16 @@ struct fl_client {
     pthread_t worker;
     int worker_running;
     atomic_int worker_stop;
+    fl__client_update_observer obs;      /* test hook on the update vector, or NULL */
+    void *obs_user;
 };
+
+void fl__client_debug_update_hook_set(fl_client *c, fl__client_update_observer fn, void *user) {
+    if (c) {
+        c->obs = fn;
+        c->obs_user = user;
+    }
+}
 
 static void log_msg(fl_client *c, fl_log_level lv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -637,8 +732,10 @@ static fl_status build_request(fl_client *c, size_t *limit) {
         req_body(c, "application/octet-stream", r->post, r->post_len);
         return FL_OK;
     case FL_CLIENT_STATE_OUTCOME:
-        snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/status", (long long)r->id);
-        req_begin(c, "GET", c->token, c->request_timeout_ms);
+        /* Long-polled: parked until the round ends or long_poll_s pass (5.3). */
+        snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/status?wait=%u", (long long)r->id,
+                 c->long_poll_s);
+        req_begin(c, "GET", c->token, c->long_poll_s * 1000u + c->request_timeout_ms);
         req_idem(c);
         return FL_OK;
     case FL_CLIENT_STATE_SECAGG:
@@ -827,8 +924,19 @@ static int round_error(fl_client *c, int64_t now, const char *what) {
     char why[160];
     error_code(c, code, sizeof(code));
     if (st == 425) {
-        /* Phase not open yet: come back when the server says. */
+        /* Phase not open yet (e.g. the task of a round still forming): come back when the
+         * server says (Retry-After, else the error body's retry_after_s, else 1 s). */
         int64_t ra = retry_after_header_ms(&c->resp);
+        if (ra <= 0) {
+            struct jdoc d;
+            int64_t v;
+            if (parse_json(c, &d) == FL_OK &&
+                fl__client_json_int(&d.j, fl__client_json_get(&d.j, fl__client_json_get(
+                                                                  &d.j, 0, "error"),
+                                                              "retry_after_s"), &v) &&
+                v > 0 && v < 86400)
+                ra = v * 1000;
+        }
         c->next_ms = now + (ra > 0 ? ra : 1000);
         set_state(c, c->state);
         return 1;
@@ -1020,7 +1128,8 @@ static fl_status train_custom(fl_client *c, const fl_client_train_params *p, voi
     }
     struct custom_src cs = {c, t, n, st};
     struct fl__client_update_src src = {custom_get, NULL, &cs};
-    rc = fl__client_update_build(vec, vlen, wb, &r->task, &src, *used, &c->alloc, &c->err);
+    rc = fl__client_update_build(vec, vlen, wb, &r->task, &src, *used, c->obs, c->obs_user,
+                                 &c->alloc, &c->err);
 out:
     if (arena)
         fl__free(&c->alloc, arena, (total ? total : 1) * sizeof(float));
@@ -1064,7 +1173,8 @@ static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, vo
     fl__client_trainer_release_work(tr);
     struct builtin_src bs = {c, tr};
     struct fl__client_update_src src = {builtin_get, builtin_release, &bs};
-    rc = fl__client_update_build(vec, vlen, wb, &r->task, &src, *used, &c->alloc, &c->err);
+    rc = fl__client_update_build(vec, vlen, wb, &r->task, &src, *used, c->obs, c->obs_user,
+                                 &c->alloc, &c->err);
     fl_client_trainer_destroy(bs.tr);
     return rc;
 }
@@ -1189,8 +1299,9 @@ static void on_outcome(fl_client *c, int64_t now) {
         return;
     }
     if (!on_outcome_json(c, now)) {
-        /* Still aggregating: poll again later. */
-        c->next_ms = now + c->backoff_initial_ms;
+        /* Not over yet: a long poll that timed out is renewed at once; without long polls
+         * (long_poll_s 0) the device polls again after backoff_initial_ms. */
+        c->next_ms = now + (c->long_poll_s ? 0 : c->backoff_initial_ms);
         set_state(c, c->state);
     }
 }
@@ -1223,7 +1334,7 @@ static void on_secagg(fl_client *c, int64_t now) {
     }
     if (r->sa_phase == 4) {
         if (!on_outcome_json(c, now)) {
-            c->next_ms = now + c->backoff_initial_ms;
+            c->next_ms = now + (c->long_poll_s ? 0 : c->backoff_initial_ms);
             set_state(c, c->state);
         }
         return;

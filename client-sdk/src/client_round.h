@@ -22,7 +22,9 @@ struct fl__client_task {
     char **tensors;                      /* (n_tensors) update tensor names, one block */
     size_t n_tensors;                    /* entries of tensors */
     size_t tensors_bytes;                /* bytes of the block behind tensors */
-    int64_t update_length;               /* update.length, 0 = not given */
+    int64_t update_length;               /* update.length: vector length incl. the weight */
+    int64_t update_dim;                  /* update.dim: floats in the flattened tensors (d) */
+    int buffered;                        /* kind "buffered" (FedBuff participation) */
     int weighting_examples;              /* 1 = weight by examples, 0 = uniform */
     int64_t weight_cap;                  /* cap for the examples weighting (>= 1) */
     int dp_mode;                         /* enum fl__client_dp_mode */
@@ -32,15 +34,18 @@ struct fl__client_task {
     uint32_t modulus_bits;               /* b */
     double granularity;                  /* gamma */
     double beta;                         /* conditional rounding bias */
-    double client_sigma;                 /* distributed: noise std in units of gamma */
+    double client_sigma;                 /* distributed: noise std in units of gamma (info) */
+    uint64_t client_var_num;             /* distributed: exact per-device variance num/den */
+    uint64_t client_var_den;             /*   (lattice units squared) */
+    uint32_t min_survivors;              /* distributed: n_min the variance is sized for */
     int rotation_hadamard;               /* 1 = randomized Hadamard rotation */
     uint8_t rotation_seed[32];           /* its public seed */
     int secagg;                          /* 1 = secure aggregation enabled */
     uint32_t sa_index;                   /* this device's index in the secagg graph */
     uint32_t sa_clients;                 /* n */
     uint32_t sa_neighbors;               /* k */
-    uint32_t sa_threshold;               /* t, 0 = derive */
-    int64_t sa_vector_length;            /* 0 = not given */
+    uint32_t sa_threshold;               /* t (Shamir threshold) */
+    int64_t sa_vector_length;            /* secagg.vector_length (= update.length) */
     int64_t deadlines[5];                /* advertise, share, masked, consistency, unmask */
 };
 
@@ -63,12 +68,25 @@ struct fl__client_update_src {
     void *user;
 };
 
+/* Observer of the update pipeline (tests only): sees the clipped, weighted float delta
+ * (d floats, before quantization; NULL in distributed mode, where the dp library clips
+ * internally) and the final integer vector (len words of word_bytes, weight last) of one
+ * device. Never called in production builds unless a test installs it. */
+typedef void (*fl__client_update_observer)(void *user, int64_t round_id, const float *delta,
+                                           size_t d, const void *words, size_t len,
+                                           size_t word_bytes);
+
 /* Builds the update vector of docs/protocol.md 5.1: *out receives *out_len words (u32 when
  * modulus_bits <= 32, else u64; allocated with a, free with *out_len * word bytes), the
- * last being the weight. examples: number of examples trained on. */
+ * last being the weight. examples: number of examples trained on. obs (optional) sees the
+ * result. */
 fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_bytes,
                                   const struct fl__client_task *t,
                                   const struct fl__client_update_src *src, uint64_t examples,
+                                  fl__client_update_observer obs, void *obs_user,
                                   const fl_allocator *a, struct fl__err *err);
+
+/* Installs the update observer on a client (tests; internal, not exported). */
+void fl__client_debug_update_hook_set(fl_client *c, fl__client_update_observer fn, void *user);
 
 #endif /* FL_CLIENT_ROUND_H */

@@ -103,6 +103,7 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
     if (!fl__client_json_str(&j, fl__client_json_get(&j, 0, "kind"), s, sizeof(s)) ||
         (strcmp(s, "sync") != 0 && strcmp(s, "buffered") != 0))
         BAD("kind");
+    t->buffered = strcmp(s, "buffered") == 0;
 
     long m = fl__client_json_get(&j, 0, "model");
     if (fl__client_json_kind(&j, m) != FL__J_OBJECT)
@@ -177,16 +178,14 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
         t->tensors[i] = p;
         p += n;
     }
-    if (!get_int(&j, up, "length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, false, &t->update_length))
+    if (!get_int(&j, up, "length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, true, &t->update_length))
         BAD("update.length");
-    long wt = fl__client_json_get(&j, up, "weighting");
-    t->weighting_examples = 0;
-    if (wt >= 0) {
-        if (!fl__client_json_str(&j, wt, s, sizeof(s)) ||
-            (strcmp(s, "uniform") != 0 && strcmp(s, "examples") != 0))
-            BAD("update.weighting");
-        t->weighting_examples = strcmp(s, "examples") == 0;
-    }
+    if (!get_int(&j, up, "dim", 1, FL_SECAGG_MAX_DIM_FALLBACK - 1, 0, true, &t->update_dim))
+        BAD("update.dim");
+    if (!fl__client_json_str(&j, fl__client_json_get(&j, up, "weighting"), s, sizeof(s)) ||
+        (strcmp(s, "uniform") != 0 && strcmp(s, "examples") != 0))
+        BAD("update.weighting");
+    t->weighting_examples = strcmp(s, "examples") == 0;
     if (!get_int(&j, up, "weight_cap", 1, INT64_C(1) << 31, 1000, false, &t->weight_cap))
         BAD("update.weight_cap");
 
@@ -232,26 +231,36 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
         BAD("dp.granularity");
     if (!get_num(&j, dp, "beta", 0, 0.999999, exp(-0.5), false, &t->beta))
         BAD("dp.beta");
-    if (!get_num(&j, dp, "client_sigma", 0, 1e9, 0, t->dp_mode == FL__DP_DISTRIBUTED,
-                 &t->client_sigma))
+    bool dist = t->dp_mode == FL__DP_DISTRIBUTED;
+    if (!get_num(&j, dp, "client_sigma", 0, 1e9, 0, false, &t->client_sigma))
         BAD("dp.client_sigma");
+    if (!get_int(&j, dp, "client_variance_num", 1, (INT64_C(1) << 53) - 1, 0, dist, &iv))
+        BAD("dp.client_variance_num");
+    t->client_var_num = (uint64_t)iv;
+    if (!get_int(&j, dp, "client_variance_den", 1, (INT64_C(1) << 53) - 1, 0, dist, &iv))
+        BAD("dp.client_variance_den");
+    t->client_var_den = (uint64_t)iv;
+    if (!get_int(&j, dp, "min_survivors", 1, 1 << 30, 0, dist, &iv))
+        BAD("dp.min_survivors");
+    t->min_survivors = (uint32_t)iv;
     long rot = fl__client_json_get(&j, dp, "rotation");
-    if (fl__client_json_kind(&j, rot) == FL__J_OBJECT) {
-        if (!fl__client_json_str(&j, fl__client_json_get(&j, rot, "kind"), s, sizeof(s)) ||
+    if (rot >= 0) {
+        if (fl__client_json_kind(&j, rot) != FL__J_OBJECT ||
+            !fl__client_json_str(&j, fl__client_json_get(&j, rot, "kind"), s, sizeof(s)) ||
             (strcmp(s, "none") != 0 && strcmp(s, "hadamard") != 0))
             BAD("dp.rotation.kind");
         t->rotation_hadamard = strcmp(s, "hadamard") == 0;
         if (t->rotation_hadamard &&
             !get_seed(&j, fl__client_json_get(&j, rot, "seed"), t->rotation_seed))
             BAD("dp.rotation.seed (base64 of 32 bytes)");
-    } else if (rot >= 0) {
-        /* The coordinator currently sends the population's rotation name as a string; "none"
-         * is unambiguous, a bare "hadamard" lacks its seed and is refused. */
-        if (!fl__client_json_str(&j, rot, s, sizeof(s)) || strcmp(s, "none") != 0)
-            BAD("dp.rotation (an object {kind, seed})");
     }
-    if (t->dp_mode == FL__DP_DISTRIBUTED && !t->rotation_hadamard)
-        BAD("dp.rotation (distributed mode needs the hadamard rotation)");
+    /* v1: the Hadamard rotation goes with distributed DP and only with it (4.2). */
+    if (dist != (t->rotation_hadamard != 0))
+        BAD("dp.rotation (hadamard with distributed mode, none otherwise)");
+    long qs = fl__client_json_get(&j, dp, "quantization_seed");
+    uint8_t qseed[32];
+    if (qs >= 0 && !get_seed(&j, qs, qseed))
+        BAD("dp.quantization_seed (base64 of 32 bytes)");
 
     long sa = fl__client_json_get(&j, 0, "secagg");
     if (fl__client_json_kind(&j, sa) != FL__J_OBJECT ||
@@ -271,15 +280,16 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
         if (!get_int(&j, sa, "neighbors", 0, t->sa_clients - 1, 0, true, &iv))
             BAD("secagg.neighbors");
         t->sa_neighbors = (uint32_t)iv;
-        if (!get_int(&j, sa, "threshold", 0, t->sa_clients - 1, 0, false, &iv))
+        if (!get_int(&j, sa, "threshold", 1, t->sa_clients, 0, true, &iv))
             BAD("secagg.threshold");
         t->sa_threshold = (uint32_t)iv;
         if (!get_int(&j, sa, "modulus_bits", 1, 32, t->modulus_bits, false, &iv) ||
             (uint32_t)iv != t->modulus_bits || t->modulus_bits > 32)
             BAD("secagg.modulus_bits (must equal dp.modulus_bits, at most 32)");
-        if (!get_int(&j, sa, "vector_length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, false,
-                     &t->sa_vector_length))
-            BAD("secagg.vector_length");
+        if (!get_int(&j, sa, "vector_length", 2, FL_SECAGG_MAX_DIM_FALLBACK, 0, true,
+                     &t->sa_vector_length) ||
+            t->sa_vector_length != t->update_length)
+            BAD("secagg.vector_length (must equal update.length)");
     }
     long dl = fl__client_json_get(&j, 0, "deadlines");
     static const char *const dn[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",
@@ -300,57 +310,21 @@ out:
 
 /* ---- update pipeline ---- */
 
-/* L2 norm in double. */
-static double l2(const float *v, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)v[i] * v[i];
-    return sqrt(s);
-}
-
-/* Scales v so that ||v|| <= c (no-op for a zero or short vector). */
-static void clip(float *v, size_t n, double c) {
-    double norm = l2(v, n);
-    if (norm > c && norm > 0) {
-        double f = c / norm;
-        for (size_t i = 0; i < n; i++)
-            v[i] = (float)(v[i] * f);
-    }
-}
-
-/* Unbiased randomized rounding of x/gamma, reduced modulo 2^b (mask) into vec (word bytes
- * wb); randomness from the OS CSPRNG, 1024 words at a time. *sumsq receives the squared
- * norm of the integers. Returns FL_ERR_RANGE if a value is too large for the lattice. */
-static fl_status round_into(void *vec, size_t wb, uint64_t mask, const float *x, size_t n,
-                            double gamma, double *sumsq) {
-    uint32_t r[1024];
-    double s = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i % 1024 == 0)
-            fl__client_random(r, sizeof(r));
-        double v = (double)x[i] / gamma;
-        if (!(fabs(v) < 4.0e18)) {
-            fl_memzero(r, sizeof(r));
-            return FL_ERR_RANGE;
-        }
-        double f = floor(v);
-        double u = (double)r[i % 1024] * (1.0 / 4294967296.0);
-        int64_t q = (int64_t)f + (u < v - f ? 1 : 0);
-        s += (double)q * (double)q;
-        uint64_t w = (uint64_t)q & mask; /* two's complement reduces mod 2^b */
-        if (wb == 4)
-            ((uint32_t *)vec)[i] = (uint32_t)w;
-        else
-            ((uint64_t *)vec)[i] = w;
-    }
-    fl_memzero(r, sizeof(r));
-    *sumsq = s;
-    return FL_OK;
-}
-
+/* Builds the vector of docs/protocol.md 5.1 from the task and the trained/global tensors.
+ *
+ * none/central: clip (flat, or per layer), multiply by the weight w, then
+ * fl_dp_central_encode with clip = w * C (C the flat bound or the per-layer total), which
+ * scales by 1/gamma and rounds with conditional randomised rounding; reduce mod 2^b.
+ * distributed: fl_dp_distributed_encode with the task's exact per-device variance, n_min and
+ * rotation seed (clip, pad to d', rotate, round, add the device's discrete Gaussian noise,
+ * reduce mod 2^b); w is 1. In every mode the weight is appended as the last word.
+ * Randomness (rounding, noise) comes from the OS CSPRNG through a dp rng. Peak memory is
+ * about d floats + d int64 (or d' words) + the output, after the caller's model copies are
+ * released through src->release. */
 fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_bytes,
                                   const struct fl__client_task *t,
                                   const struct fl__client_update_src *src, uint64_t examples,
+                                  fl__client_update_observer obs, void *obs_user,
                                   const fl_allocator *a, struct fl__err *err) {
     *out = NULL;
     *out_len = 0;
@@ -358,6 +332,9 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
     size_t d = 0, *sizes = NULL, max_t = 0;
     float *delta = NULL, *g = NULL;
     void *vec = NULL;
+    uint64_t *enc = NULL;                   /* (L - 1) encoded words before reduction */
+    fl_dp_rng *rng = NULL;
+    const fl_allocator *ea = fl__client_ext_alloc(a);
     size_t L = 0, wb = t->modulus_bits <= 32 ? 4 : 8;
     sizes = fl__calloc(a, t->n_tensors, sizeof(size_t));
     if (!sizes)
@@ -374,27 +351,15 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
         }
         d += sizes[i];
     }
-    if (t->dp_mode == FL__DP_DISTRIBUTED) {
-#ifdef FL_CLIENT_HAVE_DP_MECH
-        L = fl_dp_distributed_padded_dim(d) + 1;
-#else
-        rc = fl__err_set(err, FL_ERR_UNSUPPORTED,
-                         "distributed DP needs the dp library's distributed encoder, which this "
-                         "build lacks");
+    if (t->update_dim && (size_t)t->update_dim != d) {
+        rc = fl__err_set(err, FL_ERR_FORMAT, "task update.dim %lld does not match the model's "
+                         "%zu floats", (long long)t->update_dim, d);
         goto out;
-#endif
-    } else {
-        if (t->rotation_hadamard) {
-            rc = fl__err_set(err, FL_ERR_UNSUPPORTED, "rotation outside distributed mode");
-            goto out;
-        }
-        L = d + 1;
     }
-    if ((t->update_length && (size_t)t->update_length != L) ||
-        (t->sa_vector_length && (size_t)t->sa_vector_length != L)) {
-        rc = fl__err_set(err, FL_ERR_FORMAT, "task update length %lld does not match the model "
-                         "(%zu)", (long long)(t->update_length ? t->update_length
-                                                                : t->sa_vector_length), L);
+    L = (t->dp_mode == FL__DP_DISTRIBUTED ? fl_dp_distributed_padded_dim(d) : d) + 1;
+    if (L < 2 || (t->update_length && (size_t)t->update_length != L)) {
+        rc = fl__err_set(err, FL_ERR_FORMAT, "task update.length %lld does not match the model "
+                         "(%zu)", (long long)t->update_length, L);
         goto out;
     }
     /* (d) delta = trained - global, tensors in update order. */
@@ -429,107 +394,100 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
     /* The model copies are no longer needed: let the caller free them before the vector. */
     if (src->release)
         src->release(src->user);
-    int64_t w = 1;
-    if (t->weighting_examples) {
-        w = (int64_t)(examples < (uint64_t)t->weight_cap ? examples : (uint64_t)t->weight_cap);
-        for (size_t k = 0; k < d; k++)
-            delta[k] *= (float)w;
-    }
-    /* Clip. */
+    /* Clip: the flat bound C, or each layer to its own bound (overall bound = total). */
+    double bound = t->clip_norm;
     if (t->clip_per_layer) {
-        off = 0;
-        for (size_t i = 0; i < t->n_tensors; i++) {
-            clip(delta + off, sizes[i], t->clip_norms[i]);
-            off += sizes[i];
-        }
-    } else {
-        clip(delta, d, t->clip_norm);
+        rc = fl_dp_clip_l2_layers(delta, d, sizes, t->clip_norms, t->n_tensors, NULL);
+        bound = fl_dp_clip_layers_total(t->clip_norms, t->n_tensors);
+    } else if (t->dp_mode != FL__DP_DISTRIBUTED) {
+        rc = fl_dp_clip_l2(delta, d, bound, NULL); /* the encoder below clips in that mode */
     }
-    uint64_t mask = t->modulus_bits >= 64 ? UINT64_MAX : (UINT64_C(1) << t->modulus_bits) - 1;
-    vec = fl__alloc_array(a, L, wb);
-    if (!vec) {
-        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+    if (rc != FL_OK) {
+        fl__err_set(err, rc, "clipping failed");
         goto out;
     }
-    if (t->dp_mode == FL__DP_DISTRIBUTED) {
-#ifdef FL_CLIENT_HAVE_DP_MECH
-        /* The dp library clips, rotates, rounds conditionally and adds the noise share. */
-        uint64_t *enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
-        fl_dp_rng *rng = NULL;
-        fl_dp_distributed_params dpp;
-        fl_dp_distributed_params_init(&dpp);
-        dpp.dim = d;
-        dpp.clip = t->clip_norm;
-        dpp.granularity = t->granularity;
-        dpp.beta = t->beta;
-        dpp.modulus_bits = t->modulus_bits;
-        rc = enc ? FL_OK : FL_ERR_NOMEM;
-        double var = t->client_sigma * t->client_sigma;
-        if (rc == FL_OK)
-            rc = var > 0 ? fl_dp_variance_to_rational(&dpp.sigma2_num, &dpp.sigma2_den, var, 1024)
-                         : FL_ERR_MISUSE;
-        if (rc == FL_OK)
-            rc = fl_dp_rng_create_os(&rng, fl__client_ext_alloc(a));
-        if (rc == FL_OK)
-            rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &dpp, t->rotation_seed, NULL,
-                                          fl__client_ext_alloc(a));
-        fl_dp_rng_destroy(rng);
-        for (size_t k = 0; rc == FL_OK && k + 1 < L; k++) {
-            if (wb == 4)
-                ((uint32_t *)vec)[k] = (uint32_t)(enc[k] & mask);
-            else
-                ((uint64_t *)vec)[k] = enc[k] & mask;
-        }
-        if (enc) {
-            fl_memzero(enc, (L - 1) * sizeof(uint64_t));
-            fl__free(a, enc, (L - 1) * sizeof(uint64_t));
-        }
-        if (rc != FL_OK) {
-            fl__err_set(err, rc, "distributed DP encoding failed");
-            goto out;
-        }
-#endif
-    } else {
-        double s2 = 0;
-        if (t->dp_mode == FL__DP_CENTRAL) {
-            /* Conditional randomized rounding (Kairouz et al. 2021): redraw until the
-             * rounded vector's squared norm stays within the bound the server's noise is
-             * calibrated for. */
-            double c = t->clip_norm / t->granularity;
-            double bound2 = c * c + (double)d / 4.0 +
-                            sqrt(2.0 * log(1.0 / (t->beta > 0 ? t->beta : 1e-300))) *
-                                (c + sqrt((double)d) / 2.0);
-            int ok = 0;
-            for (int attempt = 0; attempt < 1000 && !ok && rc == FL_OK; attempt++) {
-                rc = round_into(vec, wb, mask, delta, d, t->granularity, &s2);
-                ok = s2 <= floor(bound2);
-            }
-            if (rc == FL_OK && !ok)
-                rc = FL_ERR_AGAIN;
-        } else {
-            rc = round_into(vec, wb, mask, delta, d, t->granularity, &s2);
-        }
-        if (rc != FL_OK) {
-            fl__err_set(err, rc, "quantization failed (values too large for the granularity)");
-            goto out;
-        }
+    int64_t w = 1;
+    if (t->weighting_examples && t->dp_mode != FL__DP_DISTRIBUTED) {
+        w = (int64_t)(examples < (uint64_t)t->weight_cap ? examples : (uint64_t)t->weight_cap);
+        if (w < 1)
+            w = 1;
+        for (size_t k = 0; k < d; k++)
+            delta[k] = (float)((double)delta[k] * (double)w);
     }
+    uint64_t mask = t->modulus_bits >= 64 ? UINT64_MAX : (UINT64_C(1) << t->modulus_bits) - 1;
     if ((uint64_t)w > mask) {
         rc = fl__err_set(err, FL_ERR_RANGE, "weight %lld does not fit in %u bits", (long long)w,
                          t->modulus_bits);
         goto out;
     }
+    vec = fl__alloc_array(a, L, wb);
+    enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
+    if (!vec || !enc) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+        goto out;
+    }
+    rc = fl_dp_rng_create_os(&rng, ea);
+    if (rc != FL_OK) {
+        fl__err_set(err, rc, "could not open the OS random source");
+        goto out;
+    }
+    if (t->dp_mode == FL__DP_DISTRIBUTED) {
+        fl_dp_distributed_params p;
+        fl_dp_distributed_params_init(&p);
+        p.dim = d;
+        p.clip = bound;
+        p.granularity = t->granularity;
+        p.beta = t->beta;
+        p.modulus_bits = t->modulus_bits;
+        p.n_min = t->min_survivors;
+        p.sigma2_num = t->client_var_num;
+        p.sigma2_den = t->client_var_den;
+        rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &p, t->rotation_seed, NULL, ea);
+        if (rc != FL_OK) {
+            fl__err_set(err, rc, "distributed DP encoding failed: %s",
+                        rc == FL_ERR_MISUSE ? "bad task parameters" : fl_status_str(rc));
+            goto out;
+        }
+    } else {
+        fl_dp_central_params p;
+        fl_dp_central_params_init(&p);
+        p.clip = (double)w * bound;
+        p.granularity = t->granularity;
+        p.beta = t->beta;
+        rc = fl_dp_central_encode(rng, (int64_t *)enc, delta, d, &p, NULL, ea);
+        if (rc != FL_OK) {
+            fl__err_set(err, rc, "quantization failed (%s)",
+                        rc == FL_ERR_RANGE ? "values too large for the granularity"
+                                           : fl_status_str(rc));
+            goto out;
+        }
+    }
+    /* Reduce modulo 2^b (two's complement of the int64 in central mode). */
+    for (size_t k = 0; k + 1 < L; k++) {
+        uint64_t v = enc[k] & mask;
+        if (wb == 4)
+            ((uint32_t *)vec)[k] = (uint32_t)v;
+        else
+            ((uint64_t *)vec)[k] = v;
+    }
     if (wb == 4)
         ((uint32_t *)vec)[L - 1] = (uint32_t)w;
     else
         ((uint64_t *)vec)[L - 1] = (uint64_t)w;
+    if (obs)
+        obs(obs_user, t->round_id, delta, d, vec, L, wb);
     *out = vec;
     *out_len = L;
     *word_bytes = wb;
     vec = NULL;
 out:
+    fl_dp_rng_destroy(rng);
     if (vec)
         fl__free(a, vec, L * wb);
+    if (enc) {
+        fl_memzero(enc, (L - 1) * sizeof(uint64_t));
+        fl__free(a, enc, (L - 1) * sizeof(uint64_t));
+    }
     if (g)
         fl__free(a, g, max_t * sizeof(float));
     if (delta) {

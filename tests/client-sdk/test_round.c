@@ -1,429 +1,318 @@
-/* Whole rounds against the in-memory coordinator (examples/flotilla-sim/mini_coord.c) over the
- * transport interface: secure aggregation and plain uploads end to end (the model changes by
- * the average delta), signature refusals (tampered, unsigned, unpinned key), pace steering,
- * resumption after lost requests and responses, a captured-traffic check that no example
- * bytes leave the device, and an allocation-failure walk over a whole round. */
+/* Whole rounds of real SDK clients against the REAL coordinator, in-process on 127.0.0.1,
+ * over the libcurl transport (wrapped by the fault transport of examples/flotilla-sim for
+ * capture and fault injection): secure aggregation on and off, no DP, central DP and
+ * distributed DP, examples weighting, the task of a forming round (425), lost requests and
+ * lost responses (idempotent retries), a device that vanishes mid-round (dropped, 410 when
+ * it comes back), tampered / unsigned / foreign-key bodies, pace steering, real long polls
+ * with devices on threads, and a captured-traffic check that no example bytes leave the
+ * device.
+ *
+ * Exactness: the coordinator's test hook hands over the round's unmasked SUM (never one
+ * device's update) and the SDK's test hook each device's own integer vector; the sum must
+ * equal the sum of the vectors of the devices that survived, modulo 2^b, bit for bit, and
+ * the new model version must equal base + FedAvg of that sum (exactly without DP; within
+ * the noise with DP). Each device's vector must also decode to its clipped (weighted) delta
+ * within one quantization step. */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
-#include "fl_test.h"
-#include "flotilla/client.h"
-#include "mini_coord.h"
+#include <curl/curl.h>
+#include <sodium.h>
 
-#define IN 12
-#define CLASSES 3
+#include "flotilla/tensor.h"
+#include "sdk_fixture.h"
 
-static int64_t g_now = 1767225600000;
-static int64_t clock_fn(void *u) {
-    (void)u;
-    return g_now;
-}
+/* ---- population configs ---- */
 
-struct dev {
-    fl_client_store *store;
-    fl_client *c;
-    mc_conn *conn;
+struct popspec {
+    const char *name;
+    int target, min;
+    bool secagg;
+    const char *mode;        /* none, central, distributed */
+    const char *weighting;   /* uniform, examples */
+    double noise;            /* noise_multiplier */
+    int dl_s;                /* every phase deadline, seconds */
+    int min_retry_s, max_retry_s;
 };
 
-static uint8_t *init_model(size_t *len) {
-    uint32_t s[] = {IN, 8, CLASSES};
-    fl_client_model_init(NULL, 0, len, s, 3, 5, NULL);
-    uint8_t *m = malloc(*len);
-    assert_int_equal(fl_client_model_init(m, *len, len, s, 3, 5, NULL), FL_OK);
-    return m;
+static void pop_json(char *out, size_t cap, const struct popspec *s) {
+    char priv[256] = "";
+    if (strcmp(s->mode, "none") != 0)
+        snprintf(priv, sizeof(priv),
+                 ",\"noise_multiplier\":%g,\"epsilon_budget\":1000,\"delta\":1e-5,"
+                 "\"population_size\":1000", s->noise);
+    int dl = s->dl_s ? s->dl_s : 30;
+    snprintf(out, cap,
+             "{\"name\":\"%s\",\"allowed_regions\":[\"EU\"],"
+             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
+             "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":%d,"
+             "\"max_retry_s\":%d},"
+             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d},"
+             "\"training\":{\"epochs\":2,\"batch_size\":8,\"learning_rate\":0.1,"
+             "\"max_examples\":100},"
+             "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
+             "\"weighting\":\"%s\",\"weight_cap\":22},"
+             "\"strategy\":{\"name\":\"fedavg\"},"
+             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5},"
+             "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0%s}}",
+             s->name, s->target, s->min, s->min_retry_s ? s->min_retry_s : 1,
+             s->max_retry_s ? s->max_retry_s : 60, dl, dl, dl, dl,
+             s->weighting ? s->weighting : "uniform", s->secagg ? "true" : "false", s->mode,
+             priv);
 }
 
-/* Example i of device k: features are distinctive floats so the capture test can look for
- * them byte for byte. */
-static void example(float *x, int32_t *y, int k, int i) {
-    *y = (i + k) % CLASSES;
-    for (int j = 0; j < IN; j++)
-        x[j] = 0.000123456f * (float)(k * 1000 + i * 37 + j + 1) + (j % CLASSES == *y ? 1.5f : 0.f);
-}
+struct world {
+    struct sfx *f;
+    uint8_t *model;
+    size_t mlen;
+    char etok[256];
+    struct sdev d[SFX_MAX_DEV];
+    int n;
+};
 
-static void log_fn(void *u, fl_log_level lv, const char *msg) {
-    (void)lv;
-    if (getenv("FL_TEST_LOG"))
-        fprintf(stderr, "[dev %d] %s\n", (int)(intptr_t)u, msg);
-}
-
-static void dev_open(struct dev *d, mc_coord *mc, int k, int n_examples, const fl_allocator *a) {
-    fl_client_store_config sc;
-    fl_client_store_config_init(&sc);
-    sc.path = ":memory:";
-    sc.feature_dim = IN;
-    sc.allocator = a;
-    sc.clock = clock_fn;
-    assert_int_equal(fl_client_store_open(&d->store, &sc, NULL, 0), FL_OK);
-    for (int i = 0; i < n_examples; i++) {
-        float x[IN];
-        int32_t y;
-        example(x, &y, k, i);
-        assert_int_equal(fl_client_store_add(d->store, x, IN, y), FL_OK);
-    }
-    fl_client_config cfg;
-    fl_client_config_init(&cfg);
-    cfg.allocator = a;
-    cfg.logger.fn = log_fn;
-    cfg.logger.user = (void *)(intptr_t)k;
-    cfg.population = "sim";
-    cfg.region = "EU";
-    mc_public_key(mc, cfg.coordinator_key);
-    cfg.has_coordinator_key = 1;
-    cfg.enrollment_token = mc_enrollment_token(mc);
-    d->conn = mc_connect(mc, &cfg.transport);
-    cfg.store = d->store;
-    cfg.clock = clock_fn;
-    cfg.seed = (uint64_t)k + 1;
-    cfg.backoff_initial_ms = 100;
-    cfg.backoff_max_ms = 2000;
-    assert_int_equal(fl_client_create(&d->c, &cfg, NULL, 0), FL_OK);
-    fl_client_eligibility e = {sizeof(e), 1, 1, 1, 80};
-    assert_int_equal(fl_client_set_eligibility(d->c, &e), FL_OK);
-}
-
-static void dev_close(struct dev *d) {
-    fl_client_destroy(d->c);
-    fl_client_store_close(d->store);
-    mc_conn_free(d->conn);
-}
-
-/* Steps every device (advancing the fake clock to the earliest due time) until the
- * coordinator has completed `rounds` rounds or max_steps pass. */
-static void drive(struct dev *d, int n, mc_coord *mc, uint64_t rounds, int max_steps) {
-    mc_stats st;
-    for (int s = 0; s < max_steps; s++) {
-        mc_get_stats(mc, &st);
-        if (st.rounds_completed >= rounds)
-            break;
-        int64_t earliest = INT64_MAX;
-        for (int i = 0; i < n; i++) {
-            int64_t next = 0;
-            fl_status rc = fl_client_step(d[i].c, &next);
-            assert_true(rc == FL_OK);
-            if (next < earliest)
-                earliest = next;
-        }
-        if (earliest > g_now)
-            g_now = earliest;
-        mc_tick(mc);
+static void world_open(struct world *w, const struct popspec *s, int n, const int *examples,
+                       uint32_t long_poll_s, bool real_clock) {
+    memset(w, 0, sizeof(*w));
+    w->f = sfx_start(real_clock);
+    w->model = sfx_model(&w->mlen);
+    char json[4096];
+    pop_json(json, sizeof(json), s);
+    sfx_population(w->f, json, w->model, w->mlen, w->etok, sizeof(w->etok));
+    w->n = n;
+    for (int i = 0; i < n; i++) {
+        struct sdev_opts o = {s->name, w->etok, NULL, examples ? examples[i] : 20, long_poll_s,
+                              NULL, NULL};
+        assert_int_equal(sdev_open(&w->d[i], w->f, i, &o), FL_OK);
     }
 }
 
-/* Lets every device fetch the outcome after the coordinator finished. */
-static void settle(struct dev *d, int n, mc_coord *mc) {
-    for (int s = 0; s < 20; s++)
-        for (int i = 0; i < n; i++) {
-            fl_client_stats cs = {.struct_size = sizeof(cs)};
-            fl_client_stats_get(d[i].c, &cs);
-            if (cs.state == FL_CLIENT_STATE_IDLE)
-                continue; /* finished (or never selected): no new round */
-            int64_t next;
-            assert_int_equal(fl_client_step(d[i].c, &next), FL_OK);
-            if (next > g_now && next - g_now < 5000)
-                g_now = next;
-        }
-    mc_tick(mc);
+static void world_close(struct world *w) {
+    for (int i = 0; i < w->n; i++)
+        sdev_close(&w->d[i]);
+    sfx_stop(w->f);
+    free(w->model);
 }
 
-static void run_round(int secagg, int weighting) {
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 3;
-    cfg.secagg = secagg;
-    cfg.weighting_examples = weighting;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev d[4];
-    for (int i = 0; i < 4; i++)
-        dev_open(&d[i], mc, i, 20 + i, NULL);
-    drive(d, 4, mc, 1, 500);
-    settle(d, 4, mc);
-    mc_stats st;
-    mc_get_stats(mc, &st);
-    assert_int_equal(st.rounds_completed, 1);
-    assert_int_equal(st.model_version, 2);
-    assert_int_equal(st.last_participants, 3);
-    /* The new model differs from the first one and is still a valid network. */
-    size_t nl;
-    const uint8_t *nm = mc_model(mc, &nl);
-    fl_client_trainer *tr = NULL;
-    assert_int_equal(fl_client_trainer_create(&tr, nm, nl, NULL), FL_OK);
-    fl_client_trainer_destroy(tr);
-    assert_true(nl != len || memcmp(nm, m, len) != 0);
-    int completed = 0, uploads = 0;
+/* Flattened update tensors (fc1.weight, fc1.bias, fc2.weight, fc2.bias) of a model. */
+static size_t flat_params(const uint8_t *m, size_t len, float *out) {
+    static const char *const names[] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+    fl_safetensors *st = NULL;
+    assert_int_equal(fl_safetensors_create(&st, NULL), FL_OK);
+    assert_int_equal(fl_safetensors_parse(st, m, len), FL_OK);
+    size_t off = 0;
     for (int i = 0; i < 4; i++) {
-        fl_client_stats cs = {.struct_size = sizeof(cs)};
-        assert_int_equal(fl_client_stats_get(d[i].c, &cs), FL_OK);
-        completed += (int)cs.rounds_completed;
-        uploads += (int)cs.uploads;
-        char tok[256];
-        assert_int_equal(fl_client_token(d[i].c, tok, sizeof(tok)), FL_OK);
-        assert_true(strncmp(tok, "flc_", 4) == 0);
+        fl_tensor_view v;
+        assert_int_equal(fl_safetensors_find(st, &v, names[i]), FL_OK);
+        memcpy(out + off, v.data, v.nbytes);
+        off += v.nbytes / sizeof(float);
     }
-    assert_int_equal(completed, 3);
-    assert_int_equal(uploads, 3);
-    for (int i = 0; i < 4; i++)
-        dev_close(&d[i]);
-    mc_destroy(mc);
-    free(m);
+    fl_safetensors_destroy(st);
+    return off;
 }
 
-static void test_secagg_round(void **s) {
-    (void)s;
-    run_round(1, 0);
+/* Downloads model version v of pop with device 0's token and flattens it. */
+static size_t fetch_version(struct world *w, const char *pop, int64_t v, float *out) {
+    char tok[256], path[128];
+    assert_int_equal(fl_client_token(w->d[0].c, tok, sizeof(tok)), FL_OK);
+    snprintf(path, sizeof(path), "/v1/models/%s/%lld", pop, (long long)v);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    assert_int_equal(sfx_get(w->f, path, tok, &body, &len), 200);
+    size_t n = flat_params(body, len, out);
+    free(body);
+    return n;
 }
 
-static void test_plain_round(void **s) {
-    (void)s;
-    run_round(0, 1);
+static int64_t centred(uint64_t x, uint32_t bits) {
+    uint64_t mod = (uint64_t)1 << bits, half = mod >> 1;
+    return x >= half ? -(int64_t)(mod - x) : (int64_t)x;
 }
 
-/* The aggregate equals the average of what the devices computed: with one device per round
- * and no clipping in effect, the new model is exactly (up to quantization) the device's
- * trained model. */
-static void test_update_matches_local_training(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 3;
-    cfg.secagg = 1;
-    cfg.clip_norm = 1e6;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev d[3];
-    for (int i = 0; i < 3; i++)
-        dev_open(&d[i], mc, 7, 30, NULL); /* identical data */
-    drive(d, 3, mc, 1, 500);
-    mc_stats st;
-    mc_get_stats(mc, &st);
-    assert_int_equal(st.rounds_completed, 1);
-    /* Train the same model locally with the same parameters the round used. */
-    fl_client_trainer *a = NULL, *b = NULL;
-    assert_int_equal(fl_client_trainer_create(&a, m, len, NULL), FL_OK);
-    size_t nl;
-    const uint8_t *nm = mc_model(mc, &nl);
-    assert_int_equal(fl_client_trainer_create(&b, nm, nl, NULL), FL_OK);
-    size_t dim = fl_client_trainer_num_params(a);
-    float *pa = malloc(dim * 4), *pb = malloc(dim * 4);
-    fl_client_trainer_get_params(a, pa, dim);
-    fl_client_trainer_get_params(b, pb, dim);
-    double moved = 0;
-    for (size_t i = 0; i < dim; i++)
-        moved += (pb[i] - pa[i]) * (double)(pb[i] - pa[i]);
-    assert_true(moved > 1e-6); /* the average delta was applied */
-    free(pa);
-    free(pb);
-    fl_client_trainer_destroy(a);
-    fl_client_trainer_destroy(b);
-    for (int i = 0; i < 3; i++)
-        dev_close(&d[i]);
-    mc_destroy(mc);
-    free(m);
-}
-
-/* Tampered, unsigned, or signed-by-another-key bodies make the device give up the round
- * without sending anything derived from training. */
-static void refusal(int mode) {
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 1;
-    cfg.min_clients = 1;
-    cfg.secagg = 0;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev d;
-    dev_open(&d, mc, 0, 10, NULL);
-    /* Enroll first with the real key so the key-id check at enrollment passes. */
-    int64_t next;
-    assert_int_equal(fl_client_step(d.c, &next), FL_OK);
-    if (mode == 0)
-        mc_tamper_models(mc, 1);
-    else if (mode == 1)
-        mc_strip_signatures(mc, 1);
-    else
-        mc_rotate_key_unpinned(mc);
-    for (int i = 0; i < 10; i++)
-        assert_int_equal(fl_client_step(d.c, &next), FL_OK);
-    fl_client_stats cs = {.struct_size = sizeof(cs)};
-    fl_client_stats_get(d.c, &cs);
-    assert_true(cs.rounds_failed >= 1);
-    assert_int_equal(cs.uploads, 0);
-    assert_int_equal(cs.last_error, FL_ERR_CRYPTO);
-    mc_stats st;
-    mc_get_stats(mc, &st);
-    assert_int_equal(st.rounds_completed, 0);
-    dev_close(&d);
-    mc_destroy(mc);
-    free(m);
-}
-
-static void test_refuses_tampered_model(void **s) {
-    (void)s;
-    refusal(0);
-}
-
-static void test_refuses_unsigned(void **s) {
-    (void)s;
-    refusal(1);
-}
-
-static void test_refuses_unpinned_key(void **s) {
-    (void)s;
-    refusal(2);
-}
-
-/* A device that is not selected waits exactly the retry-after it was given. */
-static void test_pace_steering(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 1;
-    cfg.min_clients = 1;
-    cfg.secagg = 0;
-    cfg.retry_after_s = 240;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev a, b;
-    dev_open(&a, mc, 0, 10, NULL);
-    dev_open(&b, mc, 1, 10, NULL);
-    int64_t na, nb;
-    fl_client_step(a.c, &na); /* enroll */
-    fl_client_step(a.c, &na); /* check-in: selected, round starts */
-    fl_client_step(b.c, &nb); /* enroll */
-    int64_t t0 = g_now;
-    assert_int_equal(fl_client_step(b.c, &nb), FL_OK); /* check-in: round full */
-    assert_int_equal(nb, t0 + 240000);
-    fl_client_stats cs = {.struct_size = sizeof(cs)};
-    fl_client_stats_get(b.c, &cs);
-    assert_int_equal(cs.state, FL_CLIENT_STATE_IDLE);
-    /* Stepping earlier sends nothing. */
-    mc_stats before, after;
-    mc_get_stats(mc, &before);
-    g_now = t0 + 239999;
-    fl_client_step(b.c, &nb);
-    mc_get_stats(mc, &after);
-    assert_int_equal(before.requests, after.requests);
-    dev_close(&a);
-    dev_close(&b);
-    mc_destroy(mc);
-    free(m);
-}
-
-/* Lost requests and lost responses in the middle of a round: the device retries with
- * backoff and idempotency keys, and the round completes. */
-static void test_resume_after_network_failures(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 3;
-    cfg.secagg = 1;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev d[3];
-    for (int i = 0; i < 3; i++)
-        dev_open(&d[i], mc, i, 15, NULL);
-    drive(d, 3, mc, UINT64_MAX, 3); /* enroll + check in + task */
-    mc_conn_fail_next(d[0].conn, 2, 1);  /* responses lost after the server acted */
-    mc_conn_fail_next(d[1].conn, 2, 0);  /* requests lost before the server */
-    drive(d, 3, mc, 1, 500);
-    settle(d, 3, mc);
-    mc_stats st;
-    mc_get_stats(mc, &st);
-    assert_int_equal(st.rounds_completed, 1);
-    fl_client_stats cs = {.struct_size = sizeof(cs)};
-    fl_client_stats_get(d[0].c, &cs);
-    assert_true(cs.transient_errors >= 2);
-    assert_int_equal(cs.rounds_completed, 1);
-    for (int i = 0; i < 3; i++)
-        dev_close(&d[i]);
-    mc_destroy(mc);
-    free(m);
-}
-
-/* A device that vanishes mid-round: the phase times out, the others give up or finish, and
- * the vanished device gives up cleanly when it returns to a closed round. */
-static void test_round_closed_gives_up(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    mc_config cfg;
-    mc_config_init(&cfg);
-    cfg.model = m;
-    cfg.model_len = len;
-    cfg.round_size = 3;
-    cfg.secagg = 1;
-    cfg.phase_timeout_ms = 5000;
-    cfg.clock = clock_fn;
-    mc_coord *mc = mc_create(&cfg);
-    struct dev d[3];
-    for (int i = 0; i < 3; i++)
-        dev_open(&d[i], mc, i, 15, NULL);
-    drive(d, 3, mc, UINT64_MAX, 6); /* into the round */
-    /* Device 2 disappears; the other two keep going while the clock runs on. */
-    for (int s2 = 0; s2 < 400; s2++) {
-        for (int i = 0; i < 2; i++) {
-            int64_t next;
-            assert_int_equal(fl_client_step(d[i].c, &next), FL_OK);
+/* Checks the round: the coordinator's sum equals the sum of the vectors of the devices in
+ * `in` exactly; each of those vectors decodes to its delta within a step (none/central);
+ * the new model is base + the hook's delta; without DP that delta is exactly the FedAvg
+ * of the sum, with DP it is within tol of the mean clipped delta. */
+static void check_round(struct world *w, const char *pop, const bool *in, const char *mode,
+                        bool examples_weighting, double tol) {
+    struct sfx *f = w->f;
+    pthread_mutex_lock(&f->lock);
+    struct sfx_sum h = f->sum;
+    pthread_mutex_unlock(&f->lock);
+    assert_int_equal(h.calls, 1);
+    uint32_t bits = 32;
+    uint64_t mask = 0xffffffffull;
+    uint64_t expect[SFX_MAX_VEC] = {0};
+    double mean[SFX_MAX_VEC] = {0};
+    uint32_t count = 0;
+    double wsum = 0;
+    size_t L = 0, d = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (!in[i])
+            continue;
+        const struct sfx_update *u = &w->d[i].up;
+        assert_int_equal(u->calls, 1);
+        assert_int_equal(u->round_id, h.round_id);
+        L = u->len;
+        d = u->d;
+        count++;
+        double wt = (double)u->words[L - 1];
+        wsum += wt;
+        for (size_t j = 0; j < L; j++)
+            expect[j] = (expect[j] + u->words[j]) & mask;
+        if (strcmp(mode, "distributed") != 0) {
+            /* The vector is the weighted clipped delta on the lattice (one step). */
+            double gamma = 1.0 / 1024;
+            double n2 = 0;
+            for (size_t j = 0; j < d; j++) {
+                double q = (double)centred(u->words[j], bits) * gamma;
+                assert_true(fabs(q - u->delta[j]) <= gamma * 1.0001);
+                mean[j] += u->delta[j];
+                n2 += (double)u->delta[j] * u->delta[j];
+            }
+            assert_true(sqrt(n2) <= wt * 1.0 * (1 + 1e-5)); /* clipped to w * C */
+        } else {
+            for (size_t j = 0; j < d; j++)
+                mean[j] += u->delta[j];
         }
-        g_now += 100;
-        mc_tick(mc);
     }
-    mc_stats st;
-    mc_get_stats(mc, &st);
-    assert_int_equal(st.rounds_completed + st.rounds_aborted, 1);
-    /* Device 2 comes back: its round is over, it gives up and goes idle. */
-    for (int i = 0; i < 5; i++) {
-        int64_t next;
-        assert_int_equal(fl_client_step(d[2].c, &next), FL_OK);
+    assert_int_equal(h.count, count);
+    assert_int_equal(h.vec_len, L);
+    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t)); /* bit for bit */
+    assert_int_equal(h.dim, d);
+    float base[SFX_MAX_VEC], neu[SFX_MAX_VEC];
+    size_t nb = flat_params(w->model, w->mlen, base);
+    assert_int_equal(nb, d);
+    assert_int_equal(fetch_version(w, pop, 2, neu), d);
+    double denom = examples_weighting ? (double)h.sum[L - 1] : (double)count;
+    if (examples_weighting)
+        assert_int_equal((uint64_t)wsum, h.sum[L - 1]);
+    for (size_t j = 0; j < d; j++) {
+        assert_true(neu[j] == (float)(base[j] + 1.0 * (double)h.delta[j]));
+        if (strcmp(mode, "none") == 0) {
+            float want = (float)((double)centred(h.sum[j], bits) * (1.0 / 1024) / denom);
+            assert_true(h.delta[j] == want);
+        } else if (strcmp(mode, "central") == 0) {
+            assert_true(fabs(h.delta[j] - mean[j] / denom) <= tol);
+        }
     }
-    fl_client_stats cs = {.struct_size = sizeof(cs)};
-    fl_client_stats_get(d[2].c, &cs);
-    assert_true(cs.rounds_failed >= 1);
-    for (int i = 0; i < 3; i++)
-        dev_close(&d[i]);
-    mc_destroy(mc);
-    free(m);
+    if (strcmp(mode, "distributed") == 0) {
+        /* The devices' raw deltas, clipped as the encoder does, averaged; then compared. */
+        double avg[SFX_MAX_VEC] = {0};
+        for (int i = 0; i < w->n; i++) {
+            if (!in[i])
+                continue;
+            const struct sfx_update *u = &w->d[i].up;
+            double n2 = 0;
+            for (size_t j = 0; j < d; j++)
+                n2 += (double)u->delta[j] * u->delta[j];
+            double s = sqrt(n2) > 1.0 ? 1.0 / sqrt(n2) : 1.0;
+            for (size_t j = 0; j < d; j++)
+                avg[j] += u->delta[j] * s / count;
+        }
+        for (size_t j = 0; j < d; j++)
+            assert_true(fabs(h.delta[j] - avg[j]) <= tol);
+    }
 }
 
-/* ---- no example bytes on the wire ---- */
+static void assert_all_completed(struct world *w, const bool *in) {
+    for (int i = 0; i < w->n; i++) {
+        fl_client_stats cs;
+        sdev_stats(&w->d[i], &cs);
+        if (in && !in[i])
+            continue;
+        if (cs.rounds_completed != 1)
+            fprintf(stderr, "device %d: completed %llu failed %llu: %s\n", i,
+                    (unsigned long long)cs.rounds_completed, (unsigned long long)cs.rounds_failed,
+                    fl_client_errmsg(w->d[i].c));
+        assert_int_equal(cs.rounds_completed, 1);
+        assert_int_equal(cs.uploads, 1);
+        assert_int_equal(cs.rounds_failed, 0);
+    }
+}
+
+/* Every device back to idle (its round over, outcome read). */
+static bool all_idle(void *u) {
+    struct world *w = u;
+    if (!sfx_aggregated(w->f))
+        return false;
+    for (int i = 0; i < w->n; i++) {
+        if (w->d[i].off)
+            continue;
+        fl_client_stats cs;
+        sdev_stats(&w->d[i], &cs);
+        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
+            return false;
+    }
+    return true;
+}
+
+static void run_basic(const char *mode, bool secagg, bool examples, double noise, double tol) {
+    struct popspec s = {"pop", 4, 3, secagg, mode, examples ? "examples" : "uniform", noise,
+                        30, 0, 0};
+    int ex[4] = {20, 21, 22, 23};
+    struct world w;
+    world_open(&w, &s, 4, ex, 0, false);
+    int passes = sdev_drive(w.f, w.d, 4, all_idle, &w, 400, 200);
+    assert_true(passes < 400);
+    bool in[4] = {true, true, true, true};
+    check_round(&w, "pop", in, mode, examples, tol);
+    assert_all_completed(&w, NULL);
+    if (examples) /* weights are min(examples, weight_cap = 22) */
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(w.d[i].up.words[w.d[i].up.len - 1], ex[i] < 22 ? ex[i] : 22);
+    world_close(&w);
+}
+
+/* ---- tests ---- */
+
+static void test_secagg_round_exact(void **st) {
+    (void)st;
+    run_basic("none", true, false, 0, 0);
+}
+
+static void test_plain_round_examples_weighting(void **st) {
+    (void)st;
+    run_basic("none", false, true, 0, 0);
+}
+
+static void test_secagg_examples_weighting(void **st) {
+    (void)st;
+    run_basic("none", true, true, 0, 0);
+}
+
+/* Central DP: noise std on the average is z * C / n = 0.1 / 4 per coordinate. */
+static void test_central_dp_round(void **st) {
+    (void)st;
+    run_basic("central", true, false, 0.1, 8 * 0.1 / 4 + 1.0 / 1024);
+}
+
+/* Distributed DP (rotation, per-device discrete Gaussian share, fl_dp_distributed_encode). */
+static void test_distributed_dp_round(void **st) {
+    (void)st;
+    run_basic("distributed", true, false, 0.1, 8 * 0.1 / 4 + 0.05);
+}
+
+static bool captured(const uint8_t *buf, size_t len, const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(buf + i, s, n) == 0)
+            return true;
+    return false;
+}
 
 struct cap {
     uint8_t *buf;
     size_t len, cap;
 };
 
-static const void *find(const uint8_t *h, size_t hn, const void *needle, size_t n) {
-    for (size_t i = 0; i + n <= hn; i++)
-        if (h[i] == *(const uint8_t *)needle && memcmp(h + i, needle, n) == 0)
-            return h + i;
-    return NULL;
-}
-
-static void on_capture(void *u, const void *data, size_t n) {
+static void on_cap(void *u, enum sim_ft_dir dir, const void *data, size_t n) {
+    (void)dir;
     struct cap *c = u;
     if (c->len + n > c->cap) {
-        c->cap = (c->len + n) * 2;
+        c->cap = (c->len + n) * 2 + 4096;
         c->buf = realloc(c->buf, c->cap);
         assert_non_null(c->buf);
     }
@@ -431,145 +320,369 @@ static void on_capture(void *u, const void *data, size_t n) {
     c->len += n;
 }
 
-static void test_no_example_bytes_on_the_wire(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    for (int secagg = 0; secagg < 2; secagg++) {
-        mc_config cfg;
-        mc_config_init(&cfg);
-        cfg.model = m;
-        cfg.model_len = len;
-        cfg.round_size = 3;
-        cfg.secagg = secagg;
-        cfg.clock = clock_fn;
-        mc_coord *mc = mc_create(&cfg);
-        struct cap cap = {0};
-        mc_set_capture(mc, on_capture, &cap);
-        struct dev d[3];
-        for (int i = 0; i < 3; i++)
-            dev_open(&d[i], mc, i, 25, NULL);
-        drive(d, 3, mc, 1, 500);
-        settle(d, 3, mc);
-        mc_stats st;
-        mc_get_stats(mc, &st);
-        assert_int_equal(st.rounds_completed, 1);
-        assert_true(cap.len > 1000);
-        /* No example's feature bytes, and no 8-byte window of them, appear anywhere. */
-        for (int k = 0; k < 3; k++)
-            for (int i = 0; i < 25; i++) {
-                float x[IN];
-                int32_t y;
-                example(x, &y, k, i);
-                for (int off = 0; off + 2 <= IN; off += 2)
-                    assert_null(find(cap.buf, cap.len, x + off, 8));
-            }
-        free(cap.buf);
-        for (int i = 0; i < 3; i++)
-            dev_close(&d[i]);
-        mc_destroy(mc);
-    }
-    free(m);
+/* The first device is selected into a round that is still forming: its task request is
+ * answered 425 phase_not_open; it retries when told and completes the round. */
+static void test_task_of_forming_round(void **st) {
+    (void)st;
+    struct popspec s = {"pop", 3, 3, true, "none", NULL, 0, 30, 0, 0};
+    struct world w;
+    world_open(&w, &s, 3, NULL, 0, false);
+    struct cap c0 = {0};
+    sim_ft_set_capture(w.d[0].ft, on_cap, &c0);
+    w.d[2].off = true; /* the third device arrives later */
+    sdev_drive(w.f, w.d, 3, NULL, NULL, 3, 200); /* enroll, check in, task: 425 */
+    assert_true(captured(c0.buf, c0.len, "phase_not_open"));
+    fl_client_stats cs;
+    sdev_stats(&w.d[0], &cs);
+    assert_int_equal(cs.state, FL_CLIENT_STATE_TASK);
+    w.d[2].off = false;
+    assert_true(sdev_drive(w.f, w.d, 3, all_idle, &w, 400, 200) < 400);
+    bool in[3] = {true, true, true};
+    check_round(&w, "pop", in, "none", false, 0);
+    assert_all_completed(&w, NULL);
+    free(c0.buf);
+    world_close(&w);
 }
 
-/* Every allocation a device makes during enrollment, check-in, download, training, secagg
- * and upload can fail; the client then fails the step or the round cleanly and leaks
- * nothing. The counting allocator also sees every allocation the SDK makes. */
-static void test_round_oom_walk(void **s) {
-    (void)s;
-    size_t len;
-    uint8_t *m = init_model(&len);
-    long total_calls = 0;
-    for (long fail = 0;; fail++) {
-        mc_config cfg;
-        mc_config_init(&cfg);
-        cfg.model = m;
-        cfg.model_len = len;
-        cfg.round_size = 3;
-        cfg.secagg = 1;
-        cfg.phase_timeout_ms = 2000;
-        cfg.clock = clock_fn;
-        mc_coord *mc = mc_create(&cfg);
-        struct fl_test_counting cnt = {0};
-        cnt.fail_at = fail;
-        fl_allocator a = fl_test_counting_allocator(&cnt);
-        struct dev d[3];
-        dev_open(&d[0], mc, 0, 10, NULL);
-        dev_open(&d[2], mc, 2, 10, NULL);
-        /* device 1 uses the failing allocator for its client (its store too) */
-        fl_client_store_config sc;
-        fl_client_store_config_init(&sc);
-        sc.path = ":memory:";
-        sc.feature_dim = IN;
-        sc.allocator = &a;
-        fl_status rc = fl_client_store_open(&d[1].store, &sc, NULL, 0);
-        d[1].c = NULL;
-        d[1].conn = NULL;
-        if (rc == FL_OK) {
-            for (int i = 0; i < 10 && rc == FL_OK; i++) {
-                float x[IN];
-                int32_t y;
-                example(x, &y, 1, i);
-                rc = fl_client_store_add(d[1].store, x, IN, y);
-            }
-            fl_client_config c2;
-            fl_client_config_init(&c2);
-            c2.allocator = &a;
-            c2.population = "sim";
-            c2.region = "EU";
-            mc_public_key(mc, c2.coordinator_key);
-            c2.has_coordinator_key = 1;
-            c2.enrollment_token = mc_enrollment_token(mc);
-            d[1].conn = mc_connect(mc, &c2.transport);
-            c2.store = d[1].store;
-            c2.clock = clock_fn;
-            c2.seed = 99;
-            if (rc == FL_OK)
-                rc = fl_client_create(&d[1].c, &c2, NULL, 0);
+/* Lost requests and lost responses everywhere in a round: the devices retry with backoff,
+ * the Idempotency-Key makes every retry safe (replays answer 200, nothing counts twice),
+ * and the round completes with every device in the sum. */
+static void test_resume_after_network_failures(void **st) {
+    (void)st;
+    for (int secagg = 1; secagg >= 0; secagg--) {
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        struct world w;
+        world_open(&w, &s, 3, NULL, 0, false);
+        sim_ft_rule rules[] = {
+            {"POST", "/v1/checkin", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"GET", "/task", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"GET", "/v1/models/", 0, 1, SIM_FT_DROP_REQUEST},
+            {"POST", "/secagg/advertise", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"GET", "/secagg/advertise/result", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"POST", "/secagg/share", 0, 2, SIM_FT_DROP_REQUEST},
+            {"POST", "/secagg/masked", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"GET", "/secagg/masked/result", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"POST", "/secagg/unmask", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"POST", "/update", 0, 1, SIM_FT_DROP_RESPONSE},
+            {"GET", "/status", 0, 1, SIM_FT_DROP_RESPONSE},
+        };
+        for (size_t r = 0; r < sizeof(rules) / sizeof(rules[0]); r++)
+            assert_int_equal(sim_ft_add_rule(w.d[r % 2].ft, &rules[r]), FL_OK);
+        assert_true(sdev_drive(w.f, w.d, 3, all_idle, &w, 600, 200) < 600);
+        bool in[3] = {true, true, true};
+        check_round(&w, "pop", in, "none", false, 0);
+        assert_all_completed(&w, NULL);
+        for (int i = 0; i < 2; i++) {
+            fl_client_stats cs;
+            sdev_stats(&w.d[i], &cs);
+            sim_ft_stats fs;
+            sim_ft_get_stats(w.d[i].ft, &fs);
+            assert_true(fs.faults >= 2);
+            assert_true(cs.transient_errors >= fs.faults);
         }
-        assert_true(rc == FL_OK || rc == FL_ERR_NOMEM);
-        if (rc == FL_OK) {
-            for (int s2 = 0; s2 < 300; s2++) {
-                for (int i = 0; i < 3; i++) {
-                    int64_t next;
-                    fl_client_step(d[i].c, &next);
-                }
-                g_now += 50;
-                mc_tick(mc);
-                mc_stats st;
-                mc_get_stats(mc, &st);
-                if (st.rounds_completed + st.rounds_aborted >= 1)
-                    break;
-            }
+        world_close(&w);
+    }
+}
+
+/* A device vanishes (no network) just before it would post in phase `phase`: the phase
+ * closes at its deadline without it, the round completes without it (secagg recovers its
+ * masks), and when it is back the server answers 410 and it gives up cleanly. */
+static enum sim_ft_action vanish_at(void *user, const fl_client_request *req, int64_t *delay,
+                                    int64_t *offline) {
+    const char *phase = user;
+    (void)delay;
+    if (strcmp(req->method, "POST") == 0 && strstr(req->path, phase))
+        *offline = INT64_MAX; /* until the test brings it back */
+    return SIM_FT_PASS;
+}
+
+static void vanish(const char *phase, bool secagg) {
+    struct popspec s = {"pop", 4, 3, secagg, "none", NULL, 0, 10, 0, 0};
+    struct world w;
+    world_open(&w, &s, 4, NULL, 0, false);
+    sim_ft_set_decide(w.d[3].ft, vanish_at, (void *)phase);
+    int passes = sdev_drive(w.f, w.d, 4, sfx_aggregated, w.f, 800, 200);
+    assert_true(passes < 800);
+    w.d[3].off = true; /* let the others read the outcome */
+    assert_true(sdev_drive(w.f, w.d, 4, all_idle, &w, 200, 200) < 200);
+    bool in[4] = {true, true, true, false};
+    check_round(&w, "pop", in, "none", false, 0);
+    assert_all_completed(&w, in);
+    /* Back online: its next request is refused (410) and it gives the round up. */
+    w.d[3].off = false;
+    sim_ft_set_decide(w.d[3].ft, NULL, NULL);
+    sim_ft_set_offline_until(w.d[3].ft, 0);
+    for (int i = 0; i < 40; i++) {
+        fl_client_stats cs;
+        sdev_stats(&w.d[3], &cs);
+        if (cs.rounds_failed)
+            break;
+        sdev_drive(w.f, &w.d[3], 1, NULL, NULL, 1, 500);
+    }
+    fl_client_stats cs;
+    sdev_stats(&w.d[3], &cs);
+    assert_int_equal(cs.rounds_failed, 1);
+    assert_int_equal(cs.rounds_completed, 0);
+    assert_int_equal(cs.state, FL_CLIENT_STATE_IDLE);
+    world_close(&w);
+}
+
+static void test_vanished_before_advertise(void **st) {
+    (void)st;
+    vanish("/secagg/advertise", true);
+}
+
+static void test_vanished_before_masked(void **st) {
+    (void)st;
+    vanish("/secagg/masked", true);
+}
+
+static void test_vanished_before_plain_update(void **st) {
+    (void)st;
+    vanish("/update", false);
+}
+
+/* Tampered, unsigned or foreign-key bodies end the round before anything derived from
+ * training is sent; a key-id mismatch at enrollment is a sticky failure. */
+static void refusal(int mode) {
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0};
+    struct world w;
+    world_open(&w, &s, 1, NULL, 0, false);
+    struct cap cap = {0};
+    sim_ft_set_capture(w.d[0].ft, on_cap, &cap);
+    if (mode == 0) {
+        sim_ft_rule r = {"GET", "/task", 0, -1, SIM_FT_TAMPER_BODY};
+        sim_ft_add_rule(w.d[0].ft, &r);
+    } else if (mode == 1) {
+        sim_ft_rule r = {"GET", "/v1/models/", 0, -1, SIM_FT_STRIP_SIGNATURE};
+        sim_ft_add_rule(w.d[0].ft, &r);
+    } else if (mode == 2) {
+        sim_ft_rule r = {"GET", "/v1/models/", 0, -1, SIM_FT_TAMPER_BODY};
+        sim_ft_add_rule(w.d[0].ft, &r);
+    } else {
+        /* Enrolled with the right key, then the app pins another one: the signed task is
+         * from a key that is not pinned. */
+        sdev_drive(w.f, w.d, 1, NULL, NULL, 1, 0);
+        char tok[256];
+        assert_int_equal(fl_client_token(w.d[0].c, tok, sizeof(tok)), FL_OK);
+        sdev_close(&w.d[0]);
+        uint8_t other[32];
+        memset(other, 0x42, sizeof(other));
+        struct sdev_opts o = {"pop", NULL, tok, 20, 0, NULL, other};
+        assert_int_equal(sdev_open(&w.d[0], w.f, 0, &o), FL_OK);
+        sim_ft_set_capture(w.d[0].ft, on_cap, &cap);
+    }
+    for (int i = 0; i < 10; i++) {
+        sdev_drive(w.f, w.d, 1, NULL, NULL, 1, 0);
+        fl_client_stats cs;
+        sdev_stats(&w.d[0], &cs);
+        if (cs.rounds_failed)
+            break;
+    }
+    fl_client_stats cs;
+    sdev_stats(&w.d[0], &cs);
+    assert_int_equal(cs.rounds_failed, 1);
+    assert_int_equal(cs.uploads, 0);
+    assert_int_equal(cs.last_error, FL_ERR_CRYPTO);
+    assert_int_equal(w.d[0].up.calls, 0); /* nothing was even trained */
+    assert_false(captured(cap.buf, cap.len, "/update"));
+    assert_false(captured(cap.buf, cap.len, "/secagg/"));
+    free(cap.buf);
+    world_close(&w);
+}
+
+static void test_refuses_tampered_task(void **st) {
+    (void)st;
+    refusal(0);
+}
+
+static void test_refuses_unsigned_model(void **st) {
+    (void)st;
+    refusal(1);
+}
+
+static void test_refuses_tampered_model(void **st) {
+    (void)st;
+    refusal(2);
+}
+
+static void test_refuses_foreign_key(void **st) {
+    (void)st;
+    refusal(3);
+}
+
+static void test_enrollment_key_mismatch_is_sticky(void **st) {
+    (void)st;
+    struct sfx *f = sfx_start(false);
+    size_t mlen;
+    uint8_t *m = sfx_model(&mlen);
+    char json[4096], etok[256];
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0};
+    pop_json(json, sizeof(json), &s);
+    sfx_population(f, json, m, mlen, etok, sizeof(etok));
+    uint8_t other[32];
+    memset(other, 0x42, sizeof(other));
+    struct sdev d;
+    struct sdev_opts o = {"pop", etok, NULL, 5, 0, NULL, other};
+    assert_int_equal(sdev_open(&d, f, 0, &o), FL_OK);
+    int64_t next;
+    assert_int_equal(fl_client_step(d.c, &next), FL_ERR_CRYPTO);
+    assert_int_equal(fl_client_step(d.c, &next), FL_ERR_CRYPTO); /* sticky */
+    fl_client_stats cs;
+    sdev_stats(&d, &cs);
+    assert_int_equal(cs.state, FL_CLIENT_STATE_FAILED);
+    sdev_close(&d);
+    free(m);
+    sfx_stop(f);
+}
+
+/* A device that is not selected waits exactly the retry_after_s it was given and sends
+ * nothing before; then it checks in without a 429. */
+static void test_pace_steering(void **st) {
+    (void)st;
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 40, 90};
+    struct world w;
+    world_open(&w, &s, 2, NULL, 0, false);
+    struct cap cb = {0};
+    sim_ft_set_capture(w.d[1].ft, on_cap, &cb);
+    int64_t n0, n1;
+    fl_client_step(w.d[0].c, &n0); /* enroll */
+    fl_client_step(w.d[0].c, &n0); /* check in: selected, the round starts */
+    fl_client_step(w.d[1].c, &n1); /* enroll */
+    int64_t t0 = sfx_clock(w.f);
+    assert_int_equal(fl_client_step(w.d[1].c, &n1), FL_OK); /* check in: retry */
+    const char *ra = NULL;
+    for (size_t i = 0; i + 16 <= cb.len && !ra; i++)
+        if (memcmp(cb.buf + i, "\"retry_after_s\":", 16) == 0)
+            ra = (const char *)cb.buf + i + 16;
+    assert_non_null(ra);
+    long secs = strtol(ra, NULL, 10);
+    assert_true(secs >= 40 && secs <= 90);
+    assert_int_equal(n1, t0 + secs * 1000);
+    fl_client_stats cs;
+    sdev_stats(&w.d[1], &cs);
+    assert_int_equal(cs.state, FL_CLIENT_STATE_IDLE);
+    sim_ft_stats before, after;
+    sim_ft_get_stats(w.d[1].ft, &before);
+    sfx_advance(w.f, secs * 1000 - 1);
+    fl_client_step(w.d[1].c, &n1);
+    sim_ft_get_stats(w.d[1].ft, &after);
+    assert_int_equal(before.requests, after.requests);
+    sfx_advance(w.f, 1);
+    fl_client_step(w.d[1].c, &n1);
+    sim_ft_get_stats(w.d[1].ft, &after);
+    assert_int_equal(after.requests, before.requests + 1);
+    assert_false(captured(cb.buf, cb.len, "rate_limited"));
+    free(cb.buf);
+    world_close(&w);
+}
+
+/* Devices on their own threads with real long polls (?wait=S, parked in the server):
+ * they wait for each phase instead of polling, and the round completes in real time. */
+struct thr {
+    struct sdev *d;
+    fl_status rc;
+};
+
+static void *dev_thread(void *arg) {
+    struct thr *t = arg;
+    for (int i = 0; i < 10; i++) {
+        t->rc = fl_client_run(t->d->c, 20000);
+        fl_client_stats cs;
+        sdev_stats(t->d, &cs);
+        if (cs.rounds_completed + cs.rounds_failed > 0 || (t->rc != FL_OK && t->rc != FL_ERR_AGAIN))
+            break;
+    }
+    return NULL;
+}
+
+static void test_long_polls_on_threads(void **st) {
+    (void)st;
+    for (int secagg = 1; secagg >= 0; secagg--) {
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        struct world w;
+        world_open(&w, &s, 3, NULL, 10, true);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        pthread_t th[3];
+        struct thr a[3];
+        for (int i = 0; i < 3; i++) {
+            a[i].d = &w.d[i];
+            assert_int_equal(pthread_create(&th[i], NULL, dev_thread, &a[i]), 0);
         }
         for (int i = 0; i < 3; i++)
-            dev_close(&d[i]);
-        mc_destroy(mc);
-        assert_int_equal(cnt.live, 0);
-        assert_int_equal(cnt.allocs, cnt.frees);
-        if (fail == 0) {
-            total_calls = cnt.calls;
-            assert_true(total_calls > 10);
-        } else if (fail > total_calls) {
-            break;
+            pthread_join(th[i], NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        bool in[3] = {true, true, true};
+        check_round(&w, "pop", in, "none", false, 0);
+        assert_all_completed(&w, NULL);
+        for (int i = 0; i < 3; i++) {
+            sim_ft_stats fs;
+            sim_ft_get_stats(w.d[i].ft, &fs);
+            /* enroll, check-in, task (maybe 425 + retry), model, 4 x (post + result) or
+             * update + status: long polls, not busy polling */
+            assert_true(fs.requests <= 20);
         }
+        assert_true(secs < 20);
+        world_close(&w);
     }
-    free(m);
+}
+
+/* ---- no example bytes on the wire ---- */
+
+static void test_no_example_bytes_on_the_wire(void **st) {
+    (void)st;
+    for (int secagg = 0; secagg < 2; secagg++) {
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        int ex[3] = {25, 25, 25};
+        struct world w;
+        world_open(&w, &s, 3, ex, 0, false);
+        struct cap cap = {0};
+        for (int i = 0; i < 3; i++)
+            sim_ft_set_capture(w.d[i].ft, on_cap, &cap);
+        assert_true(sdev_drive(w.f, w.d, 3, all_idle, &w, 400, 200) < 400);
+        assert_all_completed(&w, NULL);
+        assert_true(cap.len > 5000);
+        /* No 8-byte window of any example's features appears anywhere, in either direction. */
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 25; i++) {
+                float x[SFX_IN];
+                int32_t y;
+                sfx_example(x, &y, k, i);
+                for (int off = 0; off + 2 <= SFX_IN; off++)
+                    assert_null(memmem(cap.buf, cap.len, x + off, 8));
+            }
+        free(cap.buf);
+        world_close(&w);
+    }
 }
 
 int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (sodium_init() < 0)
+        return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_secagg_round),
-        cmocka_unit_test(test_plain_round),
-        cmocka_unit_test(test_update_matches_local_training),
-        cmocka_unit_test(test_refuses_tampered_model),
-        cmocka_unit_test(test_refuses_unsigned),
-        cmocka_unit_test(test_refuses_unpinned_key),
-        cmocka_unit_test(test_pace_steering),
+        cmocka_unit_test(test_secagg_round_exact),
+        cmocka_unit_test(test_plain_round_examples_weighting),
+        cmocka_unit_test(test_secagg_examples_weighting),
+        cmocka_unit_test(test_central_dp_round),
+        cmocka_unit_test(test_distributed_dp_round),
+        cmocka_unit_test(test_task_of_forming_round),
         cmocka_unit_test(test_resume_after_network_failures),
-        cmocka_unit_test(test_round_closed_gives_up),
+        cmocka_unit_test(test_vanished_before_advertise),
+        cmocka_unit_test(test_vanished_before_masked),
+        cmocka_unit_test(test_vanished_before_plain_update),
+        cmocka_unit_test(test_refuses_tampered_task),
+        cmocka_unit_test(test_refuses_unsigned_model),
+        cmocka_unit_test(test_refuses_tampered_model),
+        cmocka_unit_test(test_refuses_foreign_key),
+        cmocka_unit_test(test_enrollment_key_mismatch_is_sticky),
+        cmocka_unit_test(test_pace_steering),
+        cmocka_unit_test(test_long_polls_on_threads),
         cmocka_unit_test(test_no_example_bytes_on_the_wire),
-        cmocka_unit_test(test_round_oom_walk),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
 }

@@ -299,6 +299,46 @@ FL_API fl_status fl_client_response_add_header(fl_client_response *resp, const c
 FL_API fl_status fl_client_response_append(fl_client_response *resp, const void *data,
                                            size_t len);
 
+/* ---- standalone responses (for transports that wrap another transport) ----
+ * A wrapper (capture, fault injection, caching) hands a response of its own to the inner
+ * transport's recv, reads or changes what arrived with the getters below, and replays it
+ * into the SDK's response with fl_client_response_set_status/add_header/append. Only the
+ * headers the SDK uses are kept (Retry-After, Content-Type and the Flotilla-* signature
+ * headers), so replaying the kept ones loses nothing the SDK would read. One thread at a
+ * time per response. */
+
+/* Creates an empty response that accepts bodies of at most limit bytes.
+ *   out    receives the response (NULL on failure).
+ *   alloc  NULL = libc; copied.
+ * Returns FL_OK, FL_ERR_MISUSE (NULL out, incomplete allocator), FL_ERR_NOMEM. */
+FL_API fl_status fl_client_response_create(fl_client_response **out, size_t limit,
+                                           const fl_allocator *alloc);
+
+/* Frees a response made by fl_client_response_create (wiping its body). NULL is a no-op.
+ * Never call it on the response the SDK passes to recv. */
+FL_API void fl_client_response_destroy(fl_client_response *resp);
+
+/* Empties resp (status, kept headers, body) and sets its body limit. NULL is a no-op. */
+FL_API void fl_client_response_reset(fl_client_response *resp, size_t limit);
+
+/* The recorded HTTP status, 0 if none yet (or resp is NULL). */
+FL_API int fl_client_response_status(const fl_client_response *resp);
+
+/* The body size limit of resp: for the SDK's response, the limit it chose for the request
+ * in flight (a wrapper creates its own response with the same limit). 0 for NULL. */
+FL_API size_t fl_client_response_limit(const fl_client_response *resp);
+
+/* The body received so far: *len (optional) receives its size. The pointer is owned by resp
+ * and valid until the next call that changes resp; NULL when the body is empty. */
+FL_API const uint8_t *fl_client_response_body(const fl_client_response *resp, size_t *len);
+
+/* Kept header number i (0-based, in a fixed order): *name receives its canonical name and
+ * *value its value (both owned by resp, valid until it changes).
+ * Returns FL_OK, FL_ERR_NOT_FOUND (i past the last one; outputs set to NULL) or
+ * FL_ERR_MISUSE. */
+FL_API fl_status fl_client_response_header_at(const fl_client_response *resp, size_t i,
+                                              const char **name, const char **value);
+
 /* The interface between the protocol core and the network (the SDK never owns sockets).
  * Contract: at most one request is in flight per client.
  *  - send(ctx, req): starts req. FL_OK = accepted; FL_ERR_AGAIN = cannot start now, the SDK
