@@ -20,9 +20,12 @@ struct tool_bundle {
     char sha256[65];               /* SHA-256 of the bundle file, hex */
 };
 
-/* Loads and verifies path (trusted_vkey may be NULL). Returns 0, or -1 when the file cannot
- * be read (message on stderr). A bundle that fails verification still loads. */
-int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey);
+/* Loads and verifies path (trusted_vkey may be NULL); with parse set, also parses every
+ * entry into tb->entries (show, export and report hold them all in memory: fine for the
+ * 10^5 entries of years of rounds; verify alone streams). Returns 0, or -1 when the file
+ * cannot be read (message on stderr). A bundle that fails verification still loads. */
+int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey,
+                     int parse);
 void tool_bundle_free(struct tool_bundle *tb);
 
 /* Formatting helpers. */

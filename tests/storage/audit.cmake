@@ -14,6 +14,6 @@ if(TARGET flotilla-audit)
   add_test(NAME audit_render
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/audit_render.sh $<TARGET_FILE:flotilla-audit>
       ${CMAKE_CURRENT_BINARY_DIR}/audit_render ${PROJECT_SOURCE_DIR})
-  set_tests_properties(audit_render PROPERTIES LABELS "storage;audit;integration" TIMEOUT 180
+  set_tests_properties(audit_render PROPERTIES LABELS "storage;audit;integration;slow" TIMEOUT 180
     SKIP_RETURN_CODE 77)
 endif()
