@@ -33,29 +33,29 @@ struct fv_op {
 };
 
 struct fv_inode {
-    uint8_t *synced;      /* durable content */
-    size_t synced_len;    /* bytes in synced */
-    size_t synced_cap;    /* bytes allocated */
-    struct fv_op *head;   /* unsynced ops, oldest first */
-    struct fv_op *tail;   /* last unsynced op */
-    int refs;             /* entries (now + durable) and open files pointing here */
+    uint8_t *synced;    /* durable content */
+    size_t synced_len;  /* bytes in synced */
+    size_t synced_cap;  /* bytes allocated */
+    struct fv_op *head; /* unsynced ops, oldest first */
+    struct fv_op *tail; /* last unsynced op */
+    int refs;           /* entries (now + durable) and open files pointing here */
 };
 
 struct fv_entry {
-    char *path;              /* full path as SQLite names it */
-    struct fv_inode *now;    /* inode the name refers to, NULL if deleted */
+    char *path;               /* full path as SQLite names it */
+    struct fv_inode *now;     /* inode the name refers to, NULL if deleted */
     struct fv_inode *durable; /* inode a crash would leave under the name, NULL = none */
-    struct fv_entry *next;   /* list link */
+    struct fv_entry *next;    /* list link */
 };
 
 /* Our sqlite3_file; the wrapped unix file follows it in the same allocation. */
 struct fv_file {
-    sqlite3_file base;       /* pMethods = fv_io */
-    const char *name;        /* file name as SQLite gave it (NULL for temp files) */
-    sqlite3_file *real;      /* the unix VFS's file, right after this struct */
-    struct fv_inode *inode;  /* tracked body, or NULL */
-    struct fv_file *next;    /* open-file list (for the disk budget) */
-    struct fv_file **prevp;  /* link to this node */
+    sqlite3_file base;      /* pMethods = fv_io */
+    const char *name;       /* file name as SQLite gave it (NULL for temp files) */
+    sqlite3_file *real;     /* the unix VFS's file, right after this struct */
+    struct fv_inode *inode; /* tracked body, or NULL */
+    struct fv_file *next;   /* open-file list (for the disk budget) */
+    struct fv_file **prevp; /* link to this node */
 };
 
 static struct {
@@ -74,8 +74,8 @@ static struct {
     void *on_cut_user;
     sqlite3_syscall_ptr orig_open_dir; /* unix VFS's openDirectory, while hooked */
     long stat_dropped, stat_kept, stat_entries;
-    long dir_syncs;                /* directory fsyncs seen while tracking */
-    int lying_sync;                /* xSync claims success and persists nothing */
+    long dir_syncs; /* directory fsyncs seen while tracking */
+    int lying_sync; /* xSync claims success and persists nothing */
 } fv = {.budget = -1};
 
 static sqlite3_vfs fv_vfs;
@@ -524,10 +524,25 @@ static int fv_unfetch(sqlite3_file *f, sqlite3_int64 off, void *ptr) {
 }
 
 static const sqlite3_io_methods fv_io = {
-    3,           fv_close,         fv_read,        fv_write,        fv_truncate,
-    fv_sync,     fv_file_size,     fv_lock,        fv_unlock,       fv_check_reserved,
-    fv_file_control, fv_sector_size, fv_device_chars, fv_shm_map,   fv_shm_lock,
-    fv_shm_barrier, fv_shm_unmap,  fv_fetch,       fv_unfetch,
+    3,
+    fv_close,
+    fv_read,
+    fv_write,
+    fv_truncate,
+    fv_sync,
+    fv_file_size,
+    fv_lock,
+    fv_unlock,
+    fv_check_reserved,
+    fv_file_control,
+    fv_sector_size,
+    fv_device_chars,
+    fv_shm_map,
+    fv_shm_lock,
+    fv_shm_barrier,
+    fv_shm_unmap,
+    fv_fetch,
+    fv_unfetch,
 };
 
 /* ---- vfs methods ---- */

@@ -83,8 +83,7 @@ static inline size_t rel_model_bytes(uint8_t *buf, uint32_t life, uint32_t index
 /* A JSON object naming (life, index) and a kind: metadata, round config, ledger params. */
 static inline const char *rel_json(char *buf, size_t cap, const char *kind, uint32_t life,
                                    uint32_t index) {
-    snprintf(buf, cap, "{\"k\":\"%s\",\"life\":%" PRIu32 ",\"i\":%" PRIu32 "}", kind, life,
-             index);
+    snprintf(buf, cap, "{\"k\":\"%s\",\"life\":%" PRIu32 ",\"i\":%" PRIu32 "}", kind, life, index);
     return buf;
 }
 

@@ -30,8 +30,7 @@ static void assert_disk_full(fl_store *st, fl_status r, const char *what, double
         fail_msg("%s on a full disk returned %s (%s), not FL_ERR_IO", what, fl_status_name(r),
                  fl_store_errmsg(st));
     if (!strstr(fl_store_errmsg(st), "full"))
-        fail_msg("%s on a full disk: the message does not say so: '%s'", what,
-                 fl_store_errmsg(st));
+        fail_msg("%s on a full disk: the message does not say so: '%s'", what, fl_store_errmsg(st));
     if (took > 2.0)
         fail_msg("%s took %.1f s to fail on a full disk", what, took);
 }

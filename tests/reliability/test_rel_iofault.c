@@ -35,9 +35,8 @@ enum op {
 };
 
 static const char *const op_names[OP_COUNT] = {
-    "open",       "model put",     "round create", "round start",
-    "round complete", "ledger append", "group commit", "tag set",
-    "client enroll", "put + checkpoint"};
+    "open",          "model put",    "round create", "round start",   "round complete",
+    "ledger append", "group commit", "tag set",      "client enroll", "put + checkpoint"};
 
 #define BIG_MODEL (5 * 1024 * 1024) /* > 1000 WAL pages: the commit runs a checkpoint */
 
@@ -234,8 +233,8 @@ static int op_present(enum op op, fl_store *st, sqlite3 *raw, const struct tmpl 
             assert_string_equal(g->params_json, want.params_json);
             assert_string_equal(g->mechanism, want.mechanism);
             assert_true(g->sampling_rate == want.sampling_rate && g->clip_norm == want.clip_norm &&
-                        g->noise_multiplier == want.noise_multiplier &&
-                        g->steps == want.steps && g->participants == want.participants);
+                        g->noise_multiplier == want.noise_multiplier && g->steps == want.steps &&
+                        g->participants == want.participants);
             there = 1;
         } else {
             assert_int_equal(cnt, tp->ledger_count);
@@ -268,8 +267,8 @@ static int op_present(enum op op, fl_store *st, sqlite3 *raw, const struct tmpl 
         int64_t models = store_raw_int(raw, "SELECT count(*) FROM models");
         int64_t rounds = store_raw_int(raw, "SELECT count(*) FROM rounds");
         int64_t ledger = store_raw_int(raw, "SELECT count(*) FROM privacy_ledger");
-        int none = models == tp->model_count && rounds == tp->round_count &&
-                   ledger == tp->ledger_count;
+        int none =
+            models == tp->model_count && rounds == tp->round_count && ledger == tp->ledger_count;
         int all = models == tp->model_count + 1 && rounds == tp->round_count + 1 &&
                   ledger == tp->ledger_count + 1;
         if (!none && !all)
@@ -416,8 +415,7 @@ static int step(enum op op, int kind, long n, const struct tmpl *tp, struct walk
             fail_msg("%s with %s %ld failing returned %s (%s)", op_names[op],
                      kind ? "fsync" : "write", n, fl_status_name(r), fl_store_errmsg(st));
         if (strlen(fl_store_errmsg(st)) < 8)
-            fail_msg("%s: error without a useful message: '%s'", op_names[op],
-                     fl_store_errmsg(st));
+            fail_msg("%s: error without a useful message: '%s'", op_names[op], fl_store_errmsg(st));
     } else if (fired) {
         f->ok_after_fault++;
     }
@@ -452,8 +450,8 @@ static int step(enum op op, int kind, long n, const struct tmpl *tp, struct walk
         int there = op_present(op, st, raw, tp);
         sqlite3_close(raw);
         if (r == FL_OK && !there)
-            fail_msg("%s returned FL_OK with %s %ld failing, but is not in the store",
-                     op_names[op], kind ? "fsync" : "write", n);
+            fail_msg("%s returned FL_OK with %s %ld failing, but is not in the store", op_names[op],
+                     kind ? "fsync" : "write", n);
         if (r != FL_OK && there)
             f->durable_after_error++;
         check_rest(op, st, tp);

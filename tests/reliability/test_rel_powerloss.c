@@ -27,7 +27,7 @@
 
 #include "rel_util.h"
 
-#define CUT_EXIT 42      /* writer exit status after a power cut */
+#define CUT_EXIT 42       /* writer exit status after a power cut */
 #define STEPS_PER_LIFE 10 /* operations per writer */
 
 enum rec_type { REC_OPENED = 1, REC_INTENT, REC_ACK, REC_DONE, REC_CUT };
@@ -58,14 +58,9 @@ static int script_reopen; /* 1: steps 0 and 1 are a group and a reopen (targeted
 
 static void send_rec(uint8_t type, uint8_t kind, uint32_t life, uint32_t index, int64_t a,
                      int64_t b, int64_t c) {
-    struct rec r = {type,
-                    kind,
-                    life,
-                    index,
-                    a,
-                    b,
-                    c,
-                    type == REC_CUT ? fault_vfs_dir_sync_count() : fault_vfs_io_count()};
+    struct rec r = {
+        type, kind, life, index,
+        a,    b,    c,    type == REC_CUT ? fault_vfs_dir_sync_count() : fault_vfs_io_count()};
     if (write(pipe_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
         _exit(30);
 }
@@ -213,8 +208,8 @@ struct figures {
 struct history {
     struct rec *acks; /* every acknowledged op on this store */
     size_t nacks, cap;
-    int64_t pop;      /* population id, 0 until known */
-    int64_t tag;      /* value "latest" must have (0 = unset) */
+    int64_t pop; /* population id, 0 until known */
+    int64_t tag; /* value "latest" must have (0 = unset) */
 };
 
 static void hist_add(struct history *h, const struct rec *r) {
@@ -425,8 +420,8 @@ static int check_inflight(fl_store *st, sqlite3 *raw, struct history *h, const s
     case OP_ROUND: {
         int64_t r = raw_find(raw, "SELECT id FROM rounds WHERE config_json = ?1",
                              rel_json(j, sizeof(j), "solo", in->life, in->index));
-        if (r && !round_matches(st, r, h->pop, FL_STORE_ROUND_OPEN, 0, "solo", in->life,
-                                in->index)) {
+        if (r &&
+            !round_matches(st, r, h->pop, FL_STORE_ROUND_OPEN, 0, "solo", in->life, in->index)) {
             fig->corrupt++;
             print_error("partial round create life %u step %u\n", in->life, in->index);
         }
@@ -439,7 +434,8 @@ static int check_inflight(fl_store *st, sqlite3 *raw, struct history *h, const s
             return 0;
         }
         int started = r->state == FL_STORE_ROUND_RUNNING;
-        if (!(started ? r->started_at > 0 : r->state == FL_STORE_ROUND_OPEN && r->started_at == 0)) {
+        if (!(started ? r->started_at > 0
+                      : r->state == FL_STORE_ROUND_OPEN && r->started_at == 0)) {
             fig->corrupt++;
             print_error("partial round start (round %lld)\n", (long long)in->a);
         }
@@ -554,12 +550,12 @@ struct life_result {
     long io;             /* I/O calls of a complete life (REC_DONE) */
     struct rec inflight; /* last intent without ack */
     int has_inflight;
-    long reopen_io;      /* I/O calls when the first reopen was acknowledged, 0 if none */
+    long reopen_io; /* I/O calls when the first reopen was acknowledged, 0 if none */
 };
 
 static struct life_result run_life(const char *path, struct history *h, uint32_t life,
-                                   uint64_t seed, long cut_k, enum fault_vfs_model model,
-                                   int lying, struct figures *fig) {
+                                   uint64_t seed, long cut_k, enum fault_vfs_model model, int lying,
+                                   struct figures *fig) {
     struct life_result res;
     memset(&res, 0, sizeof(res));
     int fds[2];
@@ -705,9 +701,8 @@ static void print_figures(const char *what, const struct figures *f, double took
                   "sectors kept %ld, directory entries reverted %ld, directory fsyncs %ld, "
                   "%.1f s\n",
                   what, f->cuts[0] + f->cuts[1], f->cuts[0], f->cuts[1], f->lives, f->fresh,
-                  f->uncut, f->acked, f->lost, f->corrupt, f->inflight_present,
-                  f->inflight_absent, f->dropped_writes, f->kept_sectors, f->dir_entries,
-                  f->dir_syncs, took);
+                  f->uncut, f->acked, f->lost, f->corrupt, f->inflight_present, f->inflight_absent,
+                  f->dropped_writes, f->kept_sectors, f->dir_entries, f->dir_syncs, took);
 }
 
 static void test_power_loss(void **state) {
@@ -755,8 +750,7 @@ static void test_power_loss_after_wal_removal(void **state) {
     struct figures fig;
     memset(&fig, 0, sizeof(fig));
     struct history base = {0};
-    struct life_result res =
-        run_life(t.path, &base, 0, seed, 0, FAULT_VFS_LOSE_UNSYNCED, 0, &fig);
+    struct life_result res = run_life(t.path, &base, 0, seed, 0, FAULT_VFS_LOSE_UNSYNCED, 0, &fig);
     assert_int_equal(res.status, 0);
     script_reopen = 1;
     assert_int_equal(rel_copy_db(t.path, work), 0);
@@ -777,8 +771,8 @@ static void test_power_loss_after_wal_removal(void **state) {
             h.acks = malloc(h.cap * sizeof(*h.acks));
             assert_non_null(h.acks);
             memcpy(h.acks, base.acks, base.nacks * sizeof(*h.acks));
-            res = run_life(work, &h, 1, life_seed, k0 + delta, (enum fault_vfs_model)model, 0,
-                           &fig);
+            res =
+                run_life(work, &h, 1, life_seed, k0 + delta, (enum fault_vfs_model)model, 0, &fig);
             assert_int_equal(res.status, CUT_EXIT);
             fig.cuts[model]++;
             assert_int_equal(rel_copy_db(work, copy), 0);
