@@ -245,9 +245,9 @@ static fl_status append_entry(struct fl__store_audit_stmts *c, json_t *e,
                            "audit entry refused: %s", why);
     r = fl__store_audit_dump(&st->alloc, e, FL_STORE_AUDIT_ENTRY_MAX, &bytes, &len);
     if (r != FL_OK)
-        return fl__err_set(&st->err, r, "%s", r == FL_ERR_TOO_LARGE
-                                                  ? "audit entry is longer than 64 KiB"
-                                                  : "out of memory encoding an audit entry");
+        return fl__err_set(&st->err, r, "%s",
+                           r == FL_ERR_TOO_LARGE ? "audit entry is longer than 64 KiB"
+                                                 : "out of memory encoding an audit entry");
     uint8_t h[32];
     fl__store_merkle_leaf(h, bytes, len);
     sqlite3_stmt *s = fl__store_audit_stmt(c, FL__AUDIT_ENTRY_INSERT);
@@ -351,8 +351,8 @@ static fl_status pop_row(struct fl__store_audit_stmts *c, int64_t id, sqlite3_st
 }
 
 /* Fills the fields shared by population_created and config_changed. */
-static int set_terms(json_t *e, const char *name, int64_t id, const char *config,
-                     int64_t eps_e9, int64_t delta_e18, const char *regions_json) {
+static int set_terms(json_t *e, const char *name, int64_t id, const char *config, int64_t eps_e9,
+                     int64_t delta_e18, const char *regions_json) {
     static const char *const kb[] = {"epsilon_e9", "delta_e18"};
     int64_t bv[2] = {eps_e9, delta_e18};
     return put(e, "allowed_regions", json_loads(regions_json, JSON_REJECT_DUPLICATES, NULL)) ||
@@ -394,8 +394,7 @@ static fl_status pop_ready(struct fl__store_audit_stmts *c, int64_t id,
     return r;
 }
 
-fl_status fl_store_audit_append_population(fl_store *st, int64_t *seq_out,
-                                           int64_t population_id) {
+fl_status fl_store_audit_append_population(fl_store *st, int64_t *seq_out, int64_t population_id) {
     fl_status r = fl__store_enter(st, "audit_append_population");
     if (r != FL_OK)
         return r;
@@ -475,8 +474,8 @@ static fl_status model_ref(struct fl__store_audit_stmts *c, int64_t version, int
         r = fl__store_sqlerr(c->st, rc, "reading a model version");
     } else if (sqlite3_column_int64(s, 0) != pop_id) {
         r = fl__err_set(&c->st->err, FL_ERR_MISUSE,
-                        "model version %lld does not belong to population %lld",
-                        (long long)version, (long long)pop_id);
+                        "model version %lld does not belong to population %lld", (long long)version,
+                        (long long)pop_id);
     } else if (sqlite3_column_bytes(s, 1) != 32) {
         r = fl__err_set(&c->st->err, FL_ERR_CORRUPT, "model version %lld has no SHA-256",
                         (long long)version);
@@ -547,17 +546,17 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
     if (!in)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info is NULL");
     if (in->struct_size != sizeof(*in))
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "info->struct_size is not "
-                                                    "sizeof(fl_store_audit_round_info)");
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "info->struct_size is not "
+                           "sizeof(fl_store_audit_round_info)");
     if (in->round_id <= 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info->round_id must be positive");
     for (int i = 0; i < FL_STORE_AUDIT_PHASES; i++)
         if (in->dropped_by_phase[i] < 0 || in->dropped_by_phase[i] > INT64_MAX / 8)
             return fl__err_set(&st->err, FL_ERR_MISUSE, "info->dropped_by_phase[%d] out of range",
                                i);
-    if (in->secagg_enabled &&
-        (in->secagg_t < 1 || in->secagg_k < in->secagg_t || in->secagg_n < in->secagg_k ||
-         in->secagg_n > INT64_MAX / 8))
+    if (in->secagg_enabled && (in->secagg_t < 1 || in->secagg_k < in->secagg_t ||
+                               in->secagg_n < in->secagg_k || in->secagg_n > INT64_MAX / 8))
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->secagg_n/k/t must satisfy 1 <= t <= k <= n");
     if (fl__store_audit_fixed_ceil(in->epsilon_total, 1e9) < 0)
@@ -723,30 +722,29 @@ static fl_status build_round(struct fl__store_audit_stmts *c, const fl_store_aud
     static const char *const kp[] = {"epsilon_spent_e9", "epsilon_total_e9", "delta_e18",
                                      "budget_epsilon_e9", "budget_delta_e18"};
     static const char *const ks[] = {"n", "k", "t"};
-    int64_t pv[5] = {spent, total, fl__store_audit_fixed_ceil(in->delta, 1e18),
-                     pop->budget_eps_e9, pop->budget_delta_e18};
+    int64_t pv[5] = {spent, total, fl__store_audit_fixed_ceil(in->delta, 1e18), pop->budget_eps_e9,
+                     pop->budget_delta_e18};
     int64_t sv[3] = {in->secagg_n, in->secagg_k, in->secagg_t};
     char sha[65];
-    fl__store_audit_hex(sha, in->task_config_sha256 ? in->task_config_sha256 : rr->config_sha,
-                        32);
-    int bad = put(e, "population", json_string(pop->name)) ||
-              put(e, "population_id", json_integer(rr->pop)) ||
-              put(e, "round", json_integer(rr->number)) ||
-              put(e, "round_id", json_integer(in->round_id)) ||
-              put(e, "outcome", json_string(rr->state == FL_STORE_ROUND_COMPLETED ? "completed"
-                                                                                  : "abandoned")) ||
-              (model_in ? put_ref(e, "model_in", model_in) : put(e, "model_in", json_null())) ||
-              (model_out ? put_ref(e, "model_out", model_out)
-                         : put(e, "model_out", json_null())) ||
-              put(e, "task_config_sha256", json_string(sha)) ||
-              put(e, "counts", int_object(kc, rr->counts, 4)) ||
-              put(e, "dropped_by_phase", int_object(kd, in->dropped_by_phase, 5)) ||
-              put(e, "secagg", in->secagg_enabled ? int_object(ks, sv, 3) : json_null()) ||
-              put_ref(e, "dp", dp) || put(e, "privacy", int_object(kp, pv, 5)) ||
-              put_ref(e, "regions", regions) || put(e, "started_at", json_integer(rr->started)) ||
-              put(e, "ended_at", json_integer(rr->ended)) ||
-              put(e, "coordinator", json_string(in->coordinator_version ? in->coordinator_version
-                                                                        : fl_version_string()));
+    fl__store_audit_hex(sha, in->task_config_sha256 ? in->task_config_sha256 : rr->config_sha, 32);
+    int bad =
+        put(e, "population", json_string(pop->name)) ||
+        put(e, "population_id", json_integer(rr->pop)) ||
+        put(e, "round", json_integer(rr->number)) ||
+        put(e, "round_id", json_integer(in->round_id)) ||
+        put(e, "outcome",
+            json_string(rr->state == FL_STORE_ROUND_COMPLETED ? "completed" : "abandoned")) ||
+        (model_in ? put_ref(e, "model_in", model_in) : put(e, "model_in", json_null())) ||
+        (model_out ? put_ref(e, "model_out", model_out) : put(e, "model_out", json_null())) ||
+        put(e, "task_config_sha256", json_string(sha)) ||
+        put(e, "counts", int_object(kc, rr->counts, 4)) ||
+        put(e, "dropped_by_phase", int_object(kd, in->dropped_by_phase, 5)) ||
+        put(e, "secagg", in->secagg_enabled ? int_object(ks, sv, 3) : json_null()) ||
+        put_ref(e, "dp", dp) || put(e, "privacy", int_object(kp, pv, 5)) ||
+        put_ref(e, "regions", regions) || put(e, "started_at", json_integer(rr->started)) ||
+        put(e, "ended_at", json_integer(rr->ended)) ||
+        put(e, "coordinator",
+            json_string(in->coordinator_version ? in->coordinator_version : fl_version_string()));
     if (bad)
         r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory building an audit entry");
 out:
@@ -1020,8 +1018,8 @@ fl_status fl_store_audit_entry_get(fl_store *st, fl_store_audit_entry **out, int
         r = st->err.code;
     } else {
         sqlite3_bind_int64(s, 1, seq);
-        r = fl__store_collect(st, s, decode_entry, sizeof(fl_store_audit_entry),
-                              FL__STORE_ROWS_ONE, (void **)out, &n, "reading an audit entry");
+        r = fl__store_collect(st, s, decode_entry, sizeof(fl_store_audit_entry), FL__STORE_ROWS_ONE,
+                              (void **)out, &n, "reading an audit entry");
         if (r == FL_OK && n == 0)
             r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "audit entry %lld does not exist",
                             (long long)seq);
@@ -1048,8 +1046,7 @@ static fl_status check_sizes(struct fl__store_audit_stmts *c, int64_t m, int64_t
     return r;
 }
 
-fl_status fl_store_audit_root(fl_store *st, uint8_t root[FL_STORE_AUDIT_HASH_BYTES],
-                              int64_t size) {
+fl_status fl_store_audit_root(fl_store *st, uint8_t root[FL_STORE_AUDIT_HASH_BYTES], int64_t size) {
     fl_status r = fl__store_enter(st, "audit_root");
     if (r != FL_OK)
         return r;
@@ -1071,8 +1068,8 @@ fl_status fl_store_audit_root(fl_store *st, uint8_t root[FL_STORE_AUDIT_HASH_BYT
 /* Shared body of the two proof calls. */
 static fl_status proof_call(fl_store *st, int consistency, uint8_t (*proof)[32], size_t cap,
                             size_t *count, int64_t a, int64_t b) {
-    fl_status r = fl__store_enter(st, consistency ? "audit_consistency_proof"
-                                                  : "audit_inclusion_proof");
+    fl_status r =
+        fl__store_enter(st, consistency ? "audit_consistency_proof" : "audit_inclusion_proof");
     if (r != FL_OK)
         return r;
     if (!proof || !count)
@@ -1088,10 +1085,9 @@ static fl_status proof_call(fl_store *st, int consistency, uint8_t (*proof)[32],
     r = check_sizes(&c, consistency ? a : 0, b);
     if (r == FL_OK) {
         struct fl__store_merkle_src src = db_source(&c);
-        r = consistency ? fl__store_merkle_consistency(&src, (uint64_t)a, (uint64_t)b, proof, cap,
-                                                       count)
-                        : fl__store_merkle_inclusion(&src, (uint64_t)a, (uint64_t)b, proof, cap,
-                                                     count);
+        r = consistency
+                ? fl__store_merkle_consistency(&src, (uint64_t)a, (uint64_t)b, proof, cap, count)
+                : fl__store_merkle_inclusion(&src, (uint64_t)a, (uint64_t)b, proof, cap, count);
         if (r == FL_ERR_RANGE)
             fl__err_set(&st->err, r, "proof buffer of %zu hashes is too small", cap);
     }
@@ -1112,8 +1108,8 @@ fl_status fl_store_audit_consistency_proof(fl_store *st, uint8_t (*proof)[32], s
     return proof_call(st, 1, proof, cap, count, m, n);
 }
 
-fl_status fl_store_audit_verify_inclusion(const uint8_t leaf_hash[32], int64_t index,
-                                          int64_t size, const uint8_t (*proof)[32], size_t count,
+fl_status fl_store_audit_verify_inclusion(const uint8_t leaf_hash[32], int64_t index, int64_t size,
+                                          const uint8_t (*proof)[32], size_t count,
                                           const uint8_t root[32]) {
     if (!leaf_hash || !root || (count && !proof) || index < 0 || size < 0)
         return FL_ERR_MISUSE;
@@ -1185,9 +1181,9 @@ static fl_status latest_signer(struct fl__store_audit_stmts *c, char *origin, si
     return r;
 }
 
-fl_status fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint **out,
-                                         const char *origin,
-                                         const uint8_t secret_key[FL_STORE_AUDIT_SECRET_KEY_BYTES]) {
+fl_status
+fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint **out, const char *origin,
+                               const uint8_t secret_key[FL_STORE_AUDIT_SECRET_KEY_BYTES]) {
     fl_status r = fl__store_enter(st, "audit_checkpoint_sign");
     if (r != FL_OK)
         return r;
@@ -1229,11 +1225,11 @@ fl_status fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint
         if (r == FL_OK && prev && prev->tree_size < size) {
             uint8_t proof[FL_STORE_AUDIT_PROOF_MAX][32];
             size_t n = 0;
-            r = fl__store_merkle_consistency(&src, (uint64_t)prev->tree_size, (uint64_t)size,
-                                             proof, FL_STORE_AUDIT_PROOF_MAX, &n);
-            if (r == FL_OK && fl__store_merkle_verify_consistency((uint64_t)prev->tree_size,
-                                                                  (uint64_t)size, proof, n,
-                                                                  prev->root, root) != 0)
+            r = fl__store_merkle_consistency(&src, (uint64_t)prev->tree_size, (uint64_t)size, proof,
+                                             FL_STORE_AUDIT_PROOF_MAX, &n);
+            if (r == FL_OK &&
+                fl__store_merkle_verify_consistency((uint64_t)prev->tree_size, (uint64_t)size,
+                                                    proof, n, prev->root, root) != 0)
                 r = fl__err_set(&st->err, FL_ERR_CORRUPT,
                                 "the audit tree is not consistent with checkpoint %lld",
                                 (long long)prev->tree_size);
@@ -1250,8 +1246,7 @@ fl_status fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint
         goto out_end;
     }
     if (r == FL_OK) {
-        r = fl__store_audit_note_sign(&st->alloc, origin, size, root, secret_key, &note,
-                                      &note_len);
+        r = fl__store_audit_note_sign(&st->alloc, origin, size, root, secret_key, &note, &note_len);
         if (r != FL_OK)
             fl__err_set(&st->err, r, "signing a checkpoint failed");
     }
@@ -1312,11 +1307,11 @@ fl_status fl_store_audit_checkpoint_latest(fl_store *st, fl_store_audit_checkpoi
 
 /* Where export output goes: counted only (buf NULL, file NULL), a buffer, or a file. */
 struct sink {
-    uint8_t *buf;  /* fill target, or NULL */
-    size_t cap;    /* bytes at buf */
-    FILE *file;    /* stream target, or NULL */
-    size_t len;    /* bytes written or counted */
-    int failed;    /* overflow or write error */
+    uint8_t *buf; /* fill target, or NULL */
+    size_t cap;   /* bytes at buf */
+    FILE *file;   /* stream target, or NULL */
+    size_t len;   /* bytes written or counted */
+    int failed;   /* overflow or write error */
 };
 
 static void sink_put(struct sink *k, const void *p, size_t n) {

@@ -25,24 +25,24 @@ struct line {
 };
 
 struct fl_store_audit_bundle {
-    fl_allocator alloc;         /* copy of the caller's allocator */
-    const char *bytes;          /* the caller's bundle (not owned) */
-    size_t len;                 /* its length */
-    struct line *lines;         /* every line */
-    size_t n_lines;             /* entries in lines */
-    size_t n_entries;           /* N from the header */
-    size_t n_checkpoints;       /* M from the header */
+    fl_allocator alloc;                         /* copy of the caller's allocator */
+    const char *bytes;                          /* the caller's bundle (not owned) */
+    size_t len;                                 /* its length */
+    struct line *lines;                         /* every line */
+    size_t n_lines;                             /* entries in lines */
+    size_t n_entries;                           /* N from the header */
+    size_t n_checkpoints;                       /* M from the header */
     char origin[FL_STORE_AUDIT_ORIGIN_MAX + 1]; /* header origin */
-    char vkey[256];             /* header public_key */
-    uint8_t pk[32];             /* key parsed from vkey */
-    int ok;                     /* 1 after a successful open */
-    struct fl__err err;         /* last failure */
+    char vkey[256];                             /* header public_key */
+    uint8_t pk[32];                             /* key parsed from vkey */
+    int ok;                                     /* 1 after a successful open */
+    struct fl__err err;                         /* last failure */
 };
 
-static fl_status open_fail(fl_store_audit_bundle *b, fl_status code, size_t line,
-                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static fl_status open_fail(fl_store_audit_bundle *b, fl_status code, size_t line,
-                           const char *fmt, ...) {
+static fl_status open_fail(fl_store_audit_bundle *b, fl_status code, size_t line, const char *fmt,
+                           ...) __attribute__((format(printf, 4, 5)));
+static fl_status open_fail(fl_store_audit_bundle *b, fl_status code, size_t line, const char *fmt,
+                           ...) {
     char msg[FL__ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -71,8 +71,7 @@ fl_status fl_store_audit_bundle_open(fl_store_audit_bundle **out, const void *by
     b->bytes = bytes;
     b->len = len;
     if (len == 0 || ((const char *)bytes)[len - 1] != '\n')
-        return open_fail(b, FL_ERR_FORMAT, 0,
-                         "bundle is empty or does not end with a newline");
+        return open_fail(b, FL_ERR_FORMAT, 0, "bundle is empty or does not end with a newline");
     /* Split into lines. */
     size_t n = 0;
     for (size_t i = 0; i < len; i++)
@@ -106,7 +105,8 @@ fl_status fl_store_audit_bundle_open(fl_store_audit_bundle **out, const void *by
         bad = !json_object_get(h, keys[i]);
     if (bad || !fmt || !origin || !vkey || !json_is_integer(ne) || !json_is_integer(nc)) {
         json_decref(h);
-        return open_fail(b, FL_ERR_FORMAT, 1, "header: needs exactly checkpoints, entries, format, origin, "
+        return open_fail(b, FL_ERR_FORMAT, 1,
+                         "header: needs exactly checkpoints, entries, format, origin, "
                          "public_key");
     }
     if (strcmp(fmt, FORMAT_NAME) != 0) {
@@ -116,7 +116,8 @@ fl_status fl_store_audit_bundle_open(fl_store_audit_bundle **out, const void *by
     json_int_t en = json_integer_value(ne), cn = json_integer_value(nc);
     if (en < 1 || cn < 1 || (uint64_t)en + (uint64_t)cn + 1 != (uint64_t)b->n_lines) {
         json_decref(h);
-        return open_fail(b, FL_ERR_FORMAT, 1, "header: entries + checkpoints + 1 is not the number of lines (or 0)");
+        return open_fail(b, FL_ERR_FORMAT, 1,
+                         "header: entries + checkpoints + 1 is not the number of lines (or 0)");
     }
     b->n_entries = (size_t)en;
     b->n_checkpoints = (size_t)cn;
@@ -130,7 +131,8 @@ fl_status fl_store_audit_bundle_open(fl_store_audit_bundle **out, const void *by
     char name[FL_STORE_AUDIT_ORIGIN_MAX + 1];
     if (fl__store_audit_vkey_parse(b->vkey, name, sizeof(name), b->pk) != FL_OK ||
         strcmp(name, b->origin) != 0)
-        return open_fail(b, FL_ERR_FORMAT, 1, "header: public_key is not a verifier key named after the origin");
+        return open_fail(b, FL_ERR_FORMAT, 1,
+                         "header: public_key is not a verifier key named after the origin");
     b->ok = 1;
     return FL_OK;
 }
@@ -189,11 +191,11 @@ struct cp {
 };
 
 /* Records the first problem in the verdict and returns code. */
-static fl_status verdict_fail(fl_store_audit_verdict *v, fl_status code, int64_t entry,
-                              int64_t cp, int64_t line, const char *fmt, ...)
+static fl_status verdict_fail(fl_store_audit_verdict *v, fl_status code, int64_t entry, int64_t cp,
+                              int64_t line, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
-static fl_status verdict_fail(fl_store_audit_verdict *v, fl_status code, int64_t entry,
-                              int64_t cp, int64_t line, const char *fmt, ...) {
+static fl_status verdict_fail(fl_store_audit_verdict *v, fl_status code, int64_t entry, int64_t cp,
+                              int64_t line, const char *fmt, ...) {
     va_list ap;
     char msg[400];
     va_start(ap, fmt);
@@ -375,10 +377,9 @@ fl_status fl_store_audit_bundle_verify(fl_store_audit_bundle *b, const char *tru
                 r = fl__store_merkle_consistency(&src, (uint64_t)cps[next_cp - 1].size,
                                                  (uint64_t)cps[next_cp].size, proof,
                                                  FL__MERKLE_MAX_PROOF, &np);
-                if (r == FL_OK &&
-                    fl__store_merkle_verify_consistency(
-                        (uint64_t)cps[next_cp - 1].size, (uint64_t)cps[next_cp].size, proof, np,
-                        cps[next_cp - 1].root, cps[next_cp].root) != 0) {
+                if (r == FL_OK && fl__store_merkle_verify_consistency(
+                                      (uint64_t)cps[next_cp - 1].size, (uint64_t)cps[next_cp].size,
+                                      proof, np, cps[next_cp - 1].root, cps[next_cp].root) != 0) {
                     r = verdict_fail(v, FL_ERR_CRYPTO, -1, (int64_t)next_cp, (int64_t)cl,
                                      "checkpoint %zu is not consistent with checkpoint %zu",
                                      next_cp, next_cp - 1);

@@ -50,7 +50,8 @@ struct fl__store_audit_stmts {
     sqlite3_stmt *s[FL__AUDIT_STMT_COUNT];
 };
 /* Returns statement id, preparing it on first use in this call; NULL on failure (err set). */
-sqlite3_stmt *fl__store_audit_stmt(struct fl__store_audit_stmts *c, enum fl__store_audit_stmt_id id);
+sqlite3_stmt *fl__store_audit_stmt(struct fl__store_audit_stmts *c,
+                                   enum fl__store_audit_stmt_id id);
 /* Finalizes every statement prepared in this call. */
 void fl__store_audit_stmts_done(struct fl__store_audit_stmts *c);
 
@@ -72,17 +73,17 @@ fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *w
  * verifier replays all of them, an append only the latest entry of each kind, which is
  * enough because each part of the state is set by one kind of entry). */
 struct fl__store_audit_pop {
-    int64_t id;                  /* population id */
+    int64_t id; /* population id */
     char name[FL_STORE_NAME_MAX + 1];
-    int64_t budget_eps_e9;       /* budget epsilon, 1e-9 units */
-    int64_t budget_delta_e18;    /* budget delta, 1e-18 units */
-    json_t *allowed;             /* allowed regions (array of strings; [] = any), owned */
-    int64_t eps_total_e9;        /* cumulative epsilon so far */
-    int64_t last_round;          /* highest logged round number, 0 = none */
-    int has_model;               /* 1 once a current model is known */
-    int64_t model_version;       /* current model */
-    char model_sha[65];          /* its SHA-256, hex */
-    int seen;                    /* 1 once the log has an entry of this population */
+    int64_t budget_eps_e9;    /* budget epsilon, 1e-9 units */
+    int64_t budget_delta_e18; /* budget delta, 1e-18 units */
+    json_t *allowed;          /* allowed regions (array of strings; [] = any), owned */
+    int64_t eps_total_e9;     /* cumulative epsilon so far */
+    int64_t last_round;       /* highest logged round number, 0 = none */
+    int has_model;            /* 1 once a current model is known */
+    int64_t model_version;    /* current model */
+    char model_sha[65];       /* its SHA-256, hex */
+    int seen;                 /* 1 once the log has an entry of this population */
 };
 
 void fl__store_audit_pop_init(struct fl__store_audit_pop *p);

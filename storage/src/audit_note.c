@@ -112,8 +112,8 @@ static const char *eol(const char *p, const char *end) {
 }
 
 fl_status fl__store_audit_note_verify(const char *note, size_t len, const char *origin,
-                                      const uint8_t pk[32], int64_t *size_out,
-                                      uint8_t root_out[32], char *why, size_t why_len) {
+                                      const uint8_t pk[32], int64_t *size_out, uint8_t root_out[32],
+                                      char *why, size_t why_len) {
     const char *p = note, *end = note + len, *nl;
     size_t olen = strlen(origin);
     uint8_t root[32], blob[68], id[4];

@@ -293,8 +293,8 @@ static int get_model(struct ck *c, const json_t *obj, const char *key, int nulla
     return 0;
 }
 
-static const char *const common_keys[] = {"population", "population_id", "seq", "time", "type",
-                                          "v"};
+static const char *const common_keys[] = {"population", "population_id", "seq",
+                                          "time",       "type",          "v"};
 #define N_COMMON 6
 
 /* Checks the fields every population entry has and that they name pop. */
@@ -319,8 +319,15 @@ static int check_pop_ref(struct ck *c, const json_t *e, const struct fl__store_a
 
 static int check_terms(struct ck *c, const json_t *e, int creating,
                        const struct fl__store_audit_pop *pop) {
-    static const char *const k[] = {"allowed_regions", "budget", "config_sha256", "population",
-                                    "population_id", "seq", "time", "type", "v"};
+    static const char *const k[] = {"allowed_regions",
+                                    "budget",
+                                    "config_sha256",
+                                    "population",
+                                    "population_id",
+                                    "seq",
+                                    "time",
+                                    "type",
+                                    "v"};
     static const char *const kb[] = {"delta_e18", "epsilon_e9"};
     const char *sha;
     int64_t x;
@@ -349,11 +356,27 @@ static int region_allowed(const json_t *allowed, const char *region) {
 
 static int check_round(struct ck *c, const json_t *e, const struct fl__store_audit_pop *pop,
                        int *budget) {
-    static const char *const k[] = {"coordinator", "counts", "dp", "dropped_by_phase", "ended_at",
-                                    "model_in", "model_out", "outcome", "population",
-                                    "population_id", "privacy", "regions", "round", "round_id",
-                                    "secagg", "seq", "started_at", "task_config_sha256", "time",
-                                    "type", "v"};
+    static const char *const k[] = {"coordinator",
+                                    "counts",
+                                    "dp",
+                                    "dropped_by_phase",
+                                    "ended_at",
+                                    "model_in",
+                                    "model_out",
+                                    "outcome",
+                                    "population",
+                                    "population_id",
+                                    "privacy",
+                                    "regions",
+                                    "round",
+                                    "round_id",
+                                    "secagg",
+                                    "seq",
+                                    "started_at",
+                                    "task_config_sha256",
+                                    "time",
+                                    "type",
+                                    "v"};
     static const char *const kc[] = {"checked_in", "completed", "dropped", "selected"};
     static const char *const kd[] = {"advertise", "consistency", "masked", "share", "unmask"};
     static const char *const ks[] = {"k", "n", "t"};
@@ -366,9 +389,8 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     char b1[32], b2[32];
     if (keys_exact(c, e, "round entry", k, 21) || check_pop_ref(c, e, pop, 0) ||
         get_int(c, e, "round", 1, INT64_MAX, &round) ||
-        get_int(c, e, "round_id", 1, INT64_MAX, &x) ||
-        get_str(c, e, "coordinator", 64, 0, &s) || get_str(c, e, "outcome", 16, 0, &outcome) ||
-        get_hex64(c, e, "task_config_sha256", &s) ||
+        get_int(c, e, "round_id", 1, INT64_MAX, &x) || get_str(c, e, "coordinator", 64, 0, &s) ||
+        get_str(c, e, "outcome", 16, 0, &outcome) || get_hex64(c, e, "task_config_sha256", &s) ||
         get_int(c, e, "started_at", 0, INT64_MAX, &t0) ||
         get_int(c, e, "ended_at", 0, INT64_MAX, &t1) ||
         get_model(c, e, "model_in", 1, &in_v, &in_sha) ||
@@ -386,7 +408,8 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     /* Counts. */
     int64_t checked_in, selected, completed, dropped, sum = 0, v;
     json_t *o = json_object_get(e, "counts");
-    if (keys_exact(c, o, "counts", kc, 4) || get_int(c, o, "checked_in", 0, INT64_MAX / 8, &checked_in) ||
+    if (keys_exact(c, o, "counts", kc, 4) ||
+        get_int(c, o, "checked_in", 0, INT64_MAX / 8, &checked_in) ||
         get_int(c, o, "selected", 0, INT64_MAX / 8, &selected) ||
         get_int(c, o, "completed", 0, INT64_MAX / 8, &completed) ||
         get_int(c, o, "dropped", 0, INT64_MAX / 8, &dropped))
@@ -450,8 +473,9 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
         get_int(c, o, "budget_delta_e18", 0, 999999999999999999LL, &bdelta))
         return -1;
     if (beps != pop->budget_eps_e9 || bdelta != pop->budget_delta_e18)
-        return bad(c, "privacy: budget (%s, %" PRId64 "e-18) is not the population's (%s, %" PRId64
-                      "e-18)",
+        return bad(c,
+                   "privacy: budget (%s, %" PRId64 "e-18) is not the population's (%s, %" PRId64
+                   "e-18)",
                    e9s(b1, beps), bdelta, e9s(b2, pop->budget_eps_e9), pop->budget_delta_e18);
     if (pop->eps_total_e9 > INT64_MAX - spent || pop->eps_total_e9 + spent != total)
         return bad(c, "privacy: epsilon total %s != previous total %s + spent %s", e9s(b1, total),
@@ -474,9 +498,9 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     /* Model lineage. */
     if (pop->has_model) {
         if (!in_sha || in_v != pop->model_version || strcmp(in_sha, pop->model_sha) != 0)
-            return bad(c, "lineage: model in is not the population's current model (version %" PRId64
-                          ")",
-                       pop->model_version);
+            return bad(
+                c, "lineage: model in is not the population's current model (version %" PRId64 ")",
+                pop->model_version);
     }
     if (completed_round) {
         if (!out_sha)
@@ -514,8 +538,8 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
 
 static int check_refusal(struct ck *c, const json_t *e, const struct fl__store_audit_pop *pop,
                          int *budget) {
-    static const char *const k[] = {"population", "population_id", "privacy", "round", "seq",
-                                    "time", "type", "v"};
+    static const char *const k[] = {"population", "population_id", "privacy", "round",
+                                    "seq",        "time",          "type",    "v"};
     static const char *const kp[] = {"budget_delta_e18", "budget_epsilon_e9", "delta_e18",
                                      "epsilon_requested_e9", "epsilon_total_e9"};
     int64_t round, total, req, delta, beps, bdelta;
@@ -579,7 +603,7 @@ int fl__store_audit_check(const json_t *e, int64_t seq, const struct fl__store_a
         return check_terms(&c, e, 0, pop);
     if (strcmp(type, "model_registered") == 0) {
         static const char *const k[] = {"model", "population", "population_id", "seq", "time",
-                                        "type", "v"};
+                                        "type",  "v"};
         int64_t v;
         const char *sha;
         if (keys_exact(&c, e, "model_registered entry", k, 7) || check_pop_ref(&c, e, pop, 0) ||
@@ -598,8 +622,8 @@ int fl__store_audit_check(const json_t *e, int64_t seq, const struct fl__store_a
         return check_refusal(&c, e, pop, budget);
     }
     if (strcmp(type, "erasure") == 0) {
-        static const char *const k[] = {"client", "deleted", "population", "population_id", "seq",
-                                        "time", "type", "v"};
+        static const char *const k[] = {"client", "deleted", "population", "population_id",
+                                        "seq",    "time",    "type",       "v"};
         const char *p;
         if (keys_exact(&c, e, "erasure entry", k, 8) || check_pop_ref(&c, e, pop, 0) ||
             get_hex64(&c, e, "client", &p) || check_deleted(&c, e))
@@ -608,7 +632,7 @@ int fl__store_audit_check(const json_t *e, int64_t seq, const struct fl__store_a
     }
     if (strcmp(type, "retention") == 0) {
         static const char *const k[] = {"cutoff", "deleted", "retention_ms", "seq", "time",
-                                        "type", "v"};
+                                        "type",   "v"};
         int64_t cutoff, keep, time;
         if (keys_exact(&c, e, "retention entry", k, 7) ||
             get_int(&c, e, "cutoff", INT64_MIN, INT64_MAX, &cutoff) ||

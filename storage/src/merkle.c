@@ -115,8 +115,7 @@ static fl_status path(const struct fl__store_merkle_src *src, uint64_t m, uint64
 }
 
 fl_status fl__store_merkle_inclusion(const struct fl__store_merkle_src *src, uint64_t index,
-                                     uint64_t size, uint8_t (*out)[32], size_t cap,
-                                     size_t *count) {
+                                     uint64_t size, uint8_t (*out)[32], size_t cap, size_t *count) {
     *count = 0;
     if (index >= size)
         return FL_ERR_RANGE;
@@ -149,8 +148,7 @@ static fl_status subproof(const struct fl__store_merkle_src *src, uint64_t m, ui
 }
 
 fl_status fl__store_merkle_consistency(const struct fl__store_merkle_src *src, uint64_t m,
-                                       uint64_t n, uint8_t (*out)[32], size_t cap,
-                                       size_t *count) {
+                                       uint64_t n, uint8_t (*out)[32], size_t cap, size_t *count) {
     *count = 0;
     if (m > n)
         return FL_ERR_RANGE;

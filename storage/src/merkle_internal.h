@@ -47,8 +47,7 @@ fl_status fl__store_merkle_root(const struct fl__store_merkle_src *src, uint64_t
 /* RFC 9162 2.1.3.1 PATH(index, D[size]) into out[0..*count), leaf side first; needs
  * index < size. FL_ERR_RANGE if index >= size or cap is too small. */
 fl_status fl__store_merkle_inclusion(const struct fl__store_merkle_src *src, uint64_t index,
-                                     uint64_t size, uint8_t (*out)[32], size_t cap,
-                                     size_t *count);
+                                     uint64_t size, uint8_t (*out)[32], size_t cap, size_t *count);
 /* RFC 9162 2.1.4.1 PROOF(m, D[n]) into out[0..*count); empty when m == 0 or m == n.
  * FL_ERR_RANGE if m > n or cap is too small. */
 fl_status fl__store_merkle_consistency(const struct fl__store_merkle_src *src, uint64_t m,

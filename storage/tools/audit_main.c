@@ -230,8 +230,8 @@ static int demo(const char *out, int rounds, unsigned seed) {
     double eps[2] = {0, 0};
     int nclients[2] = {40, 24}, erased = 0;
     for (int p = 0; p < 2; p++) {
-        DEMO_CHECK(fl_store_population_create(st, &pops[p], names[p], "{\"demo\":true}",
-                                              budgets[p], 1e-6, regions[p]));
+        DEMO_CHECK(fl_store_population_create(st, &pops[p], names[p], "{\"demo\":true}", budgets[p],
+                                              1e-6, regions[p]));
         DEMO_CHECK(fl_store_audit_append_population(st, NULL, pops[p]));
         for (int i = 0; i < nclients[p]; i++) {
             char id[32];

@@ -8,22 +8,31 @@
 
 #include "audit_tool.h"
 
-#define W 760  /* chart width, px */
-#define H 260  /* chart height, px */
-#define ML 64  /* left margin (y labels) */
-#define MR 16  /* right margin */
-#define MT 16  /* top margin */
-#define MB 40  /* bottom margin (x labels) */
+#define W 760 /* chart width, px */
+#define H 260 /* chart height, px */
+#define ML 64 /* left margin (y labels) */
+#define MR 16 /* right margin */
+#define MT 16 /* top margin */
+#define MB 40 /* bottom margin (x labels) */
 
 /* Writes s with &, <, >, " escaped. */
 static void esc(FILE *out, const char *s) {
     for (; *s; s++) {
         switch (*s) {
-        case '&': fputs("&amp;", out); break;
-        case '<': fputs("&lt;", out); break;
-        case '>': fputs("&gt;", out); break;
-        case '"': fputs("&quot;", out); break;
-        default: fputc(*s, out);
+        case '&':
+            fputs("&amp;", out);
+            break;
+        case '<':
+            fputs("&lt;", out);
+            break;
+        case '>':
+            fputs("&gt;", out);
+            break;
+        case '"':
+            fputs("&quot;", out);
+            break;
+        default:
+            fputc(*s, out);
         }
     }
 }
@@ -61,10 +70,10 @@ static void axes(FILE *out, double max, const long long *xlabels, size_t n, cons
 
 /* Rounds and refusals of one population, in log order. */
 struct point {
-    long long round;     /* round number */
-    int refused;         /* 1 for a budget refusal */
-    int completed;       /* 1 for a completed round */
-    double eps_total;    /* cumulative epsilon after it (refusal: requested total) */
+    long long round;  /* round number */
+    int refused;      /* 1 for a budget refusal */
+    int completed;    /* 1 for a completed round */
+    double eps_total; /* cumulative epsilon after it (refusal: requested total) */
     long long checked_in, selected, done, dropped;
 };
 
@@ -77,8 +86,9 @@ static void chart_epsilon(FILE *out, const struct point *p, size_t n, double bud
         xl[i] = p[i].round;
     }
     max *= 1.1;
-    fprintf(out, "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                 "role=\"img\" aria-label=\"epsilon over rounds\">\n",
+    fprintf(out,
+            "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "role=\"img\" aria-label=\"epsilon over rounds\">\n",
             W, H, W, H);
     axes(out, max, xl, n, "epsilon (cumulative)");
     fprintf(out, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"budget\"/>\n", ML,
@@ -98,8 +108,9 @@ static void chart_epsilon(FILE *out, const struct point *p, size_t n, double bud
                     "refused: would reach %.4g</title></path>\n",
                     x - 4, y - 4, p[i].round, p[i].eps_total);
         else
-            fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" class=\"epsdot\"><title>round "
-                         "%lld: epsilon %.4g</title></circle>\n",
+            fprintf(out,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" class=\"epsdot\"><title>round "
+                    "%lld: epsilon %.4g</title></circle>\n",
                     x, y, p[i].round, p[i].eps_total);
     }
     fputs("</svg>\n", out);
@@ -121,8 +132,9 @@ static void chart_participation(FILE *out, const struct point *p, size_t n) {
         if (!p[i].refused)
             xl[j++] = p[i].round;
     max *= 1.1;
-    fprintf(out, "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                 "role=\"img\" aria-label=\"participation per round\">\n",
+    fprintf(out,
+            "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "role=\"img\" aria-label=\"participation per round\">\n",
             W, H, W, H);
     axes(out, max, xl, m, "clients");
     double bw = m ? (W - ML - MR) / (double)m * 0.6 : 10;
@@ -172,8 +184,9 @@ static void chart_regions(FILE *out, const json_t *totals) {
             max = (double)json_integer_value(v);
     }
     int bh = 22, h = (int)n * (bh + 8) + 16;
-    fprintf(out, "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                 "role=\"img\" aria-label=\"selected clients per region\">\n",
+    fprintf(out,
+            "<svg class=\"chart\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "role=\"img\" aria-label=\"selected clients per region\">\n",
             W, h, W, h);
     int i = 0;
     json_object_foreach((json_t *)totals, k, v) {
@@ -181,8 +194,9 @@ static void chart_regions(FILE *out, const json_t *totals) {
         int y = 8 + i * (bh + 8);
         fprintf(out, "<text x=\"150\" y=\"%d\" class=\"yl\">", y + 16);
         esc(out, k);
-        fprintf(out, "</text><rect x=\"160\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
-                     "class=\"region\"/><text x=\"%.1f\" y=\"%d\" class=\"vl\">%lld</text>\n",
+        fprintf(out,
+                "</text><rect x=\"160\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
+                "class=\"region\"/><text x=\"%.1f\" y=\"%d\" class=\"vl\">%lld</text>\n",
                 y, len, bh, 166 + len, y + 16, (long long)json_integer_value(v));
         i++;
     }
@@ -245,9 +259,9 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
             json_t *v;
             json_object_foreach(json_object_get(e, "regions"), k, v) {
                 json_t *prev = json_object_get(regions, k);
-                json_object_set_new(regions, k,
-                                    json_integer(json_integer_value(v) +
-                                                 (prev ? json_integer_value(prev) : 0)));
+                json_object_set_new(
+                    regions, k,
+                    json_integer(json_integer_value(v) + (prev ? json_integer_value(prev) : 0)));
             }
         } else if (strcmp(type, "budget_refused") == 0) {
             struct point *p = &pts[np++];
@@ -279,8 +293,8 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
             "<tr><th class=\"l\">rounds logged</th><td>%zu (%zu completed, %zu abandoned), %zu "
             "refused for budget</td></tr>"
             "<tr><th class=\"l\">clients selected / dropped</th><td>%lld / %lld (%.1f%%)</td></tr>",
-            budget, budget_delta, last, budget > 0 ? 100.0 * last / budget : 0.0, rounds,
-            completed, rounds - completed, refused, sel, dropped,
+            budget, budget_delta, last, budget > 0 ? 100.0 * last / budget : 0.0, rounds, completed,
+            rounds - completed, refused, sel, dropped,
             sel ? 100.0 * (double)dropped / (double)sel : 0.0);
     if (created) {
         char *ar = json_dumps(json_object_get(created, "allowed_regions"), JSON_COMPACT);
@@ -311,8 +325,7 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
                     i, tool_int(e, "model.version"));
             esc(out, tool_str(json_object_get(e, "model"), "sha256"));
             fputs("</code></td></tr>\n", out);
-        } else if (strcmp(type, "round") == 0 &&
-                   strcmp(tool_str(e, "outcome"), "completed") == 0) {
+        } else if (strcmp(type, "round") == 0 && strcmp(tool_str(e, "outcome"), "completed") == 0) {
             fprintf(out,
                     "<tr><td class=\"l\">#%zu</td><td class=\"l\">round %lld</td><td>%lld</td>"
                     "<td>%lld</td><td class=\"l\"><code>",
@@ -359,16 +372,15 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
                 "<tr><td>#%zu</td><td>%lld</td><td class=\"l\">%s</td><td class=\"l\">%s</td>"
                 "<td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%s</td>"
                 "<td class=\"l\">",
-                i, tool_int(e, "round"), strcmp(tool_str(e, "outcome"), "completed") == 0
-                                             ? "completed"
-                                             : "abandoned",
-                t, tool_int(e, "counts.checked_in"), tool_int(e, "counts.selected"),
+                i, tool_int(e, "round"),
+                strcmp(tool_str(e, "outcome"), "completed") == 0 ? "completed" : "abandoned", t,
+                tool_int(e, "counts.checked_in"), tool_int(e, "counts.selected"),
                 tool_int(e, "counts.completed"), tool_int(e, "counts.dropped"), sec);
         esc(out, tool_str(json_object_get(e, "dp"), "mechanism"));
         char tot[40];
         tool_fmt_e9(tot, tool_int(e, "privacy.epsilon_total_e9"));
-        fprintf(out, "</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", a, b,
-                c, d, tot);
+        fprintf(out, "</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n", a, b, c,
+                d, tot);
     }
     fputs("</table>\n", out);
     json_decref(regions);
@@ -436,25 +448,28 @@ int tool_report(struct tool_bundle *tb, FILE *out) {
         tool_fmt_time(t, tool_int(e, "time"));
         if (strcmp(type, "config_changed") == 0) {
             tool_fmt_e9(a, tool_int(e, "budget.epsilon_e9"));
-            fprintf(out, "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">configuration "
-                         "changed</td><td class=\"l\">",
+            fprintf(out,
+                    "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">configuration "
+                    "changed</td><td class=\"l\">",
                     i, t);
             esc(out, tool_str(e, "population"));
             fprintf(out, ": budget epsilon %s, config sha256 <code>", a);
             esc(out, tool_str(e, "config_sha256"));
             fputs("</code></td></tr>\n", out);
         } else if (strcmp(type, "erasure") == 0) {
-            fprintf(out, "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">erasure "
-                         "request</td><td class=\"l\">client <code>",
+            fprintf(out,
+                    "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">erasure "
+                    "request</td><td class=\"l\">client <code>",
                     i, t);
             esc(out, tool_str(e, "client"));
             fprintf(out, "</code>: %lld registry row(s), %lld participation(s) deleted</td></tr>\n",
                     tool_int(e, "deleted.clients"), tool_int(e, "deleted.participations"));
         } else if (strcmp(type, "retention") == 0) {
             tool_fmt_time(b, tool_int(e, "cutoff"));
-            fprintf(out, "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">retention sweep"
-                         "</td><td class=\"l\">%lld-day retention: data older than %s deleted "
-                         "(%lld clients, %lld participations)</td></tr>\n",
+            fprintf(out,
+                    "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">retention sweep"
+                    "</td><td class=\"l\">%lld-day retention: data older than %s deleted "
+                    "(%lld clients, %lld participations)</td></tr>\n",
                     i, t, tool_int(e, "retention_ms") / 86400000LL, b,
                     tool_int(e, "deleted.clients"), tool_int(e, "deleted.participations"));
         }

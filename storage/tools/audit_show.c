@@ -69,7 +69,8 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
         tool_fmt_e9(a, tool_int(dp, "clip_norm_e9"));
         tool_fmt_e9(b, tool_int(dp, "noise_multiplier_e9"));
         tool_fmt_e9(c, tool_int(dp, "sampling_rate_e9"));
-        fprintf(out, "      dp: %s, clip norm %s, noise multiplier %s, sampling rate %s, steps %lld\n",
+        fprintf(out,
+                "      dp: %s, clip norm %s, noise multiplier %s, sampling rate %s, steps %lld\n",
                 tool_str(dp, "mechanism"), a, b, c, tool_int(dp, "steps"));
         const json_t *p = json_object_get(e, "privacy");
         char d1[40], d2[40];
@@ -99,16 +100,19 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
         tool_fmt_e9(a, tool_int(p, "epsilon_total_e9"));
         tool_fmt_e9(b, tool_int(p, "epsilon_requested_e9"));
         tool_fmt_e9(c, tool_int(p, "budget_epsilon_e9"));
-        fprintf(out, "      round %lld refused: epsilon would reach %s (spent so far %s, budget %s)\n",
+        fprintf(out,
+                "      round %lld refused: epsilon would reach %s (spent so far %s, budget %s)\n",
                 tool_int(e, "round"), b, a, c);
     } else if (strcmp(type, "erasure") == 0) {
-        fprintf(out, "      client pseudonym %s erased: %lld registry row(s), %lld participation(s)\n",
+        fprintf(out,
+                "      client pseudonym %s erased: %lld registry row(s), %lld participation(s)\n",
                 tool_str(e, "client"), tool_int(e, "deleted.clients"),
                 tool_int(e, "deleted.participations"));
     } else if (strcmp(type, "retention") == 0) {
         tool_fmt_time(a, tool_int(e, "cutoff"));
-        fprintf(out, "      retention %lld days: data older than %s deleted: %lld client(s), %lld "
-                     "participation(s)\n",
+        fprintf(out,
+                "      retention %lld days: data older than %s deleted: %lld client(s), %lld "
+                "participation(s)\n",
                 tool_int(e, "retention_ms") / 86400000LL, a, tool_int(e, "deleted.clients"),
                 tool_int(e, "deleted.participations"));
     }
@@ -205,7 +209,8 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
             csv_field(out, "", 0);
         csv_field(out, tool_str(e, "outcome"), 0);
         const char *ints[] = {"counts.checked_in", "counts.selected", "counts.completed",
-                              "counts.dropped", "secagg.n", "secagg.k", "secagg.t"};
+                              "counts.dropped",    "secagg.n",        "secagg.k",
+                              "secagg.t"};
         for (int k = 0; k < 7; k++) {
             if (round)
                 csv_int(out, e, ints[k]);
@@ -213,9 +218,9 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
                 csv_field(out, "", 0);
         }
         csv_field(out, round ? tool_str(json_object_get(e, "dp"), "mechanism") : "", 0);
-        const char *e9s[] = {"dp.clip_norm_e9", "dp.noise_multiplier_e9", "dp.sampling_rate_e9",
-                             "privacy.epsilon_spent_e9", "privacy.epsilon_total_e9",
-                             "privacy.budget_epsilon_e9"};
+        const char *e9s[] = {"dp.clip_norm_e9",          "dp.noise_multiplier_e9",
+                             "dp.sampling_rate_e9",      "privacy.epsilon_spent_e9",
+                             "privacy.epsilon_total_e9", "privacy.budget_epsilon_e9"};
         for (int k = 0; k < 6; k++) {
             if (round || (strcmp(type, "budget_refused") == 0 && k >= 4))
                 csv_e9(out, e, e9s[k]);

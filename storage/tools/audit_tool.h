@@ -10,22 +10,21 @@
 /* A bundle loaded for the tool: bytes, the library's handle, its verdict and the entries
  * parsed with Jansson (an array of objects, in order). */
 struct tool_bundle {
-    char *path;                    /* file it came from */
-    unsigned char *bytes;          /* whole file */
-    size_t len;                    /* its size */
-    fl_store_audit_bundle *b;      /* library handle (NULL if it did not open) */
-    fl_store_audit_verdict verdict;/* result of verification */
-    fl_status status;              /* FL_OK when verified */
-    json_t *entries;               /* parsed entries (unparseable ones are JSON null) */
-    char sha256[65];               /* SHA-256 of the bundle file, hex */
+    char *path;                     /* file it came from */
+    unsigned char *bytes;           /* whole file */
+    size_t len;                     /* its size */
+    fl_store_audit_bundle *b;       /* library handle (NULL if it did not open) */
+    fl_store_audit_verdict verdict; /* result of verification */
+    fl_status status;               /* FL_OK when verified */
+    json_t *entries;                /* parsed entries (unparseable ones are JSON null) */
+    char sha256[65];                /* SHA-256 of the bundle file, hex */
 };
 
 /* Loads and verifies path (trusted_vkey may be NULL); with parse set, also parses every
  * entry into tb->entries (show, export and report hold them all in memory: fine for the
  * 10^5 entries of years of rounds; verify alone streams). Returns 0, or -1 when the file
  * cannot be read (message on stderr). A bundle that fails verification still loads. */
-int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey,
-                     int parse);
+int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey, int parse);
 void tool_bundle_free(struct tool_bundle *tb);
 
 /* Formatting helpers. */

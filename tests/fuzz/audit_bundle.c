@@ -7,22 +7,24 @@
  * allocator nothing reports FL_ERR_NOMEM; a verified bundle's verdict is consistent with
  * its accessors; an entry that passes the checks re-encodes canonically to the same bytes. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "audit_internal.h"
 #include "flotilla/storage.h"
 
-#define CHECK(x)                                                                             \
-    do {                                                                                     \
-        if (!(x))                                                                            \
-            __builtin_trap();                                                                \
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if (!(x))                                                                                  \
+            __builtin_trap();                                                                      \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Verifier key of the demo bundle's checkpoints (flotilla-audit demo, seed 1). */
-#define FUZZ_VKEY "demo.flotilla.example/audit+6a30b610+AYqI4910CfGV/VLbLTy6XXLKZwm/HZQSG/N0iAG0D29c"
+#define FUZZ_VKEY                                                                                  \
+    "demo.flotilla.example/audit+6a30b610+AYqI4910CfGV/VLbLTy6XXLKZwm/HZQSG/N0iAG0D29c"
 
 static void fuzz_bundle(const uint8_t *data, size_t size) {
     fl_store_audit_bundle *b = NULL;
@@ -55,7 +57,7 @@ static void fuzz_entry(const uint8_t *data, size_t size) {
     struct fl__store_audit_pop pop;
     fl__store_audit_pop_init(&pop);
     pop.id = 1;
-    strcpy(pop.name, "keyboard");
+    snprintf(pop.name, sizeof(pop.name), "keyboard");
     pop.budget_eps_e9 = 8000000000LL;
     pop.budget_delta_e18 = 1000000000000LL;
     pop.allowed = json_pack("[ss]", "EU", "UK");
@@ -90,8 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_entry(data, size);
     int64_t tree_size = 0;
     uint8_t root[32];
-    fl_status r = fl_store_audit_checkpoint_verify((const char *)data, size, FUZZ_VKEY,
-                                                   &tree_size, root);
+    fl_status r =
+        fl_store_audit_checkpoint_verify((const char *)data, size, FUZZ_VKEY, &tree_size, root);
     CHECK(r == FL_OK || r == FL_ERR_FORMAT || r == FL_ERR_CRYPTO);
     return 0;
 }

@@ -54,7 +54,7 @@ static void test_every_byte(void **state) {
     for (size_t i = 0; i < len; i++) {
         uint8_t orig = buf[i];
         uint8_t alts[3] = {(uint8_t)(orig ^ 0x01), (uint8_t)(orig ^ 0x80),
-                           (uint8_t)(orig >= '0' && orig <= '9' ? '0' + (orig - '0' + 1) % 10
+                           (uint8_t)(orig >= '0' && orig <= '9'   ? '0' + (orig - '0' + 1) % 10
                                      : orig >= 'a' && orig <= 'z' ? 'a' + (orig - 'a' + 1) % 26
                                      : orig >= 'A' && orig <= 'Z' ? 'A' + (orig - 'A' + 1) % 26
                                                                   : orig ^ 0x02)};
@@ -116,9 +116,9 @@ static uint8_t *resign(const struct audit_fx *f, char **entries, size_t n, size_
     assert_int_equal(n, 8);
     char *note = NULL;
     size_t nl = 0;
-    assert_int_equal(fl__store_audit_note_sign(NULL, AUDIT_ORIGIN, (int64_t)n, leaves[0], f->sk,
-                                               &note, &nl),
-                     FL_OK);
+    assert_int_equal(
+        fl__store_audit_note_sign(NULL, AUDIT_ORIGIN, (int64_t)n, leaves[0], f->sk, &note, &nl),
+        FL_OK);
     json_t *line = json_pack("{s:s}", "checkpoint", note);
     char *text = json_dumps(line, FL__AUDIT_JSON_FLAGS);
     at += (size_t)snprintf((char *)out + at, cap - at, "%s\n", text);
@@ -170,7 +170,7 @@ static void test_rule_breaks_named(void **state) {
         char *mod = malloc(strlen(orig) + tl + 1);
         memcpy(mod, orig, (size_t)(hit - orig));
         memcpy(mod + (hit - orig), cases[k].to, tl);
-        strcpy(mod + (hit - orig) + tl, hit + fl_);
+        memcpy(mod + (hit - orig) + tl, hit + fl_, strlen(hit + fl_) + 1);
         e[cases[k].entry] = mod;
         b = resign(&f, e, 8, &len);
         fl_status r = check(b, len, NULL, &v);

@@ -44,8 +44,7 @@ static void test_misuse(void **state) {
     assert_int_equal(fl_store_audit_inclusion_proof(f.st, proof, 4, &n, 5, 2), FL_ERR_RANGE);
     assert_int_equal(fl_store_audit_inclusion_proof(f.st, proof, 4, &n, 0, 99), FL_ERR_RANGE);
     assert_int_equal(fl_store_audit_consistency_proof(f.st, proof, 4, &n, 2, 1), FL_ERR_RANGE);
-    assert_int_equal(fl_store_audit_checkpoint_sign(f.st, NULL, "bad origin", f.sk),
-                     FL_ERR_MISUSE);
+    assert_int_equal(fl_store_audit_checkpoint_sign(f.st, NULL, "bad origin", f.sk), FL_ERR_MISUSE);
     assert_int_equal(fl_store_audit_checkpoint_sign(f.st, NULL, "a+b", f.sk), FL_ERR_MISUSE);
     assert_int_equal(fl_store_audit_append_population(f.st, NULL, f.pop), FL_ERR_EXISTS);
     assert_int_equal(fl_store_audit_append_population(f.st, NULL, 99), FL_ERR_NOT_FOUND);
@@ -104,8 +103,8 @@ static void test_rounds_and_proofs(void **state) {
             STORE_OK(f.st, fl_store_audit_checkpoint_sign(f.st, &cp, AUDIT_ORIGIN, f.sk));
             int64_t size = 0;
             uint8_t root[32], want[32];
-            STORE_OK(f.st, fl_store_audit_checkpoint_verify(cp->note, strlen(cp->note), vkey,
-                                                            &size, root));
+            STORE_OK(f.st, fl_store_audit_checkpoint_verify(cp->note, strlen(cp->note), vkey, &size,
+                                                            root));
             assert_int_equal(size, cp->tree_size);
             assert_int_equal(size, seq + 1);
             assert_memory_equal(root, cp->root, 32);
@@ -130,9 +129,8 @@ static void test_rounds_and_proofs(void **state) {
             STORE_OK(f.st, fl_store_audit_entry_get(f.st, &e, i));
             STORE_OK(f.st, fl_store_audit_inclusion_proof(f.st, proof, FL_STORE_AUDIT_PROOF_MAX,
                                                           &np, i, n));
-            assert_int_equal(fl_store_audit_verify_inclusion(e->leaf_hash, i, n, proof, np,
-                                                             roots[n]),
-                             FL_OK);
+            assert_int_equal(
+                fl_store_audit_verify_inclusion(e->leaf_hash, i, n, proof, np, roots[n]), FL_OK);
             if (n > 1)
                 assert_int_equal(fl_store_audit_verify_inclusion(e->leaf_hash, (i + 1) % n, n,
                                                                  proof, np, roots[n]),
@@ -142,8 +140,8 @@ static void test_rounds_and_proofs(void **state) {
         for (int64_t m = 0; m <= n; m++) {
             STORE_OK(f.st, fl_store_audit_consistency_proof(f.st, proof, FL_STORE_AUDIT_PROOF_MAX,
                                                             &np, m, n));
-            assert_int_equal(
-                fl_store_audit_verify_consistency(m, n, proof, np, roots[m], roots[n]), FL_OK);
+            assert_int_equal(fl_store_audit_verify_consistency(m, n, proof, np, roots[m], roots[n]),
+                             FL_OK);
         }
     }
     /* A proof buffer that is too small is refused, not overrun. */
@@ -259,8 +257,7 @@ static void test_refusals_and_config(void **state) {
     audit_fx_setup(&f, 3);
     STORE_OK(f.st, audit_fx_round(&f, 0, 7.5, NULL));
     /* Within the budget is not a refusal. */
-    assert_int_equal(fl_store_audit_append_refusal(f.st, NULL, f.pop, 2, 7.9, 1e-7),
-                     FL_ERR_MISUSE);
+    assert_int_equal(fl_store_audit_append_refusal(f.st, NULL, f.pop, 2, 7.9, 1e-7), FL_ERR_MISUSE);
     int64_t seq = 0;
     STORE_OK(f.st, fl_store_audit_append_refusal(f.st, &seq, f.pop, 2, 8.4, 1e-7));
     fl_store_audit_entry *e = NULL;
@@ -332,8 +329,8 @@ static void test_checkpoints_across_restarts(void **state) {
     STORE_OK(f.st, fl_store_audit_checkpoint_verify(b->note, strlen(b->note), vkey, &n, r2));
     assert_int_equal(m, 7);
     assert_int_equal(n, 11);
-    STORE_OK(f.st, fl_store_audit_consistency_proof(f.st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, m,
-                                                    n));
+    STORE_OK(f.st,
+             fl_store_audit_consistency_proof(f.st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, m, n));
     assert_int_equal(fl_store_audit_verify_consistency(m, n, proof, np, r1, r2), FL_OK);
     assert_int_equal(fl_store_audit_verify_consistency(m, n, proof, np, r2, r1), FL_ERR_CRYPTO);
     /* A note under another key, or a changed note, does not verify. */

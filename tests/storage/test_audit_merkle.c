@@ -13,8 +13,8 @@
 #define MAXV 64
 
 struct vec_proof {
-    uint64_t a, b;   /* index and size, or m and n */
-    size_t n;        /* hashes */
+    uint64_t a, b; /* index and size, or m and n */
+    size_t n;      /* hashes */
     uint8_t h[8][32];
 };
 
@@ -71,8 +71,8 @@ static void load_vectors(void) {
         } else if (sscanf(line, "empty %1023s", a) == 1) {
             assert_int_equal(unhex(V.empty, 32, a, strlen(a)), 32);
         } else if (sscanf(line, "%31s %llu %llu %1023s", kind, &x, &y, c) == 4) {
-            struct vec_proof *p = strcmp(kind, "inclusion") == 0 ? &V.incl[V.n_incl++]
-                                                                 : &V.cons[V.n_cons++];
+            struct vec_proof *p =
+                strcmp(kind, "inclusion") == 0 ? &V.incl[V.n_incl++] : &V.cons[V.n_cons++];
             assert_true(strcmp(kind, "inclusion") == 0 || strcmp(kind, "consistency") == 0);
             p->a = x;
             p->b = y;
@@ -115,15 +115,15 @@ static void test_roots(void **state) {
 /* Verifies p and checks that the usual corruptions are all rejected. */
 static void inclusion_probes(const struct vec_proof *p, const uint8_t leaf[32],
                              const uint8_t root[32]) {
-    uint8_t (*h)[32] = (uint8_t (*)[32])p->h;
+    uint8_t(*h)[32] = (uint8_t(*)[32])p->h;
     uint8_t big[10][32], junk[32];
     memset(junk, 0xab, 32);
     assert_int_equal(fl__store_merkle_verify_inclusion(leaf, p->a, p->b, h, p->n, root), 0);
     assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a - 1, p->b, h, p->n, root), 0);
     assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a + 1, p->b, h, p->n, root), 0);
     if (p->b > 1)
-        assert_int_not_equal(
-            fl__store_merkle_verify_inclusion(leaf, p->a ^ 2, p->b, h, p->n, root), 0);
+        assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a ^ 2, p->b, h, p->n, root),
+                             0);
     assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a, p->b * 2, h, p->n, root), 0);
     assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a, p->b / 2, h, p->n, root), 0);
     assert_int_not_equal(fl__store_merkle_verify_inclusion(junk, p->a, p->b, h, p->n, root), 0);
@@ -144,8 +144,8 @@ static void inclusion_probes(const struct vec_proof *p, const uint8_t leaf[32],
                              0);
     }
     if (p->n > 0)
-        assert_int_not_equal(
-            fl__store_merkle_verify_inclusion(leaf, p->a, p->b, h, p->n - 1, root), 0);
+        assert_int_not_equal(fl__store_merkle_verify_inclusion(leaf, p->a, p->b, h, p->n - 1, root),
+                             0);
 }
 
 static void test_inclusion_vectors(void **state) {
@@ -180,7 +180,7 @@ static void test_consistency_vectors(void **state) {
     struct fl__store_merkle_src src = fl__store_merkle_mem_src(&t);
     for (size_t k = 0; k < V.n_cons; k++) {
         const struct vec_proof *p = &V.cons[k];
-        uint8_t (*h)[32] = (uint8_t (*)[32])p->h;
+        uint8_t(*h)[32] = (uint8_t(*)[32])p->h;
         const uint8_t *r1 = V.root[p->a], *r2 = V.root[p->b];
         uint8_t got[FL__MERKLE_MAX_PROOF][32], big[10][32];
         size_t n = 0;
@@ -190,22 +190,32 @@ static void test_consistency_vectors(void **state) {
         assert_int_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, r1, r2), 0);
         if (p->n == 0)
             continue;
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a - 1, p->b, h, p->n, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a + 1, p->b, h, p->n, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a ^ 2, p->b, h, p->n, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b * 2, h, p->n, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b / 2, h, p->n, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, V.empty, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, r1, V.empty), 0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a - 1, p->b, h, p->n, r1, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a + 1, p->b, h, p->n, r1, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a ^ 2, p->b, h, p->n, r1, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b * 2, h, p->n, r1, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b / 2, h, p->n, r1, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, V.empty, r2),
+                             0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, r1, V.empty),
+                             0);
         assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n, r2, r1), 0);
         assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, 0, r1, r2), 0);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n - 1, r1, r2), 0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, h, p->n - 1, r1, r2),
+                             0);
         memcpy(big, h, p->n * 32);
         memcpy(big[p->n], r1, 32);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, big, p->n + 1, r1, r2), 0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, big, p->n + 1, r1, r2),
+                             0);
         memcpy(big[0], r2, 32);
         memcpy(big[1], h, p->n * 32);
-        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, big, p->n + 1, r1, r2), 0);
+        assert_int_not_equal(fl__store_merkle_verify_consistency(p->a, p->b, big, p->n + 1, r1, r2),
+                             0);
         for (size_t i = 0; i < p->n; i++) {
             memcpy(big, h, p->n * 32);
             big[i][0] ^= 16;
@@ -220,10 +230,14 @@ static void test_consistency_vectors(void **state) {
     assert_int_equal(fl__store_merkle_verify_consistency(0, 0, NULL, 0, V.root[1], V.root[1]), 0);
     assert_int_equal(fl__store_merkle_verify_consistency(0, 1, NULL, 0, V.root[1], V.root[2]), 0);
     assert_int_equal(fl__store_merkle_verify_consistency(1, 1, NULL, 0, V.root[2], V.root[2]), 0);
-    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 1, NULL, 0, V.root[1], V.root[2]), 0);
-    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 0, NULL, 0, V.root[1], V.root[2]), 0);
-    assert_int_not_equal(fl__store_merkle_verify_consistency(2, 1, NULL, 0, V.root[1], V.root[2]), 0);
-    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 2, NULL, 0, V.root[1], V.root[2]), 0);
+    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 1, NULL, 0, V.root[1], V.root[2]),
+                         0);
+    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 0, NULL, 0, V.root[1], V.root[2]),
+                         0);
+    assert_int_not_equal(fl__store_merkle_verify_consistency(2, 1, NULL, 0, V.root[1], V.root[2]),
+                         0);
+    assert_int_not_equal(fl__store_merkle_verify_consistency(1, 2, NULL, 0, V.root[1], V.root[2]),
+                         0);
     assert_int_not_equal(fl__store_merkle_verify_consistency(0, 1, one, 1, V.empty, V.empty), 0);
     assert_int_not_equal(fl__store_merkle_verify_consistency(1, 1, one, 1, V.empty, V.empty), 0);
     fl__store_merkle_mem_free(&t);
@@ -267,8 +281,8 @@ static void test_exhaustive_small_trees(void **state) {
         assert_memory_equal(r, roots[n], 32);
         for (uint64_t i = 0; i < n; i++) {
             assert_int_equal(fl__store_merkle_inclusion(&src, i, n, proof, 64, &np), FL_OK);
-            assert_int_equal(fl__store_merkle_verify_inclusion(leaves[i], i, n, proof, np, roots[n]),
-                             0);
+            assert_int_equal(
+                fl__store_merkle_verify_inclusion(leaves[i], i, n, proof, np, roots[n]), 0);
             if (n > 1)
                 assert_int_not_equal(fl__store_merkle_verify_inclusion(leaves[i], (i + 1) % n, n,
                                                                        proof, np, roots[n]),
@@ -279,9 +293,9 @@ static void test_exhaustive_small_trees(void **state) {
             assert_int_equal(
                 fl__store_merkle_verify_consistency(m, n, proof, np, roots[m], roots[n]), 0);
             if (m > 0 && m < n)
-                assert_int_not_equal(fl__store_merkle_verify_consistency(m, n, proof, np,
-                                                                         roots[m - 1], roots[n]),
-                                     0);
+                assert_int_not_equal(
+                    fl__store_merkle_verify_consistency(m, n, proof, np, roots[m - 1], roots[n]),
+                    0);
         }
     }
     fl__store_merkle_mem_free(&t);

@@ -12,15 +12,15 @@
 struct audit_fx {
     struct store_tdir t;
     fl_store *st;
-    int64_t pop;        /* population "keyboard", regions EU and UK, budget (8, 1e-6) */
-    int64_t model;      /* current model version */
-    int64_t round_no;   /* last round number */
-    double eps_total;   /* accountant total so far */
-    uint8_t pk[32];     /* checkpoint key */
+    int64_t pop;      /* population "keyboard", regions EU and UK, budget (8, 1e-6) */
+    int64_t model;    /* current model version */
+    int64_t round_no; /* last round number */
+    double eps_total; /* accountant total so far */
+    uint8_t pk[32];   /* checkpoint key */
     uint8_t sk[64];
-    int64_t now;        /* fake clock, Unix ms */
-    int n_clients;      /* enrolled clients c000.. */
-    char msg[256];      /* errmsg of the last failed audit_fx_round */
+    int64_t now;   /* fake clock, Unix ms */
+    int n_clients; /* enrolled clients c000.. */
+    char msg[256]; /* errmsg of the last failed audit_fx_round */
 };
 
 static inline int64_t audit_fx_clock(void *user) {
@@ -55,16 +55,16 @@ static inline void audit_fx_setup(struct audit_fx *f, int n_clients) {
     unsigned char seed[32];
     memset(seed, 7, sizeof(seed));
     crypto_sign_seed_keypair(f->pk, f->sk, seed);
-    STORE_OK(f->st, fl_store_population_create(f->st, &f->pop, "keyboard",
-                                               "{\"task\":\"next-word\"}", 8.0, 1e-6,
-                                               "[\"EU\",\"UK\"]"));
+    STORE_OK(f->st,
+             fl_store_population_create(f->st, &f->pop, "keyboard", "{\"task\":\"next-word\"}", 8.0,
+                                        1e-6, "[\"EU\",\"UK\"]"));
     for (int i = 0; i < n_clients; i++) {
         char id[16];
         uint8_t tok[16];
         snprintf(id, sizeof(id), "c%03d", i);
         memset(tok, i + 1, sizeof(tok));
-        STORE_OK(f->st, fl_store_client_enroll(f->st, id, tok, sizeof(tok), i % 3 ? "EU" : "UK",
-                                               f->pop));
+        STORE_OK(f->st,
+                 fl_store_client_enroll(f->st, id, tok, sizeof(tok), i % 3 ? "EU" : "UK", f->pop));
     }
     f->n_clients = n_clients;
     float w[64];

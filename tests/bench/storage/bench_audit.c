@@ -49,6 +49,18 @@ static void rm_db(const char *path) {
     }
 }
 
+/* Parses a positive count option; exits on junk. */
+static long long count_arg(const char *opt, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || !end || *end || x < 1) {
+        fprintf(stderr, "bench_audit: %s needs a positive integer, got '%s'\n", opt, v);
+        exit(2);
+    }
+    return x;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -72,13 +84,13 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (strcmp(argv[i], "--entries") == 0)
-            entries = atoll(v);
+            entries = count_arg(argv[i], v);
         else if (strcmp(argv[i], "--batch") == 0)
-            batch = atoll(v);
+            batch = count_arg(argv[i], v);
         else if (strcmp(argv[i], "--rounds") == 0)
-            rounds = atoll(v);
+            rounds = count_arg(argv[i], v);
         else if (strcmp(argv[i], "--proofs") == 0)
-            proofs = atoll(v);
+            proofs = count_arg(argv[i], v);
         else if (strcmp(argv[i], "--dir") == 0)
             dir = v;
         else {
@@ -192,8 +204,8 @@ int main(int argc, char **argv) {
         fl_store_audit_entry *e = NULL;
         CHECK(st, fl_store_audit_entry_get(st, &e, idx));
         t0 = now_s();
-        CHECK(st, fl_store_audit_inclusion_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, idx,
-                                                 size));
+        CHECK(st,
+              fl_store_audit_inclusion_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, idx, size));
         tp[k] = now_s() - t0;
         if (np > max_np)
             max_np = np;
@@ -206,8 +218,8 @@ int main(int argc, char **argv) {
         fl_store_free(st, e);
         int64_t m = 1 + (int64_t)((uint64_t)rand() % (uint64_t)size);
         t0 = now_s();
-        CHECK(st, fl_store_audit_consistency_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, m,
-                                                   size));
+        CHECK(st,
+              fl_store_audit_consistency_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, m, size));
         t_cons += now_s() - t0;
     }
     qsort(tp, (size_t)proofs, sizeof(double), cmp_double);
@@ -259,8 +271,9 @@ int main(int argc, char **argv) {
     sqlite3 *raw = NULL;
     sqlite3_stmt *ins = NULL;
     if (sqlite3_open(rawpath, &raw) != SQLITE_OK ||
-        sqlite3_exec(raw, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                          "CREATE TABLE t (seq INTEGER PRIMARY KEY, data BLOB NOT NULL)",
+        sqlite3_exec(raw,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                     "CREATE TABLE t (seq INTEGER PRIMARY KEY, data BLOB NOT NULL)",
                      NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(raw, "INSERT INTO t VALUES (?1, ?2)", -1, &ins, NULL) != SQLITE_OK) {
         fprintf(stderr, "bench_audit: raw sqlite: %s\n", sqlite3_errmsg(raw));
@@ -297,14 +310,16 @@ int main(int argc, char **argv) {
                ",\"entry_bytes\":%zu,\"bundle_bytes\":%zu,"
                "\"append_per_s\":%.0f,\"append_us\":%.2f,\"round_append_us\":%.2f,"
                "\"checkpoint_ms\":%.3f,\"inclusion_proof_us\":%.2f,\"inclusion_verify_us\":%.2f,"
-               "\"inclusion_proof_p99_us\":%.2f,\"consistency_proof_us\":%.2f,\"max_proof_hashes\":%zu,\"export_s\":%.3f,"
+               "\"inclusion_proof_p99_us\":%.2f,\"consistency_proof_us\":%.2f,\"max_proof_hashes\":"
+               "%zu,\"export_s\":%.3f,"
                "\"verify_s\":%.3f,\"verify_per_s\":%.0f,\"verify_mb_s\":%.1f,"
-               "\"ref_sha256_mb_s\":%.1f,\"ref_json_parse_s\":%.3f,\"ref_sqlite_insert_per_s\":%.0f}\n",
+               "\"ref_sha256_mb_s\":%.1f,\"ref_json_parse_s\":%.3f,\"ref_sqlite_insert_per_s\":%."
+               "0f}\n",
                entries, batch, rounds, size, entry_bytes, blen, (double)entries / t_append,
                t_append / (double)entries * 1e6, t_round / (double)rounds * 1e6, t_cp * 1e3,
                incl_mean_us, t_incl_verify / (double)proofs * 1e6, incl_p99_us,
-               t_cons / (double)proofs * 1e6, max_np, t_export, t_verify, (double)ne / t_verify, (double)blen / 1e6 / t_verify,
-               mb / t_sha, t_json, (double)ne / t_raw);
+               t_cons / (double)proofs * 1e6, max_np, t_export, t_verify, (double)ne / t_verify,
+               (double)blen / 1e6 / t_verify, mb / t_sha, t_json, (double)ne / t_raw);
     } else {
         printf("audit log benchmark: %" PRId64 " entries (%lld bulk in transactions of %lld, %lld "
                "round entries), %.1f MB of entries, bundle %.1f MB\n",
@@ -316,7 +331,8 @@ int main(int argc, char **argv) {
         printf("  checkpoint sign         %10.3f ms\n", t_cp * 1e3);
         printf("  inclusion proof         %10.2f us mean, %.2f us p50, %.2f us p99 (%zu hashes "
                "max); verify %.2f us\n",
-               incl_mean_us, incl_p50_us, incl_p99_us, max_np, t_incl_verify / (double)proofs * 1e6);
+               incl_mean_us, incl_p50_us, incl_p99_us, max_np,
+               t_incl_verify / (double)proofs * 1e6);
         printf("  consistency proof       %10.2f us mean\n", t_cons / (double)proofs * 1e6);
         printf("  export bundle           %10.3f s\n", t_export);
         printf("  verify bundle (offline) %10.3f s: %.0f entries/s, %.1f MB/s\n", t_verify,
