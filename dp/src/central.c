@@ -25,8 +25,8 @@ void fl_dp_central_params_init(fl_dp_central_params *p) {
 static fl_status central_check(const fl_dp_central_params *p, size_t dim, fl__dp_u128 *bound_sq,
                                struct fl__dp_dgauss *g) {
     if (!p || p->struct_size < sizeof(*p) || !isfinite(p->clip) || !(p->clip > 0) ||
-        !isfinite(p->granularity) || !(p->granularity > 0) || !(p->beta >= 0) ||
-        !(p->beta < 1) || fl__dp_dgauss_prepare(g, p->sigma2_num, p->sigma2_den) != FL_OK)
+        !isfinite(p->granularity) || !(p->granularity > 0) || !(p->beta >= 0) || !(p->beta < 1) ||
+        fl__dp_dgauss_prepare(g, p->sigma2_num, p->sigma2_den) != FL_OK)
         return FL_ERR_MISUSE;
     double cs = p->clip / p->granularity;
     if (!(cs < FL__DP_LATTICE_MAX))

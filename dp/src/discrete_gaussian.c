@@ -40,7 +40,7 @@ fl_status fl__dp_dgauss_prepare(struct fl__dp_dgauss *g, uint64_t num, uint64_t 
     den /= c;
     g->num = num;
     g->den = den;
-    g->t = isqrt_u64(num / den) + 1; /* floor(sqrt(num/den)) = floor(sqrt(floor(num/den))) */
+    g->t = isqrt_u64(num / den) + 1;   /* floor(sqrt(num/den)) = floor(sqrt(floor(num/den))) */
     g->tden = (fl__dp_u128)g->t * den; /* <= 2^41 */
     /* 2 t^2 num den <= 2 (2^20 + 1)^2 2^80 < 2^127 when num/den <= 2^40, and when num/den < 1
      * t = 1 and it is 2 num den <= 2^81. */
@@ -106,9 +106,10 @@ fl_status fl_dp_discrete_gaussian(fl_dp_rng *rng, int64_t *out, size_t n, uint64
         return fl__err_set(&rng->err, FL_ERR_MISUSE, "fl_dp_discrete_gaussian: out is NULL");
     struct fl__dp_dgauss g;
     if (fl__dp_dgauss_prepare(&g, sigma2_num, sigma2_den) != FL_OK)
-        return fl__err_set(&rng->err, FL_ERR_MISUSE,
-                           "fl_dp_discrete_gaussian: sigma^2 = %llu/%llu outside [1, 2^40]/[1, 2^40]",
-                           (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
+        return fl__err_set(
+            &rng->err, FL_ERR_MISUSE,
+            "fl_dp_discrete_gaussian: sigma^2 = %llu/%llu outside [1, 2^40]/[1, 2^40]",
+            (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
     if (rng->failed)
         return rng->failed;
     for (size_t i = 0; i < n; i++) {

@@ -109,6 +109,11 @@ fl_status fl_dp_distributed_choose(fl_dp_distributed_params *p, double noise_mul
         return FL_ERR_RANGE;
     double a = (n * c) * (n * c) / d + (n / nmin) * (z * c) * (z * c);
     double gamma = sqrt(a / lim) * (1 + 1e-9);
+    /* A coarser grid only lowers the wrap probability: widen it if the per-client variance
+     * would exceed what the sampler takes (many bits, few clients). */
+    double gmin = z * c / sqrt((double)FL_DP_SIGMA2_MAX * nmin) * (1 + 1e-9);
+    if (gamma < gmin)
+        gamma = gmin;
     /* Per-client variance (z c / gamma)^2 / n_min, rounded up to a rational whose
      * denominator is the largest power of two <= 2^20 that keeps num <= 2^40. */
     double sc2 = (z * c / gamma) * (z * c / gamma) / nmin;

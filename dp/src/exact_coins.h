@@ -14,7 +14,6 @@
 
 #include "rng_bits.h"
 
-
 #define FL__DP_COIN_BITS 8 /* bits of U read per comparison step */
 
 /* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^64, reading U FL__DP_COIN_BITS bits at a time
@@ -136,8 +135,7 @@ static inline unsigned fl__dp_bern_exp_frac(struct fl_dp_rng *rng, fl__dp_u128 n
             k++;
     } else {
         /* Bernoulli(gamma / k) = Bernoulli(gamma) AND Bernoulli(1/k), independent coins. */
-        while (fl__dp_coin128(rng, n, d) && (k == 1 || fl__dp_coin64(rng, 1, k)) &&
-               !rng->failed)
+        while (fl__dp_coin128(rng, n, d) && (k == 1 || fl__dp_coin64(rng, 1, k)) && !rng->failed)
             k++;
     }
     return (unsigned)(k & 1);

@@ -10,6 +10,10 @@ size_t fl_dp_seed_bytes(void) {
     return FL_DP_SEED_BYTES;
 }
 
+size_t fl_dp_rng_buffer_bytes(void) {
+    return FL_DP_RNG_BUFFER_BYTES;
+}
+
 /* Fills buf from the configured source; returns the source's status. */
 static fl_status rng_source_fill(struct fl_dp_rng *rng) {
     uint8_t *b = (uint8_t *)rng->buf;

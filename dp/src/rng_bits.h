@@ -20,16 +20,16 @@ enum fl__dp_rng_kind {
 };
 
 struct fl_dp_rng {
-    fl_allocator alloc;        /* copied at create */
-    struct fl__err err;        /* last failure detail */
-    fl_status failed;          /* sticky fill failure (FL_OK while healthy) */
-    enum fl__dp_rng_kind kind; /* which source refills buf */
-    fl_dp_rng_source src;      /* user source (kind USER) */
+    fl_allocator alloc;            /* copied at create */
+    struct fl__err err;            /* last failure detail */
+    fl_status failed;              /* sticky fill failure (FL_OK while healthy) */
+    enum fl__dp_rng_kind kind;     /* which source refills buf */
+    fl_dp_rng_source src;          /* user source (kind USER) */
     uint8_t key[FL_DP_SEED_BYTES]; /* ChaCha20 key (kind CHACHA20); wiped on destroy */
-    uint64_t refills;          /* ChaCha20 nonce of the next refill */
-    size_t pos;                /* next unread byte of buf */
-    uint64_t bits;             /* single-bit reservoir (low bits first) */
-    unsigned nbits;            /* valid bits in the reservoir */
+    uint64_t refills;              /* ChaCha20 nonce of the next refill */
+    size_t pos;                    /* next unread byte of buf */
+    uint64_t bits;                 /* single-bit reservoir (low bits first) */
+    unsigned nbits;                /* valid bits in the reservoir */
     /* Word-aligned random bytes: FL_DP_RNG_BUFFER_BYTES. */
     uint64_t buf[FL_DP_RNG_BUFFER_BYTES / 8];
 };

@@ -112,7 +112,7 @@ static void test_layers(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_flat),    cmocka_unit_test(test_zero_and_empty),
+        cmocka_unit_test(test_flat),      cmocka_unit_test(test_zero_and_empty),
         cmocka_unit_test(test_nonfinite), cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_layers),
     };

@@ -154,9 +154,8 @@ static void test_choose_and_no_wrap(void **state) {
     fl_dp_distributed_info info;
     assert_int_equal(fl_dp_distributed_info_get(&info, &p, 50), FL_OK);
     print_message("choose: gamma %.4g sigma_c^2 %llu/%llu l2 %.1f z %.3f rho %.4f wrap %.2g\n",
-                  p.granularity, (unsigned long long)p.sigma2_num,
-                  (unsigned long long)p.sigma2_den, info.l2_bound, info.noise_multiplier,
-                  info.rho, info.modular_wrap_bound);
+                  p.granularity, (unsigned long long)p.sigma2_num, (unsigned long long)p.sigma2_den,
+                  info.l2_bound, info.noise_multiplier, info.rho, info.modular_wrap_bound);
     assert_true(info.modular_wrap_bound <= 1e-6);
     assert_true(info.dim_padded == 4096);
     /* Total noise >= (z c / gamma)^2 with n_min survivors. */

@@ -11,6 +11,8 @@
 static void test_sizes(void **state) {
     (void)state;
     assert_int_equal(fl_dp_seed_bytes(), FL_DP_SEED_BYTES);
+    assert_int_equal(fl_dp_rng_buffer_bytes(), FL_DP_RNG_BUFFER_BYTES);
+    assert_int_equal(FL_DP_RNG_BUFFER_BYTES % 64, 0); /* whole ChaCha20 blocks */
     assert_int_equal(FL_DP_SEED_BYTES, crypto_stream_chacha20_ietf_KEYBYTES);
 }
 
@@ -193,9 +195,12 @@ static void test_oom(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),   cmocka_unit_test(test_chacha20_stream),
-        cmocka_unit_test(test_os),      cmocka_unit_test(test_uniform),
-        cmocka_unit_test(test_failing_source_sticky), cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_chacha20_stream),
+        cmocka_unit_test(test_os),
+        cmocka_unit_test(test_uniform),
+        cmocka_unit_test(test_failing_source_sticky),
+        cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

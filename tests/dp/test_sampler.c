@@ -9,10 +9,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "fl_test.h"
-#include "flotilla/dp.h"
 #include "discrete_noise.h"
 #include "exact_coins.h"
+#include "fl_test.h"
+#include "flotilla/dp.h"
 
 #define Z_1E6 4.753424 /* upper 1e-6 quantile of N(0, 1) */
 
@@ -297,11 +297,16 @@ static void test_variance_to_rational(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gauss_sigma_half),  cmocka_unit_test(test_gauss_sigma_1),
-        cmocka_unit_test(test_gauss_sigma_10),    cmocka_unit_test(test_gauss_sigma_1000),
-        cmocka_unit_test(test_gauss_big_rational), cmocka_unit_test(test_gauss_tiny),
-        cmocka_unit_test(test_laplace),           cmocka_unit_test(test_bernoulli_exp),
-        cmocka_unit_test(test_args),              cmocka_unit_test(test_variance_to_rational),
+        cmocka_unit_test(test_gauss_sigma_half),
+        cmocka_unit_test(test_gauss_sigma_1),
+        cmocka_unit_test(test_gauss_sigma_10),
+        cmocka_unit_test(test_gauss_sigma_1000),
+        cmocka_unit_test(test_gauss_big_rational),
+        cmocka_unit_test(test_gauss_tiny),
+        cmocka_unit_test(test_laplace),
+        cmocka_unit_test(test_bernoulli_exp),
+        cmocka_unit_test(test_args),
+        cmocka_unit_test(test_variance_to_rational),
         cmocka_unit_test(test_exp_m1_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

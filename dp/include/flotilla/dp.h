@@ -36,6 +36,9 @@ extern "C" {
 /* FL_DP_SEED_BYTES, for bindings. */
 FL_API size_t fl_dp_seed_bytes(void);
 
+/* FL_DP_RNG_BUFFER_BYTES, for bindings. */
+FL_API size_t fl_dp_rng_buffer_bytes(void);
+
 /* Fill callback: write exactly n uniformly random bytes to buf and return FL_OK, or return
  * an error code (the rng becomes failed with that code). n <= FL_DP_RNG_BUFFER_BYTES. */
 typedef fl_status (*fl_dp_rng_fill_fn)(void *user, uint8_t *buf, size_t n);
@@ -85,9 +88,11 @@ FL_API fl_status fl_dp_rng_uniform(fl_dp_rng *rng, uint64_t *out, uint64_t bound
 
 /* ---- exact samplers (Canonne, Kamath, Steinke 2020) ----
  * Exact: every accept/reject is decided by integer comparisons against random bits, so the
- * output distribution is exactly the stated one (given a uniform source). Running time is
- * random and depends on the output (as in the paper): do not use where timing is observable
- * by an adversary in a way that matters for your threat model. */
+ * output distribution is the stated one given a uniform source. The only departures are
+ * events of probability below 2^-1000 per sample: a comparison with the stored 1024-bit
+ * expansion of exp(-1) that ties on all bits falls back to fresh coins, and a proposal so
+ * large that 128-bit arithmetic would overflow returns FL_ERR_RANGE. Running time is random
+ * and depends on the output (as in the paper): mind timing side channels where they matter. */
 
 /* Largest sigma2_num and sigma2_den accepted by the Gaussian sampler (2^40). */
 #define FL_DP_SIGMA2_MAX ((uint64_t)1 << 40)
@@ -103,8 +108,9 @@ FL_API fl_status fl_dp_rng_uniform(fl_dp_rng *rng, uint64_t *out, uint64_t bound
 FL_API fl_status fl_dp_discrete_gaussian(fl_dp_rng *rng, int64_t *out, size_t n,
                                          uint64_t sigma2_num, uint64_t sigma2_den);
 
-/* Adds n discrete Gaussian samples (as above) to vec in place, failing with FL_ERR_RANGE
- * (vec unchanged from that element on) if a sum would overflow int64_t. */
+/* Adds n discrete Gaussian samples (as above) to vec in place. On FL_ERR_RANGE (a sum would
+ * overflow int64_t) or another error, the elements before the failing one have been noised
+ * and the rest are unchanged; do not release vec after an error. */
 FL_API fl_status fl_dp_discrete_gaussian_add(fl_dp_rng *rng, int64_t *vec, size_t n,
                                              uint64_t sigma2_num, uint64_t sigma2_den);
 
@@ -317,8 +323,9 @@ FL_API void fl_dp_distributed_params_init(fl_dp_distributed_params *p);
  * noise_multiplier * clip (model units) once n_min clients survive, at most n_max clients
  * summed, modulus 2^modulus_bits, and a wrap-around probability <= wrap_prob. gamma is the
  * smallest value for which the sub-Gaussian bound 2 d' exp(-2^(2b) / (8 v)) <= wrap_prob,
- * v = (n_max c / gamma)^2 / d' + n_max / 4 + (n_max / n_min) (z c / gamma)^2, holds; the
- * per-client variance (z c / gamma)^2 / n_min is rounded up to a rational. p->dim, clip,
+ * v = (n_max c / gamma)^2 / d' + n_max / 4 + (n_max / n_min) (z c / gamma)^2, holds (widened if
+ * needed so that the per-client variance stays <= FL_DP_SIGMA2_MAX); the per-client variance
+ * (z c / gamma)^2 / n_min is rounded up to a rational. p->dim, clip,
  * beta, modulus_bits, n_min are taken from *p and the rest filled in. Returns FL_OK,
  * FL_ERR_MISUSE (bad arguments), FL_ERR_RANGE (no gamma works: more bits are needed). */
 FL_API fl_status fl_dp_distributed_choose(fl_dp_distributed_params *p, double noise_multiplier,

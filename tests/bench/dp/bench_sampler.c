@@ -105,15 +105,14 @@ int main(int argc, char **argv) {
         printf("{\"impl\": \"flotilla\", \"dist\": \"%s\", \"sigma\": %.17g, \"sigma2_num\": %llu, "
                "\"sigma2_den\": %llu, \"count\": %llu, \"seconds\": %.6f, "
                "\"samples_per_s\": %.1f, \"mean\": %.6g, \"var\": %.6g, \"rng\": \"%s\"}\n",
-               laplace ? "discrete_laplace" : "discrete_gaussian", sigma,
-               (unsigned long long)num, (unsigned long long)den, count, dt, rate, mean, var,
-               use_os ? "os" : "chacha20");
+               laplace ? "discrete_laplace" : "discrete_gaussian", sigma, (unsigned long long)num,
+               (unsigned long long)den, count, dt, rate, mean, var, use_os ? "os" : "chacha20");
     else
         printf("%s sigma=%g (sigma^2=%llu/%llu) count=%llu: %.3f s, %.2f M samples/s, "
                "mean %.4g var %.6g (rng %s)\n",
-               laplace ? "discrete laplace" : "discrete gaussian", sigma,
-               (unsigned long long)num, (unsigned long long)den, count, dt, rate / 1e6, mean,
-               var, use_os ? "os" : "chacha20");
+               laplace ? "discrete laplace" : "discrete gaussian", sigma, (unsigned long long)num,
+               (unsigned long long)den, count, dt, rate / 1e6, mean, var,
+               use_os ? "os" : "chacha20");
     free(buf);
     fl_dp_rng_destroy(rng);
     return 0;
