@@ -230,12 +230,15 @@ static int get_int(struct ck *c, const json_t *obj, const char *key, int64_t min
 }
 
 /* String of 1..max printable ASCII bytes (0x20..0x7e when spaces, else 0x21..0x7e). */
+/* String of 1..max bytes. spaces 0: printable ASCII 0x21..0x7e; 1: also space; 2: any
+ * byte >= 0x20 but DEL (UTF-8 text, which Jansson has already validated: population
+ * names, as the store accepts them). */
 static int text_ok(const char *s, size_t n, size_t max, int spaces) {
     if (n == 0 || n > max)
         return 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch < (spaces ? 0x20 : 0x21) || ch > 0x7e)
+        if (ch < (spaces ? 0x20 : 0x21) || ch == 0x7f || (ch > 0x7e && spaces < 2))
             return 0;
     }
     return 1;
@@ -302,7 +305,7 @@ static int check_pop_ref(struct ck *c, const json_t *e, const struct fl__store_a
                          int creating) {
     const char *name;
     int64_t id;
-    if (get_str(c, e, "population", FL_STORE_NAME_MAX, 1, &name) ||
+    if (get_str(c, e, "population", FL_STORE_NAME_MAX, 2, &name) ||
         get_int(c, e, "population_id", 1, INT64_MAX, &id))
         return -1;
     if (creating) {

@@ -644,6 +644,32 @@ static void test_oom_walk(void **state) {
     store_tdir_rm(&f.t);
 }
 
+/* Population names are UTF-8 text: they reach the log escaped, and the bundle verifies. */
+static void test_utf8_population(void **state) {
+    (void)state;
+    struct audit_fx f;
+    audit_fx_setup(&f, 2);
+    int64_t pop = 0, seq = 0;
+    STORE_OK(f.st, fl_store_population_create(f.st, &pop, "clavier-\xc3\xa9t\xc3\xa9 \"q\"", NULL,
+                                              1.0, 0, NULL));
+    STORE_OK(f.st, fl_store_audit_append_population(f.st, &seq, pop));
+    fl_store_audit_entry *e = NULL;
+    STORE_OK(f.st, fl_store_audit_entry_get(f.st, &e, seq));
+    assert_non_null(strstr(e->json, "\"population\":\"clavier-\\u00E9t\\u00E9 \\\"q\\\"\""));
+    fl_store_free(f.st, e);
+    STORE_OK(f.st, fl_store_audit_checkpoint_sign(f.st, NULL, AUDIT_ORIGIN, f.sk));
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    STORE_OK(f.st, fl_store_audit_export(f.st, &buf, &len));
+    fl_store_audit_bundle *b = NULL;
+    fl_store_audit_verdict v;
+    assert_int_equal(fl_store_audit_bundle_open(&b, buf, len, NULL), FL_OK);
+    assert_int_equal(fl_store_audit_bundle_verify(b, NULL, &v), FL_OK);
+    fl_store_audit_bundle_close(b);
+    fl_store_free(f.st, buf);
+    audit_fx_teardown(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
@@ -657,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_export_round_trip),
         cmocka_unit_test(test_oom_walk),
+        cmocka_unit_test(test_utf8_population),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
