@@ -66,7 +66,8 @@ static int laplace_t(struct fl_dp_rng *rng, uint64_t t, uint64_t xmax, uint64_t 
             v++;
         if (rng->failed)
             return 1;
-        if (v > (xmax - u) / t)
+        /* v t + u <= xmax; xmax / t >= 2^21, so the division only runs for huge v. */
+        if (v >= (uint64_t)1 << 20 && v > (xmax - u) / t)
             return -1;
         uint64_t x = u + t * v;
         unsigned neg = fl__dp_rng_bit(rng);

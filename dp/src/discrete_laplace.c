@@ -28,9 +28,9 @@ fl_status fl_dp_discrete_laplace(fl_dp_rng *rng, int64_t *out, size_t n, uint64_
         if (rng->failed)
             break;
         /* X = U + t V stays below 2^63 except with probability exp(-2^22). */
-        if (v > (((uint64_t)1 << 63) - 1 - u) / t)
+        if (v >= (uint64_t)1 << 20 && v > (((uint64_t)1 << 63) - 1 - u) / t)
             return fl__err_set(&rng->err, FL_ERR_RANGE, "fl_dp_discrete_laplace: overflow");
-        uint64_t y = (u + t * v) / s;
+        uint64_t y = s == 1 ? u + t * v : (u + t * v) / s;
         unsigned neg = fl__dp_rng_bit(rng);
         if (neg && y == 0)
             continue;
