@@ -10,11 +10,13 @@
 
 /* Discrete Gaussian parameters precomputed from sigma^2 = num/den (reduced). */
 struct fl__dp_dgauss {
-    uint64_t num, den; /* sigma^2 = num/den, reduced, each in [1, 2^40] */
-    uint64_t t;        /* Laplace proposal scale floor(sigma) + 1 */
-    fl__dp_u128 tden;  /* t * den */
-    fl__dp_u128 d;     /* 2 t^2 num den: denominator of the acceptance exponent */
-    uint64_t xmax;     /* largest proposal magnitude with |Y| t den < 2^63 */
+    uint64_t num, den;  /* sigma^2 = num/den, reduced, each in [1, 2^40] */
+    uint64_t t;         /* Laplace proposal scale 2^s, within sqrt(2) of sigma */
+    unsigned s;         /* log2 t, <= 21 */
+    uint8_t geo_th[32]; /* per-bit thresholds of the proposal (geometric_bits.h) */
+    fl__dp_u128 tden;   /* t * den */
+    fl__dp_u128 d;      /* 2 t^2 num den: denominator of the acceptance exponent */
+    uint64_t xmax;      /* largest proposal magnitude with |Y| t den < 2^63 */
 };
 
 /* Validates and precomputes; FL_OK or FL_ERR_MISUSE (no message). */

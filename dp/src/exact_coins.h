@@ -113,6 +113,23 @@ static inline unsigned fl__dp_coin56(struct fl_dp_rng *rng, uint64_t a, uint64_t
     }
 }
 
+/* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^119: the same byte-wise comparison in 128-bit
+ * arithmetic ((x + 1) b <= 2^8 b < 2^127). */
+static inline unsigned fl__dp_coin119(struct fl_dp_rng *rng, fl__dp_u128 a, fl__dp_u128 b) {
+    const unsigned w = FL__DP_COIN_BITS;
+    for (;;) {
+        fl__dp_u128 x = fl__dp_rng_take(rng, w);
+        fl__dp_u128 p = x * b, big_a = a << w;
+        if (p + b <= big_a)
+            return 1;
+        if (p >= big_a)
+            return 0;
+        a = big_a - p;
+        if (rng->failed)
+            return 0;
+    }
+}
+
 /* Bernoulli(exp(-n/d)) for 0 <= n <= d, 1 <= d < 2^127 (CKS20 Algorithm 1, gamma in [0,1]):
  * A_k = Bernoulli(gamma / k) until the first 0 at K; the answer is K odd. */
 static inline unsigned fl__dp_bern_exp_frac(struct fl_dp_rng *rng, fl__dp_u128 n, fl__dp_u128 d) {
@@ -125,6 +142,16 @@ static inline unsigned fl__dp_bern_exp_frac(struct fl_dp_rng *rng, fl__dp_u128 n
         while (k < 256 && fl__dp_coin56(rng, nn, b) && !rng->failed) {
             k++;
             b += dd;
+        }
+        if (k < 256 || rng->failed)
+            return (unsigned)(k & 1) & !rng->failed;
+    }
+    if ((d >> 110) == 0) {
+        /* d k < 2^119 while k < 256: byte-wise 128-bit coins. */
+        fl__dp_u128 b = d * k;
+        while (k < 256 && fl__dp_coin119(rng, n, b) && !rng->failed) {
+            k++;
+            b += d;
         }
         if (k < 256 || rng->failed)
             return (unsigned)(k & 1) & !rng->failed;

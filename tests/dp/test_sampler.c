@@ -13,6 +13,7 @@
 #include "exact_coins.h"
 #include "fl_test.h"
 #include "flotilla/dp.h"
+#include "geometric_bits.h"
 
 #define Z_1E6 4.753424 /* upper 1e-6 quantile of N(0, 1) */
 
@@ -245,6 +246,52 @@ static void test_exp_m1_table(void **state) {
     fl_dp_rng_destroy(rng);
 }
 
+/* Proposal low part for t = 2^s: table bytes agree with libm, and U follows exp(-u/2^s)
+ * (chi-square at the 1e-6 level); the exact fallback coin has the right frequency. */
+static void test_geometric_bits(void **state) {
+    (void)state;
+    for (unsigned j = 1; j <= FL__DP_GEO_MAX_S; j++) {
+        double p = 1.0 / (1.0 + exp(ldexp(1.0, -(int)j)));
+        double top = (fl__dp_geo_p[j - 1][0] * 256.0 + fl__dp_geo_p[j - 1][1]) / 65536.0;
+        assert_true(p >= top && p < top + 1.0 / 65536);
+    }
+    fl_dp_rng *rng = seeded(22);
+    uint8_t th[32];
+    const unsigned ss[3] = {3, 9, 17};
+    for (int c = 0; c < 3; c++) {
+        unsigned s = ss[c];
+        fl__dp_geo_thresholds(th, s);
+        /* Bin u by its top 3 bits: P(bin b) ~ sum over the bin of exp(-u/2^s). */
+        const long n = 400000;
+        double cnt[8] = {0}, ex[8] = {0}, z = 0;
+        for (uint64_t u = 0; u < ((uint64_t)1 << s); u++) {
+            double w = exp(-ldexp((double)u, -(int)s));
+            ex[u >> (s - 3)] += w;
+            z += w;
+        }
+        for (long i = 0; i < n; i++) {
+            uint64_t u = fl__dp_geo_low(rng, s, th);
+            assert_true(u < ((uint64_t)1 << s));
+            cnt[u >> (s - 3)] += 1;
+        }
+        double chi = 0;
+        for (int b = 0; b < 8; b++) {
+            double e = ex[b] / z * (double)n;
+            chi += (cnt[b] - e) * (cnt[b] - e) / e;
+        }
+        assert_true(chi < chi2_quantile_1e6(7));
+    }
+    assert_int_equal(fl__dp_geo_low(rng, 0, th), 0);
+    for (unsigned j = 1; j <= 2; j++) {
+        double p = 1.0 / (1.0 + exp(ldexp(1.0, -(int)j)));
+        long hits = 0;
+        for (long i = 0; i < 100000; i++)
+            hits += fl__dp_geo_bit_fallback(rng, j);
+        assert_true(fabs(hits / 100000.0 - p) < 5 * sqrt(p * (1 - p) / 100000));
+    }
+    fl_dp_rng_destroy(rng);
+}
+
 static void test_args(void **state) {
     (void)state;
     fl_dp_rng *rng = seeded(30);
@@ -308,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_args),
         cmocka_unit_test(test_variance_to_rational),
         cmocka_unit_test(test_exp_m1_table),
+        cmocka_unit_test(test_geometric_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
