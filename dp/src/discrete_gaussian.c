@@ -62,9 +62,35 @@ static int laplace_t(struct fl_dp_rng *rng, unsigned s, const uint8_t *th, uint6
         if (rng->failed)
             return 1;
         uint64_t u = fl__dp_geo_low(rng, s, th);
+        /* V: four Bernoulli(exp(-1)) coins at once from one 32-bit draw (byte i < 0x5e is a
+         * success, == 0x5e a tie on the first byte of exp(-1)); V is the number of leading
+         * successes. Ties before the first failure, or four successes, continue coin by coin
+         * on fresh bits, which is the same sequence of independent coins. */
         uint64_t v = 0;
-        while (fl__dp_bern_exp1(rng))
-            v++;
+        {
+            uint32_t r = (uint32_t)fl__dp_rng_take(rng, 32);
+            unsigned succ = 0, tie = 0;
+            for (unsigned i = 0; i < 4; i++) {
+                unsigned b = (r >> (8 * i)) & 0xffu;
+                succ |= (unsigned)(b < 0x5e) << i;
+                tie |= (unsigned)(b == 0x5e) << i;
+            }
+            unsigned f = (unsigned)__builtin_ctz(~succ); /* first failing lane, 4 if none */
+            if (__builtin_expect((tie & ((2u << f) - 1)) != 0 || f == 4, 0)) {
+                /* Resolve lane by lane: a tied lane finishes its comparison on fresh bytes. */
+                for (f = 0; f < 4; f++) {
+                    unsigned c = (tie >> f) & 1 ? fl__dp_bern_exp1_rest(rng) : (succ >> f) & 1;
+                    if (!c)
+                        break;
+                }
+                v = f;
+                if (f == 4)
+                    while (fl__dp_bern_exp1(rng))
+                        v++;
+            } else {
+                v = f;
+            }
+        }
         if (rng->failed)
             return 1;
         /* v t + u <= xmax; xmax / t >= 2^21, so the division only runs for huge v. */

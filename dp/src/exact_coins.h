@@ -96,6 +96,19 @@ static inline unsigned fl__dp_bern_exp1(struct fl_dp_rng *rng) {
     return fl__dp_bern_exp1_alg1(rng);
 }
 
+/* Bernoulli(exp(-1)) after the first byte of U tied with 0x5e: the remaining bytes. */
+static inline unsigned fl__dp_bern_exp1_rest(struct fl_dp_rng *rng) {
+    for (unsigned i = 1; i < 128; i++) {
+        unsigned d = (unsigned)(fl__dp_exp_m1_words[i >> 3] >> (56 - 8 * (i & 7))) & 0xffu;
+        unsigned x = (unsigned)fl__dp_rng_take(rng, 8);
+        if (x != d)
+            return (x < d) & !rng->failed;
+        if (rng->failed)
+            return 0;
+    }
+    return fl__dp_bern_exp1_alg1(rng);
+}
+
 /* Bernoulli(a / b) for 0 <= a <= b, 1 <= b < 2^56: fl__dp_coin64 in 64-bit arithmetic
  * ((x + 1) b <= 2^8 b < 2^64). */
 static inline unsigned fl__dp_coin56(struct fl_dp_rng *rng, uint64_t a, uint64_t b) {
