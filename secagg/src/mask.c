@@ -34,6 +34,28 @@ out:
     return rc;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FL__SA_LOAD_LE(dst, src) memcpy(&(dst), (src), 4)
+#else
+#define FL__SA_LOAD_LE(dst, src) ((dst) = fl__get_u32le(src))
+#endif
+
+void fl__sa_add_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        FL__SA_LOAD_LE(v, p + 4 * i);
+        acc[i] += v;
+    }
+}
+
+void fl__sa_sub_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        FL__SA_LOAD_LE(v, p + 4 * i);
+        acc[i] -= v;
+    }
+}
+
 /* Adds `blocks` to the 128-bit big-endian counter in iv. */
 static void iv_add(uint8_t iv[16], uint64_t blocks) {
     unsigned carry = 0;
@@ -58,14 +80,10 @@ int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sig
         size_t m = dim - off < FL__SA_MASK_CHUNK ? dim - off : FL__SA_MASK_CHUNK;
         if (crypto->prg(scratch, m * 4, s) != 0)
             goto out;
-        uint32_t *a = acc + off;
-        if (sign > 0) {
-            for (size_t i = 0; i < m; i++)
-                a[i] += fl__get_u32le(scratch + 4 * i);
-        } else {
-            for (size_t i = 0; i < m; i++)
-                a[i] -= fl__get_u32le(scratch + 4 * i);
-        }
+        if (sign > 0)
+            fl__sa_add_u32le(acc + off, scratch, m);
+        else
+            fl__sa_sub_u32le(acc + off, scratch, m);
         iv_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
     }
     rc = 0;

@@ -136,6 +136,11 @@ int fl__sa_buf_reserve(struct fl__sa_buf *b, const fl_allocator *a, size_t n);
 /* Wipes and frees. */
 void fl__sa_buf_free(struct fl__sa_buf *b, const fl_allocator *a);
 
+/* acc[i] += (or -=) the i-th little-endian u32 of p, for i < n. Vectorizable: restrict
+ * pointers, memcpy loads on little-endian hosts. */
+void fl__sa_add_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t n);
+void fl__sa_sub_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t n);
+
 /* Bitmap helpers (bit i of byte i / 8, LSB first). */
 static inline int fl__sa_bit_get(const uint8_t *bm, uint32_t i) { return (bm[i >> 3] >> (i & 7)) & 1; }
 static inline void fl__sa_bit_set(uint8_t *bm, uint32_t i) { bm[i >> 3] |= (uint8_t)(1u << (i & 7)); }

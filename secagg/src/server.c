@@ -311,8 +311,7 @@ static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_r
                                s->cfg.bits);
     }
     if (eb == 4) {
-        for (size_t i = 0; i < d; i++)
-            acc[i] += fl__get_u32le(p + 4 * i);
+        fl__sa_add_u32le(acc, p, d);
     } else {
         for (size_t i = 0; i < d; i++) {
             uint32_t v = 0;
