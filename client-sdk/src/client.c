@@ -839,7 +839,11 @@ static void on_enroll(fl_client *c, int64_t now) {
                         "population or protocol");
             return;
         }
-        snprintf(c->token, sizeof(c->token), "%s", tok);
+        size_t tl = strlen(tok); /* token_ok(): at most FL_CLIENT_TOKEN_MAX_CHARS */
+        if (tl >= sizeof(c->token))
+            tl = sizeof(c->token) - 1;
+        memcpy(c->token, tok, tl);
+        c->token[tl] = '\0';
         fl_memzero(tok, sizeof(tok));
         c->failures = 0;
         c->next_ms = now;

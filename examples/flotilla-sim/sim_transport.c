@@ -28,6 +28,9 @@ struct sim_ft {
     void *capture_user;
     sim_ft_decide_fn decide;
     void *decide_user;
+    sim_ft_observe_fn observe;
+    void *observe_user;
+    const fl_client_request *req;  /* the request in flight (owned by the SDK) */
     int64_t offline_until;         /* clock ms; requests before it are lost */
     /* the exchange in flight */
     enum sim_ft_action action;     /* chosen at send */
@@ -81,6 +84,7 @@ static enum sim_ft_action match_rules(sim_ft *ft, const fl_client_request *req) 
 static fl_status ft_send(void *ctx, const fl_client_request *req) {
     sim_ft *ft = ctx;
     ft->stats.requests++;
+    ft->req = req;
     ft->lost = 0;
     int64_t delay = 0, off = 0;
     enum sim_ft_action a = SIM_FT_PASS;
@@ -108,10 +112,17 @@ static fl_status ft_send(void *ctx, const fl_client_request *req) {
     return ft->inner.send(ft->inner.ctx, req);
 }
 
+static void observe(sim_ft *ft, int status) {
+    if (ft->observe && ft->req)
+        ft->observe(ft->observe_user, ft->req, status);
+    ft->req = NULL;
+}
+
 static fl_status ft_recv(void *ctx, fl_client_response *resp) {
     sim_ft *ft = ctx;
     if (ft->lost) {
         ft->lost = 0;
+        observe(ft, 0);
         return FL_ERR_IO;
     }
     size_t limit = fl_client_response_limit(resp);
@@ -139,8 +150,10 @@ static fl_status ft_recv(void *ctx, fl_client_response *resp) {
         rc = FL_ERR_IO;
     if (rc != FL_OK) {
         fl_client_response_reset(ft->scratch, limit);
+        observe(ft, 0);
         return rc;
     }
+    observe(ft, fl_client_response_status(ft->scratch));
     rc = fl_client_response_set_status(resp, fl_client_response_status(ft->scratch));
     for (size_t i = 0;
          rc == FL_OK && fl_client_response_header_at(ft->scratch, i, &name, &value) == FL_OK;
@@ -171,6 +184,7 @@ static fl_status ft_recv(void *ctx, fl_client_response *resp) {
 static void ft_cancel(void *ctx) {
     sim_ft *ft = ctx;
     ft->lost = 0;
+    ft->req = NULL;
     if (ft->inner.cancel)
         ft->inner.cancel(ft->inner.ctx);
 }
@@ -243,6 +257,11 @@ void sim_ft_set_capture(sim_ft *ft, sim_ft_capture_fn fn, void *user) {
 void sim_ft_set_decide(sim_ft *ft, sim_ft_decide_fn fn, void *user) {
     ft->decide = fn;
     ft->decide_user = user;
+}
+
+void sim_ft_set_observe(sim_ft *ft, sim_ft_observe_fn fn, void *user) {
+    ft->observe = fn;
+    ft->observe_user = user;
 }
 
 void sim_ft_set_offline_until(sim_ft *ft, int64_t until_ms) {

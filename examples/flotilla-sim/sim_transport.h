@@ -60,6 +60,10 @@ typedef void (*sim_ft_capture_fn)(void *user, enum sim_ft_dir dir, const void *d
 typedef enum sim_ft_action (*sim_ft_decide_fn)(void *user, const fl_client_request *req,
                                                int64_t *delay_ms, int64_t *offline_until_ms);
 
+/* Observer, told the HTTP status of every exchange that completed (status 0: it failed on
+ * the way, lost or a transport error). */
+typedef void (*sim_ft_observe_fn)(void *user, const fl_client_request *req, int status);
+
 /* Wraps inner (copied; its ctx must outlive the wrapper). clock: NULL = CLOCK_REALTIME ms.
  * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_NOMEM. */
 fl_status sim_ft_create(sim_ft **out, const fl_client_transport *inner, fl_client_clock_fn clock,
@@ -73,6 +77,7 @@ fl_status sim_ft_add_rule(sim_ft *ft, const sim_ft_rule *rule);
 void sim_ft_clear_rules(sim_ft *ft);
 void sim_ft_set_capture(sim_ft *ft, sim_ft_capture_fn fn, void *user);
 void sim_ft_set_decide(sim_ft *ft, sim_ft_decide_fn fn, void *user);
+void sim_ft_set_observe(sim_ft *ft, sim_ft_observe_fn fn, void *user);
 /* The device is offline (every request lost) until clock time until_ms (0 = online now). */
 void sim_ft_set_offline_until(sim_ft *ft, int64_t until_ms);
 

@@ -1,0 +1,978 @@
+/* flotilla-sim: N SDK clients in one process against a coordinator.
+ *
+ * Each simulated device is a real fl_client (own example store with its partition of
+ * Fashion-MNIST, the libcurl transport wrapped by sim_transport for injected dropouts and
+ * slow uploads) on its own small-stack thread, stepping the client and sleeping until the
+ * next action. The coordinator is either started in-process on 127.0.0.1 with a temporary
+ * SQLite database (default) or reached at --url. The population is created through the
+ * admin API. The main thread watches the rounds through the admin API, evaluates each new
+ * model version on the 10k test set, reads epsilon from /metrics and prints one line per
+ * round.
+ *
+ *   flotilla-sim --clients 1000 --per-round 100 --rounds 30 --alpha 0.5 --secagg on \
+ *                --dp central --noise 1.0 --epsilon 8 --summary-json out.json
+ *
+ * Executable: printing and exit codes are allowed here (house style 8). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <zlib.h>
+
+#include "flotilla/client.h"
+#include "flotilla/coordinator.h"
+#include "sim_transport.h"
+
+#define EXIT_SKIP 77
+#define ADMIN_TOKEN_DEFAULT "fla_flotilla-sim-admin-token-0123456789abcdef"
+#define RING 4096 /* per-round tallies, indexed by round id modulo RING */
+
+/* ---- options ---- */
+
+struct opts {
+    int clients, per_round, rounds;
+    double alpha;              /* Dirichlet concentration; 0 = IID */
+    double dropout;            /* per-phase probability that a device vanishes */
+    double slow;               /* fraction of slow devices */
+    int slow_ms;               /* their extra delay before uploading */
+    bool secagg;
+    const char *dp;            /* none, central, distributed */
+    double noise, epsilon, delta, clip;
+    const char *model;         /* "784-128-10" */
+    uint64_t seed;
+    int epochs, batch;
+    double lr, server_lr, over_selection;
+    long train_n, test_n;      /* subsample sizes (0 = all) */
+    const char *data;
+    const char *url, *admin_token, *key_hex, *population;
+    const char *summary;
+    int deadline_s, masked_s, forming_s;
+    double rest_s;             /* a device rests up to this long after each round */
+    int max_retry_s;           /* pace steering: the longest retry the server hands out */
+    double min_accuracy;       /* exit 1 if the final accuracy is lower (CI) */
+    int timeout_s;             /* give up after this long */
+    int coord_threads;
+    int verbose;
+};
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: flotilla-sim [options]\n"
+            "  --clients N         simulated devices (100)\n"
+            "  --per-round K       clients per round, the population's target (10)\n"
+            "  --rounds R          completed rounds to run (5)\n"
+            "  --alpha A           Dirichlet non-IID concentration; 0 = IID (0)\n"
+            "  --dropout P         probability a device vanishes in each phase (0)\n"
+            "  --slow F            fraction of slow devices (0); --slow-ms MS their delay (3000)\n"
+            "  --secagg on|off     secure aggregation (on)\n"
+            "  --dp none|central|distributed  (none); --noise Z (1.0); --epsilon E budget (8)\n"
+            "  --delta D (1e-5); --clip C L2 clip norm (1.0)\n"
+            "  --model 784-128-10  MLP layer sizes\n"
+            "  --epochs E (2) --batch B (16) --lr LR (0.05) --server-lr S (1.0)\n"
+            "  --over-selection X (1.3)\n"
+            "  --train-examples N, --test-examples N  subsample Fashion-MNIST (all)\n"
+            "  --data DIR          Fashion-MNIST *.gz (/usr/share/datasets/fashion-mnist)\n"
+            "  --url URL --admin-token T --coordinator-key HEX  use a running coordinator\n"
+            "  --population NAME (sim)\n"
+            "  --deadline-s S phase deadlines (10); --masked-s S (60); --forming-s S (3)\n"
+            "  --rest-s S          after a round a device is away for uniform [0, S) s (10)\n"
+            "  --max-retry-s S     pace steering: longest retry_after_s (5)\n"
+            "  --seed S (1); --summary-json FILE; --min-accuracy A (exit 1 below)\n"
+            "  --timeout-s S (3600); --coord-threads N (4); --verbose\n");
+}
+
+static bool parse_opts(struct opts *o, int argc, char **argv) {
+    *o = (struct opts){.clients = 100, .per_round = 10, .rounds = 5, .secagg = true,
+                       .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = 1.0,
+                       .model = "784-128-10", .seed = 1, .epochs = 2, .batch = 16, .lr = 0.05,
+                       .server_lr = 1.0, .over_selection = 1.3, .slow_ms = 3000,
+                       .data = "/usr/share/datasets/fashion-mnist", .population = "sim",
+                       .admin_token = ADMIN_TOKEN_DEFAULT, .deadline_s = 10, .masked_s = 60,
+                       .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600, .coord_threads = 4};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (strcmp(a, name) == 0 && v && ++i)
+        if (OPT("--clients")) o->clients = (int)strtol(v, NULL, 10);
+        else if (OPT("--per-round")) o->per_round = (int)strtol(v, NULL, 10);
+        else if (OPT("--rounds")) o->rounds = (int)strtol(v, NULL, 10);
+        else if (OPT("--alpha")) o->alpha = strtod(v, NULL);
+        else if (OPT("--dropout")) o->dropout = strtod(v, NULL);
+        else if (OPT("--slow")) o->slow = strtod(v, NULL);
+        else if (OPT("--slow-ms")) o->slow_ms = (int)strtol(v, NULL, 10);
+        else if (OPT("--secagg")) o->secagg = strcmp(v, "off") != 0;
+        else if (OPT("--dp")) o->dp = v;
+        else if (OPT("--noise")) o->noise = strtod(v, NULL);
+        else if (OPT("--epsilon")) o->epsilon = strtod(v, NULL);
+        else if (OPT("--delta")) o->delta = strtod(v, NULL);
+        else if (OPT("--clip")) o->clip = strtod(v, NULL);
+        else if (OPT("--model")) o->model = v;
+        else if (OPT("--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (OPT("--epochs")) o->epochs = (int)strtol(v, NULL, 10);
+        else if (OPT("--batch")) o->batch = (int)strtol(v, NULL, 10);
+        else if (OPT("--lr")) o->lr = strtod(v, NULL);
+        else if (OPT("--server-lr")) o->server_lr = strtod(v, NULL);
+        else if (OPT("--over-selection")) o->over_selection = strtod(v, NULL);
+        else if (OPT("--train-examples")) o->train_n = strtol(v, NULL, 10);
+        else if (OPT("--test-examples")) o->test_n = strtol(v, NULL, 10);
+        else if (OPT("--data")) o->data = v;
+        else if (OPT("--url")) o->url = v;
+        else if (OPT("--admin-token")) o->admin_token = v;
+        else if (OPT("--coordinator-key")) o->key_hex = v;
+        else if (OPT("--population")) o->population = v;
+        else if (OPT("--deadline-s")) o->deadline_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--masked-s")) o->masked_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--forming-s")) o->forming_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--rest-s")) o->rest_s = strtod(v, NULL);
+        else if (OPT("--max-retry-s")) o->max_retry_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--summary-json")) o->summary = v;
+        else if (OPT("--min-accuracy")) o->min_accuracy = strtod(v, NULL);
+        else if (OPT("--timeout-s")) o->timeout_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--coord-threads")) o->coord_threads = (int)strtol(v, NULL, 10);
+        else if (strcmp(a, "--verbose") == 0) o->verbose = 1;
+        else {
+            fprintf(stderr, "unknown or incomplete option %s\n", a);
+            return false;
+        }
+#undef OPT
+    }
+    if (o->clients < 2 || o->per_round < 2 || o->per_round > o->clients || o->rounds < 1 ||
+        o->alpha < 0 || o->dropout < 0 || o->dropout >= 1 || o->slow < 0 || o->slow > 1 ||
+        (strcmp(o->dp, "none") && strcmp(o->dp, "central") && strcmp(o->dp, "distributed"))) {
+        fprintf(stderr, "bad option values\n");
+        return false;
+    }
+    if (o->url && !o->key_hex) {
+        fprintf(stderr, "--url needs --coordinator-key (the pinned public key, 64 hex)\n");
+        return false;
+    }
+    return true;
+}
+
+/* ---- time, randomness ---- */
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int64_t real_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+    if (ms <= 0)
+        return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* splitmix64: the simulation's reproducible randomness (partition, dropouts, slowness). */
+static uint64_t rnd(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s) {
+    return (double)(rnd(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double normal(uint64_t *s) {
+    double u = unif(s), v = unif(s);
+    return sqrt(-2.0 * log(u > 0 ? u : 1e-300)) * cos(2 * M_PI * v);
+}
+
+/* Gamma(a, 1) by Marsaglia-Tsang (with the a < 1 boost). */
+static double gamma_draw(uint64_t *s, double a) {
+    if (a < 1) {
+        double u = unif(s);
+        return gamma_draw(s, a + 1) * pow(u > 0 ? u : 1e-300, 1.0 / a);
+    }
+    double d = a - 1.0 / 3, c = 1.0 / sqrt(9 * d);
+    for (;;) {
+        double x = normal(s), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = unif(s);
+        if (log(u > 0 ? u : 1e-300) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v;
+    }
+}
+
+/* ---- Fashion-MNIST ---- */
+
+static uint8_t *read_gz(const char *dir, const char *name, size_t *len) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *b = malloc(cap);
+    int r;
+    while (b && (r = gzread(f, b + n, (unsigned)(cap - n))) > 0) {
+        n += (size_t)r;
+        if (n == cap) {
+            uint8_t *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+            }
+            b = nb;
+        }
+    }
+    gzclose(f);
+    *len = n;
+    return b;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Images (n, 784) in [0, 1] and labels; returns n (0 if missing or malformed). */
+static size_t load_idx(const char *dir, const char *img, const char *lab, float **x, int32_t **y) {
+    size_t il = 0, ll = 0, n = 0;
+    uint8_t *ib = read_gz(dir, img, &il), *lb = read_gz(dir, lab, &ll);
+    if (ib && lb && il >= 16 && ll >= 8 && be32(ib) == 2051 && be32(lb) == 2049 &&
+        be32(ib + 8) * be32(ib + 12) == 784) {
+        n = be32(ib + 4);
+        if (il < 16 + n * 784 || ll < 8 + n)
+            n = 0;
+    }
+    if (n) {
+        *x = malloc(n * 784 * sizeof(float));
+        *y = malloc(n * sizeof(int32_t));
+        if (!*x || !*y) {
+            fprintf(stderr, "out of memory loading %s\n", img);
+            exit(1);
+        }
+        for (size_t i = 0; i < n * 784; i++)
+            (*x)[i] = (float)ib[16 + i] / 255.0f;
+        for (size_t i = 0; i < n; i++)
+            (*y)[i] = lb[8 + i];
+    }
+    free(ib);
+    free(lb);
+    return n;
+}
+
+/* Partitions n examples over c clients: IID (shuffled, equal shares) or Dirichlet(alpha)
+ * per class (Hsu et al. 2019). owner[i] receives example i's client; every client gets at
+ * least one example. */
+static void partition(int *owner, const int32_t *y, size_t n, int c, double alpha, uint64_t *s) {
+    size_t *idx = malloc(n * sizeof(size_t));
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = (size_t)(rnd(s) % (i + 1)), t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+    if (alpha <= 0) {
+        for (size_t i = 0; i < n; i++)
+            owner[idx[i]] = (int)(i % (size_t)c);
+    } else {
+        double *p = malloc((size_t)c * sizeof(double));
+        for (int k = 0; k < 10; k++) {
+            double tot = 0;
+            for (int j = 0; j < c; j++)
+                tot += p[j] = gamma_draw(s, alpha);
+            /* Walk the shuffled examples of class k, giving each client its share. */
+            size_t cnt = 0;
+            for (size_t i = 0; i < n; i++)
+                cnt += y[idx[i]] == k;
+            size_t seen = 0;
+            double acc = 0;
+            int j = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (y[idx[i]] != k)
+                    continue;
+                while (j < c - 1 && (double)seen >= (acc + p[j]) / tot * (double)cnt)
+                    acc += p[j++];
+                owner[idx[i]] = j;
+                seen++;
+            }
+        }
+        free(p);
+        /* Nobody left empty: take one example from the largest owner. */
+        size_t *count = calloc((size_t)c, sizeof(size_t));
+        for (size_t i = 0; i < n; i++)
+            count[owner[i]]++;
+        for (int j = 0; j < c; j++) {
+            if (count[j])
+                continue;
+            int big = 0;
+            for (int b = 1; b < c; b++)
+                big = count[b] > count[big] ? b : big;
+            for (size_t i = 0; i < n; i++)
+                if (owner[idx[i]] == big) {
+                    owner[idx[i]] = j;
+                    count[big]--;
+                    count[j]++;
+                    break;
+                }
+        }
+        free(count);
+    }
+    free(idx);
+}
+
+/* ---- HTTP to the coordinator (admin API, model downloads, metrics) ---- */
+
+struct buf {
+    char *p;
+    size_t len;
+};
+
+static size_t sink(char *p, size_t sz, size_t n, void *u) {
+    struct buf *b = u;
+    char *nb = realloc(b->p, b->len + sz * n + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + b->len, p, sz * n);
+    b->p = nb;
+    b->len += sz * n;
+    b->p[b->len] = 0;
+    return sz * n;
+}
+
+static long http(const char *base, const char *method, const char *path, const char *token,
+                 const char *ctype, const void *body, size_t len, struct buf *out) {
+    CURL *e = curl_easy_init();
+    if (!e)
+        return -1;
+    char url[1024], auth[300], ct[96];
+    snprintf(url, sizeof(url), "%s%s", base, path);
+    struct curl_slist *h = NULL;
+    if (token) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    if (ctype) {
+        snprintf(ct, sizeof(ct), "Content-Type: %s", ctype);
+        h = curl_slist_append(h, ct);
+    }
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body ? (const char *)body : "");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, 120L);
+    long code = -1;
+    if (curl_easy_perform(e) == CURLE_OK)
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(e);
+    return code;
+}
+
+/* ---- simulated devices ---- */
+
+struct sim;
+
+struct dev {
+    int id;
+    struct sim *sim;
+    fl_client_store *store;
+    fl_client_curl *curl;
+    sim_ft *ft;
+    fl_client *c;
+    pthread_t th;
+    bool slow;
+    uint64_t rng;              /* dropout draws */
+    int64_t dropped_round;     /* round it vanished in (counted once) */
+};
+
+struct tally {
+    _Atomic int64_t rid;       /* round this slot describes */
+    atomic_int selected, in_sum, dropped;
+};
+
+struct sim {
+    struct opts o;
+    char base[128];
+    uint8_t pk[32];
+    fl_coord *co;
+    atomic_bool stop, tick_stop;
+    pthread_t ticker;
+    struct dev *devs;
+    pthread_mutex_t train_lock; /* counting semaphore for training (one per core) */
+    pthread_cond_t train_cv;
+    int train_slots;
+    struct tally tally[RING];
+    atomic_llong injected;     /* dropouts injected */
+    _Atomic long long train_us, train_n; /* time spent in training steps */
+};
+
+static struct tally *tally_of(struct sim *s, int64_t rid) {
+    struct tally *t = &s->tally[rid % RING];
+    int64_t cur = atomic_load(&t->rid);
+    if (cur != rid && atomic_compare_exchange_strong(&t->rid, &cur, rid)) {
+        atomic_store(&t->selected, 0);
+        atomic_store(&t->in_sum, 0);
+        atomic_store(&t->dropped, 0);
+    }
+    return t;
+}
+
+static int64_t path_round(const char *path) {
+    if (strncmp(path, "/v1/rounds/", 11) != 0)
+        return 0;
+    return strtoll(path + 11, NULL, 10);
+}
+
+/* Dropouts: before each phase post (secagg) or the plain upload, the device vanishes with
+ * probability --dropout: no network until the round is surely over. Slow devices wait
+ * --slow-ms before their masked input / update. */
+static enum sim_ft_action decide(void *user, const fl_client_request *req, int64_t *delay,
+                                 int64_t *offline) {
+    struct dev *d = user;
+    struct sim *s = d->sim;
+    if (strcmp(req->method, "POST") != 0)
+        return SIM_FT_PASS;
+    bool phase = strstr(req->path, "/secagg/") || strstr(req->path, "/update");
+    if (!phase)
+        return SIM_FT_PASS;
+    int64_t rid = path_round(req->path);
+    bool upload = strstr(req->path, "/secagg/masked") || strstr(req->path, "/update");
+    if (upload && d->slow)
+        *delay = s->o.slow_ms;
+    if (s->o.dropout > 0 && d->dropped_round != rid && unif(&d->rng) < s->o.dropout) {
+        d->dropped_round = rid;
+        /* Offline past the round's last deadline, so it is dropped, not late. */
+        int64_t span = 1000LL * (3 * s->o.deadline_s + s->o.masked_s + s->o.forming_s + 5);
+        *offline = real_ms() + span;
+        atomic_fetch_add(&tally_of(s, rid)->dropped, 1);
+        atomic_fetch_add(&s->injected, 1);
+    }
+    return SIM_FT_PASS;
+}
+
+static void observe(void *user, const fl_client_request *req, int status) {
+    struct dev *d = user;
+    int64_t rid = path_round(req->path);
+    if (!rid)
+        return;
+    if (strcmp(req->method, "GET") == 0 && strstr(req->path, "/task") && status == 200)
+        atomic_fetch_add(&tally_of(d->sim, rid)->selected, 1);
+    if (strcmp(req->method, "POST") == 0 && status == 202 &&
+        (strstr(req->path, "/secagg/masked") || strstr(req->path, "/update")))
+        atomic_fetch_add(&tally_of(d->sim, rid)->in_sum, 1);
+}
+
+/* One device: steps its client and sleeps until the next action. After each round it took
+ * part in, the device is away (unplugged, in use) for a random rest, so the next rounds
+ * draw from the whole population rather than from the devices that just finished. */
+static void *dev_main(void *arg) {
+    struct dev *d = arg;
+    struct sim *s = d->sim;
+    uint64_t ended = 0;
+    while (!atomic_load(&s->stop)) {
+        fl_client_stats cs = {.struct_size = sizeof(cs)};
+        fl_client_stats_get(d->c, &cs);
+        if (cs.rounds_completed + cs.rounds_failed != ended) {
+            ended = cs.rounds_completed + cs.rounds_failed;
+            int64_t until = real_ms() + (int64_t)(unif(&d->rng) * s->o.rest_s * 1000);
+            while (real_ms() < until && !atomic_load(&s->stop))
+                sleep_ms(200);
+        }
+        bool train = cs.state == FL_CLIENT_STATE_TRAIN;
+        if (train) {
+            /* At most one training per core at a time (CPU-bound, BLAS). */
+            pthread_mutex_lock(&s->train_lock);
+            while (s->train_slots == 0)
+                pthread_cond_wait(&s->train_cv, &s->train_lock);
+            s->train_slots--;
+            pthread_mutex_unlock(&s->train_lock);
+        }
+        int64_t next = 0;
+        double t0 = train ? mono_s() : 0;
+        fl_status rc = fl_client_step(d->c, &next);
+        if (train) {
+            atomic_fetch_add(&s->train_us, (long long)((mono_s() - t0) * 1e6));
+            atomic_fetch_add(&s->train_n, 1);
+            pthread_mutex_lock(&s->train_lock);
+            s->train_slots++;
+            pthread_cond_signal(&s->train_cv);
+            pthread_mutex_unlock(&s->train_lock);
+        }
+        if (rc != FL_OK && rc != FL_ERR_AGAIN && rc != FL_ERR_CANCELLED) {
+            if (s->o.verbose)
+                fprintf(stderr, "device %d stopped: %s\n", d->id, fl_client_errmsg(d->c));
+            break;
+        }
+        int64_t wait = next - real_ms();
+        while (wait > 0 && !atomic_load(&s->stop)) {
+            sleep_ms(wait < 200 ? wait : 200);
+            wait = next - real_ms();
+        }
+    }
+    return NULL;
+}
+
+static void dev_log(void *u, fl_log_level lv, const char *msg) {
+    struct dev *d = u;
+    if (d->sim->o.verbose > 0 && lv >= FL_LOG_WARN)
+        fprintf(stderr, "  [device %d] %s\n", d->id, msg);
+}
+
+static void *tick_main(void *arg) {
+    struct sim *s = arg;
+    while (!atomic_load(&s->tick_stop)) {
+        fl_coord_tick(s->co);
+        sleep_ms(20);
+    }
+    return NULL;
+}
+
+static void coord_log(void *u, fl_log_level lv, const char *msg) {
+    struct sim *s = u;
+    static double t0;
+    if (t0 == 0)
+        t0 = mono_s();
+    if (s->o.verbose || lv >= FL_LOG_ERROR)
+        fprintf(stderr, "  %7.2f [coordinator] %s\n", mono_s() - t0, msg);
+}
+
+/* ---- monitoring ---- */
+
+/* Epsilon of the population from /metrics, or -1. */
+static double metrics_epsilon(const struct sim *s) {
+    struct buf b = {0};
+    double eps = -1;
+    if (http(s->base, "GET", "/metrics", NULL, NULL, NULL, 0, &b) == 200 && b.p) {
+        char key[160];
+        snprintf(key, sizeof(key), "flotilla_privacy_epsilon_spent{population=\"%s\"} ",
+                 s->o.population);
+        const char *p = strstr(b.p, key);
+        if (p)
+            eps = strtod(p + strlen(key), NULL);
+    }
+    free(b.p);
+    return eps;
+}
+
+/* Accuracy of model version v on the test set, or -1. */
+static double evaluate(const struct sim *s, const char *token, int64_t v, const float *x,
+                       const int32_t *y, size_t n) {
+    char path[256];
+    snprintf(path, sizeof(path), "/v1/models/%s/%lld", s->o.population, (long long)v);
+    struct buf b = {0};
+    double acc = -1;
+    if (http(s->base, "GET", path, token, NULL, NULL, 0, &b) == 200) {
+        fl_client_trainer *tr = NULL;
+        if (fl_client_trainer_create(&tr, b.p, b.len, NULL) == FL_OK)
+            fl_client_trainer_evaluate(tr, x, y, n, NULL, &acc);
+        fl_client_trainer_destroy(tr);
+    }
+    free(b.p);
+    return acc;
+}
+
+/* ---- main ---- */
+
+static int parse_sizes(const char *spec, uint32_t *sizes, int cap) {
+    int n = 0;
+    const char *p = spec;
+    while (*p && n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1)
+            return 0;
+        sizes[n++] = (uint32_t)v;
+        p = *end == '-' ? end + 1 : end;
+        if (*end && *end != '-')
+            return 0;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    struct sim *s = calloc(1, sizeof(*s));
+    if (!s || !parse_opts(&s->o, argc, argv)) {
+        usage();
+        return 2;
+    }
+    struct opts *o = &s->o;
+    /* OpenBLAS threads would fight the device threads: one BLAS thread each. */
+    if (!getenv("OPENBLAS_NUM_THREADS")) {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        execv("/proc/self/exe", argv);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if ((rlim_t)o->clients * 2 + 64 > rl.rlim_cur)
+        fprintf(stderr, "warning: %llu file descriptors may be too few for %d clients\n",
+                (unsigned long long)rl.rlim_cur, o->clients);
+    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return 1;
+    double t_start = mono_s();
+
+    /* Data. */
+    float *xtr = NULL, *xte = NULL;
+    int32_t *ytr = NULL, *yte = NULL;
+    size_t ntr = load_idx(o->data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                          &xtr, &ytr);
+    size_t nte = load_idx(o->data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+                          &xte, &yte);
+    if (!ntr || !nte) {
+        fprintf(stderr, "Fashion-MNIST not found in %s (set --data)\n", o->data);
+        return EXIT_SKIP;
+    }
+    uint64_t rs = o->seed * 0x2545f4914f6cdd1dull + 7;
+    if (o->train_n > 0 && (size_t)o->train_n < ntr) {
+        /* A random subsample (partial Fisher-Yates on rows). */
+        for (size_t i = 0; i < (size_t)o->train_n; i++) {
+            size_t j = i + (size_t)(rnd(&rs) % (ntr - i));
+            for (size_t k = 0; k < 784; k++) {
+                float t = xtr[i * 784 + k];
+                xtr[i * 784 + k] = xtr[j * 784 + k];
+                xtr[j * 784 + k] = t;
+            }
+            int32_t t = ytr[i];
+            ytr[i] = ytr[j];
+            ytr[j] = t;
+        }
+        ntr = (size_t)o->train_n;
+    }
+    if (o->test_n > 0 && (size_t)o->test_n < nte)
+        nte = (size_t)o->test_n;
+    int *owner = malloc(ntr * sizeof(int));
+    partition(owner, ytr, ntr, o->clients, o->alpha, &rs);
+
+    /* Model. */
+    uint32_t sizes[FL_CLIENT_MAX_LAYERS + 1];
+    int ns = parse_sizes(o->model, sizes, FL_CLIENT_MAX_LAYERS + 1);
+    size_t mlen = 0;
+    if (ns < 2 || sizes[0] != 784 || sizes[ns - 1] != 10) {
+        fprintf(stderr, "--model must be 784-...-10\n");
+        return 2;
+    }
+    fl_client_model_init(NULL, 0, &mlen, sizes, (size_t)ns, o->seed, NULL);
+    uint8_t *model = malloc(mlen);
+    if (!model || fl_client_model_init(model, mlen, &mlen, sizes, (size_t)ns, o->seed, NULL))
+        return 1;
+
+    /* Coordinator. */
+    char dir[] = "/tmp/flotilla-sim-XXXXXX", db[128] = "";
+    if (o->url) {
+        snprintf(s->base, sizeof(s->base), "%s", o->url);
+        if (strlen(o->key_hex) != 64 || sodium_hex2bin(s->pk, 32, o->key_hex, 64, NULL, NULL,
+                                                       NULL) != 0) {
+            fprintf(stderr, "--coordinator-key: 64 hex characters\n");
+            return 2;
+        }
+    } else {
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            return 1;
+        }
+        snprintf(db, sizeof(db), "%s/coord.db", dir);
+        fl_coord_config cc;
+        fl_coord_config_init(&cc);
+        cc.port = 0;
+        cc.threads = (unsigned)o->coord_threads;
+        cc.db_path = db;
+        cc.has_admin_token = 1;
+        crypto_hash_sha256(cc.admin_token_sha256, (const uint8_t *)o->admin_token,
+                           strlen(o->admin_token));
+        cc.logger.fn = coord_log;
+        cc.logger.user = s;
+        cc.logger.min_level = o->verbose ? FL_LOG_DEBUG : FL_LOG_INFO;
+        /* Every device connects from 127.0.0.1 and keeps its connection alive. */
+        cc.limits.per_ip_connections = 0;
+        cc.limits.max_connections = (unsigned)o->clients * 2 + 256;
+        cc.limits.connection_timeout_s = 300;
+        cc.max_long_poll_s = 30;
+        char err[256];
+        if (fl_coord_create(&s->co, &cc, err, sizeof(err)) != FL_OK ||
+            fl_coord_start(s->co) != FL_OK) {
+            fprintf(stderr, "coordinator: %s\n", s->co ? fl_coord_errmsg(s->co) : err);
+            return 1;
+        }
+        char kid[FL_COORD_KEY_ID_BYTES];
+        fl_coord_public_key(s->co, s->pk, kid);
+        snprintf(s->base, sizeof(s->base), "http://127.0.0.1:%u", fl_coord_port(s->co));
+        pthread_create(&s->ticker, NULL, tick_main, s);
+    }
+
+    /* Population through the admin API. */
+    char priv[512] = "";
+    if (strcmp(o->dp, "none") != 0)
+        snprintf(priv, sizeof(priv),
+                 ",\"noise_multiplier\":%g,\"epsilon_budget\":%g,\"delta\":%g,"
+                 "\"population_size\":%d", o->noise, o->epsilon, o->delta, o->clients);
+    int minp = (int)ceil(o->per_round * 0.8);
+    char pop[4096];
+    snprintf(pop, sizeof(pop),
+             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
+             "\"selection\":{\"target\":%d,\"over_selection\":%g,\"min_participants\":%d,"
+             "\"require\":[],\"forming_s\":%d,\"jitter_s\":1,\"min_retry_s\":1,"
+             "\"max_retry_s\":%d},"
+             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d},"
+             "\"training\":{\"epochs\":%d,\"batch_size\":%d,\"learning_rate\":%g,"
+             "\"max_examples\":100000},"
+             "\"update\":{\"weighting\":\"uniform\"},"
+             "\"strategy\":{\"name\":\"fedavg\",\"server_lr\":%g},"
+             "\"secagg\":{\"enabled\":%s},"
+             "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
+             o->population, o->per_round, o->over_selection, minp, o->forming_s,
+             o->max_retry_s, o->deadline_s,
+             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->server_lr,
+             o->secagg ? "true" : "false", o->dp, o->clip, priv);
+    struct buf b = {0};
+    long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,
+                     "application/json", pop, strlen(pop), &b);
+    json_t *j = code == 201 ? json_loads(b.p, 0, NULL) : NULL;
+    const char *et = j ? json_string_value(json_object_get(j, "enrollment_token")) : NULL;
+    if (!et) {
+        fprintf(stderr, "creating the population failed: %ld %s\n", code, b.p ? b.p : "");
+        return 1;
+    }
+    char etok[256];
+    snprintf(etok, sizeof(etok), "%s", et);
+    json_decref(j);
+    free(b.p);
+    char path[256];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", o->population);
+    b = (struct buf){0};
+    if (http(s->base, "POST", path, o->admin_token, "application/octet-stream", model, mlen,
+             &b) != 201) {
+        fprintf(stderr, "model upload failed: %s\n", b.p ? b.p : "");
+        return 1;
+    }
+    free(b.p);
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", o->population);
+    b = (struct buf){0};
+    http(s->base, "POST", path, o->admin_token, "application/json", NULL, 0, &b);
+    free(b.p);
+
+    /* Devices. */
+    s->devs = calloc((size_t)o->clients, sizeof(struct dev));
+    pthread_mutex_init(&s->train_lock, NULL);
+    pthread_cond_init(&s->train_cv, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    s->train_slots = cores > 0 ? (int)cores : 1;
+    size_t max_ex = 0;
+    for (int i = 0; i < o->clients; i++) {
+        struct dev *d = &s->devs[i];
+        d->id = i;
+        d->sim = s;
+        d->rng = o->seed * 1000003ull + (uint64_t)i;
+        d->slow = unif(&d->rng) < o->slow;
+        fl_client_store_config sc;
+        fl_client_store_config_init(&sc);
+        sc.path = ":memory:";
+        sc.feature_dim = 784;
+        if (fl_client_store_open(&d->store, &sc, NULL, 0) != FL_OK)
+            return 1;
+        size_t cnt = 0;
+        for (size_t k = 0; k < ntr; k++)
+            if (owner[k] == i) {
+                fl_client_store_add(d->store, xtr + k * 784, 784, ytr[k]);
+                cnt++;
+            }
+        max_ex = cnt > max_ex ? cnt : max_ex;
+        fl_client_curl_config tc;
+        fl_client_curl_config_init(&tc);
+        tc.base_url = s->base;
+        char err[256];
+        fl_client_transport inner, outer;
+        if (fl_client_curl_create(&d->curl, &tc, err, sizeof(err)) != FL_OK) {
+            fprintf(stderr, "transport: %s\n", err);
+            return 1;
+        }
+        fl_client_curl_transport(d->curl, &inner);
+        sim_ft_create(&d->ft, &inner, NULL, NULL);
+        sim_ft_set_decide(d->ft, decide, d);
+        sim_ft_set_observe(d->ft, observe, d);
+        sim_ft_transport(d->ft, &outer);
+        fl_client_config cfg;
+        fl_client_config_init(&cfg);
+        cfg.logger.fn = dev_log;
+        cfg.logger.user = d;
+        cfg.logger.min_level = FL_LOG_WARN;
+        cfg.population = o->population;
+        cfg.region = "EU";
+        memcpy(cfg.coordinator_key, s->pk, 32);
+        cfg.has_coordinator_key = 1;
+        cfg.enrollment_token = etok;
+        cfg.transport = outer;
+        cfg.store = d->store;
+        cfg.seed = o->seed * 7919u + (uint64_t)i + 1;
+        cfg.backoff_initial_ms = 500;
+        cfg.backoff_max_ms = 10000;
+        cfg.long_poll_s = 25;
+        cfg.request_timeout_ms = 60000;
+        if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK) {
+            fprintf(stderr, "client: %s\n", err);
+            return 1;
+        }
+        fl_client_eligibility e = {sizeof(e), 1, 1, 1, 90};
+        fl_client_set_eligibility(d->c, &e);
+    }
+    free(owner);
+    free(xtr);
+    free(ytr);
+    xtr = NULL;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 512 * 1024);
+    for (int i = 0; i < o->clients; i++)
+        if (pthread_create(&s->devs[i].th, &attr, dev_main, &s->devs[i]) != 0) {
+            fprintf(stderr, "could not start device thread %d\n", i);
+            return 1;
+        }
+    pthread_attr_destroy(&attr);
+    printf("flotilla-sim: %d clients (largest partition %zu examples, %s), %d per round, "
+           "model %s, secagg %s, dp %s; coordinator %s\n",
+           o->clients, max_ex, o->alpha > 0 ? "Dirichlet" : "IID", o->per_round, o->model,
+           o->secagg ? "on" : "off", o->dp, s->base);
+    fflush(stdout);
+
+    /* Watch rounds. */
+    int completed = 0, abandoned = 0;
+    int64_t last_reported = 0;
+    double acc = -1, eps = -1, t_rounds = mono_s();
+    char token[FL_CLIENT_TOKEN_MAX_CHARS + 1] = "";
+    while (completed < o->rounds && mono_s() - t_start < o->timeout_s) {
+        sleep_ms(250);
+        if (!token[0])
+            for (int i = 0; i < o->clients && !token[0]; i++)
+                if (fl_client_token(s->devs[i].c, token, sizeof(token)) != FL_OK)
+                    token[0] = 0;
+        snprintf(path, sizeof(path), "/v1/admin/populations/%s/rounds?limit=50", o->population);
+        b = (struct buf){0};
+        if (http(s->base, "GET", path, o->admin_token, NULL, NULL, 0, &b) != 200) {
+            free(b.p);
+            continue;
+        }
+        j = json_loads(b.p, 0, NULL);
+        free(b.p);
+        json_t *rounds = json_object_get(j, "rounds");
+        /* Newest first: report ended rounds in ascending order. */
+        for (size_t k = json_array_size(rounds); k-- > 0 && completed < o->rounds;) {
+            json_t *r = json_array_get(rounds, k);
+            int64_t rid = json_integer_value(json_object_get(r, "round_id"));
+            const char *st = json_string_value(json_object_get(r, "state"));
+            if (rid <= last_reported || !st)
+                continue;
+            bool done = strcmp(st, "completed") == 0, aband = strcmp(st, "abandoned") == 0;
+            if (!done && !aband)
+                break; /* later rounds cannot have ended before this one */
+            last_reported = rid;
+            struct tally *t = tally_of(s, rid);
+            if (aband) {
+                abandoned++;
+                printf("round %lld abandoned: %s\n", (long long)rid,
+                       json_string_value(json_object_get(r, "reason")));
+                fflush(stdout);
+                continue;
+            }
+            completed++;
+            int64_t v = json_integer_value(json_object_get(r, "new_model_version"));
+            acc = token[0] ? evaluate(s, token, v, xte, yte, nte) : -1;
+            eps = strcmp(o->dp, "none") != 0 ? metrics_epsilon(s) : 0;
+            printf("round %3d (id %lld): participants %3d of %3d selected, dropouts %3d, "
+                   "test accuracy %.4f, epsilon %.3f, %.1f s\n",
+                   completed, (long long)rid, atomic_load(&t->in_sum),
+                   (int)json_integer_value(json_object_get(r, "selected")),
+                   atomic_load(&t->dropped), acc, eps, mono_s() - t_start);
+            fflush(stdout);
+        }
+        json_decref(j);
+    }
+    double wall = mono_s() - t_start;
+
+    /* Shut down. */
+    double rounds_s = mono_s() - t_rounds;
+    atomic_store(&s->stop, true);
+    for (int i = 0; i < o->clients; i++)
+        fl_client_interrupt(s->devs[i].c);
+    if (s->co) {
+        /* Stopping the server answers the parked long polls, so no device stays blocked. */
+        atomic_store(&s->tick_stop, true);
+        pthread_join(s->ticker, NULL);
+        fl_coord_stop(s->co);
+    }
+    for (int i = 0; i < o->clients; i++)
+        pthread_join(s->devs[i].th, NULL);
+    fl_coord_destroy(s->co);
+    for (int i = 0; i < o->clients; i++) {
+        fl_client_destroy(s->devs[i].c);
+        sim_ft_destroy(s->devs[i].ft);
+        fl_client_curl_destroy(s->devs[i].curl);
+        fl_client_store_close(s->devs[i].store);
+    }
+    if (db[0]) {
+        static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof(path), "%s%s", db, tails[i]);
+            unlink(path);
+        }
+        rmdir(dir);
+    }
+    if (o->verbose && atomic_load(&s->train_n))
+        printf("local training: %lld steps, %.1f ms each\n", atomic_load(&s->train_n),
+               (double)atomic_load(&s->train_us) / 1e3 / (double)atomic_load(&s->train_n));
+    printf("done: %d rounds completed, %d abandoned, final accuracy %.4f, epsilon %.3f "
+           "(delta %g), %lld dropouts injected, wall %.1f s (rounds %.1f s)\n",
+           completed, abandoned, acc, eps, strcmp(o->dp, "none") ? o->delta : 0.0,
+           (long long)atomic_load(&s->injected), wall, rounds_s);
+    if (o->summary) {
+        FILE *f = fopen(o->summary, "w");
+        if (f) {
+            fprintf(f,
+                    "{\"rounds\":%d,\"rounds_abandoned\":%d,\"clients\":%d,\"per_round\":%d,"
+                    "\"alpha\":%g,\"secagg\":%s,\"dp\":\"%s\",\"noise_multiplier\":%g,"
+                    "\"final_accuracy\":%.6f,\"epsilon\":%.6f,\"delta\":%g,"
+                    "\"dropouts_injected\":%lld,\"wall_time_s\":%.3f}\n",
+                    completed, abandoned, o->clients, o->per_round, o->alpha,
+                    o->secagg ? "true" : "false", o->dp, o->noise, acc, eps,
+                    strcmp(o->dp, "none") ? o->delta : 0.0, (long long)atomic_load(&s->injected),
+                    wall);
+            fclose(f);
+        }
+    }
+    free(s->devs);
+    free(xte);
+    free(yte);
+    free(model);
+    int rc = completed >= o->rounds ? 0 : 1;
+    if (o->min_accuracy > 0 && !(acc >= o->min_accuracy)) {
+        fprintf(stderr, "final accuracy %.4f is below --min-accuracy %.4f\n", acc,
+                o->min_accuracy);
+        rc = 1;
+    }
+    free(s);
+    curl_global_cleanup();
+    return rc;
+}
