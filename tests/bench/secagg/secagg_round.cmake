@@ -1,0 +1,13 @@
+# Smoke runs of the secagg round benchmark (small sizes) so it stays working; the exit status
+# is non-zero if the secure sum differs from the plain sum. The full grid is
+# `bench_secagg --table full` (see docs/secagg.md for recorded figures).
+if(TARGET bench_secagg)
+  add_test(NAME secagg_bench_round_smoke COMMAND bench_secagg --n 30 --d 2000 --drop 0.1 --json)
+  set_tests_properties(secagg_bench_round_smoke PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
+  if(FL_HAVE_MBEDTLS)
+    add_test(NAME secagg_bench_round_smoke_mbedtls
+      COMMAND bench_secagg --n 20 --d 1000 --backend mbedtls --json)
+    set_tests_properties(secagg_bench_round_smoke_mbedtls
+      PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
+  endif()
+endif()
