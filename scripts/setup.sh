@@ -12,7 +12,7 @@ PKGS=(
   dataset-fashion-mnist
 )
 # Extra packages used only by tests (--tests) and benchmarks (--bench).
-TEST_PKGS=(python3 valgrind prometheus chromium)
+TEST_PKGS=(python3 valgrind prometheus chromium slowhttptest)
 BENCH_PKGS=(wrk)
 
 want=("${PKGS[@]}")
