@@ -6,6 +6,8 @@
 
 #include "rng_bits.h"
 
+#define FL__DP_OS_RESEED 256 /* refills (1 MiB) between OS reseeds of the OS-backed rng */
+
 size_t fl_dp_seed_bytes(void) {
     return FL_DP_SEED_BYTES;
 }
@@ -18,9 +20,27 @@ size_t fl_dp_rng_buffer_bytes(void) {
 static fl_status rng_source_fill(struct fl_dp_rng *rng) {
     uint8_t *b = (uint8_t *)rng->buf;
     switch (rng->kind) {
-    case FL__DP_RNG_OS:
-        randombytes_buf(b, FL_DP_RNG_BUFFER_BYTES);
+    case FL__DP_RNG_OS: {
+        /* Fast-key-erasure generator: the key comes from the OS CSPRNG every
+         * FL__DP_OS_RESEED refills; each refill is ChaCha20 blocks 0..63 under the current
+         * key and block 64 becomes the next key, so a later compromise of the state never
+         * reveals bytes already handed out. One getrandom call per 1 MiB instead of per
+         * 4 KiB: the syscall otherwise dominates the samplers' cost. */
+        uint8_t nonce[crypto_stream_chacha20_IETF_NONCEBYTES] = {0};
+        uint8_t next[64] = {0};
+        if (rng->refills % FL__DP_OS_RESEED == 0)
+            randombytes_buf(rng->key, sizeof(rng->key));
+        rng->refills++;
+        if (crypto_stream_chacha20_ietf(b, FL_DP_RNG_BUFFER_BYTES, nonce, rng->key) != 0 ||
+            crypto_stream_chacha20_ietf_xor_ic(next, next, sizeof(next), nonce,
+                                               FL_DP_RNG_BUFFER_BYTES / 64, rng->key) != 0) {
+            fl_memzero(next, sizeof(next));
+            return FL_ERR_CRYPTO;
+        }
+        memcpy(rng->key, next, sizeof(rng->key));
+        fl_memzero(next, sizeof(next));
         return FL_OK;
+    }
     case FL__DP_RNG_CHACHA20: {
         uint8_t nonce[crypto_stream_chacha20_IETF_NONCEBYTES] = {0};
         fl__put_u64le(nonce, rng->refills);

@@ -15,7 +15,7 @@ __extension__ typedef unsigned __int128 fl__dp_u128;
 
 enum fl__dp_rng_kind {
     FL__DP_RNG_USER = 0,    /* caller's fill callback */
-    FL__DP_RNG_OS = 1,      /* libsodium randombytes_buf */
+    FL__DP_RNG_OS = 1,      /* ChaCha20 fast key erasure, keyed by randombytes_buf */
     FL__DP_RNG_CHACHA20 = 2 /* seeded ChaCha20-IETF keystream */
 };
 
@@ -25,8 +25,8 @@ struct fl_dp_rng {
     fl_status failed;              /* sticky fill failure (FL_OK while healthy) */
     enum fl__dp_rng_kind kind;     /* which source refills buf */
     fl_dp_rng_source src;          /* user source (kind USER) */
-    uint8_t key[FL_DP_SEED_BYTES]; /* ChaCha20 key (kind CHACHA20); wiped on destroy */
-    uint64_t refills;              /* ChaCha20 nonce of the next refill */
+    uint8_t key[FL_DP_SEED_BYTES]; /* ChaCha20 key (CHACHA20, OS); wiped on destroy */
+    uint64_t refills;              /* refills so far: CHACHA20 nonce, OS reseed schedule */
     size_t pos;                    /* next unread byte of buf */
     uint64_t bits;                 /* single-bit reservoir (low bits first) */
     unsigned nbits;                /* valid bits in the reservoir */

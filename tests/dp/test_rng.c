@@ -66,6 +66,16 @@ static void test_os(void **state) {
     assert_memory_not_equal(buf, zero, sizeof(buf));
     int64_t x[16];
     assert_int_equal(fl_dp_discrete_gaussian(r, x, 16, 4, 1), FL_OK);
+    /* Across OS reseeds (every 1 MiB): 1.5 MiB of output with a flat byte histogram
+     * (chi-square with 255 degrees of freedom, upper 1e-6 quantile 384). */
+    static uint8_t big[3 << 19];
+    assert_int_equal(fl_dp_rng_bytes(r, big, sizeof(big)), FL_OK);
+    double h[256] = {0}, e = (double)sizeof(big) / 256, chi = 0;
+    for (size_t i = 0; i < sizeof(big); i++)
+        h[big[i]]++;
+    for (int i = 0; i < 256; i++)
+        chi += (h[i] - e) * (h[i] - e) / e;
+    assert_true(chi < 384);
     fl_dp_rng_destroy(r);
     fl_dp_rng_destroy(NULL);
 }

@@ -57,8 +57,11 @@ typedef struct fl_dp_rng fl_dp_rng; /* opaque buffered random source */
 FL_API fl_status fl_dp_rng_create(fl_dp_rng **out, const fl_dp_rng_source *src,
                                   const fl_allocator *alloc);
 
-/* Creates an rng on the OS CSPRNG (libsodium randombytes_buf; sodium_init is called, which is
- * idempotent and thread-safe). Use this for real noise.
+/* Creates an rng on the OS CSPRNG: a ChaCha20 fast-key-erasure generator keyed from libsodium
+ * randombytes_buf (getrandom) and re-keyed from it every 1 MiB; after each 4 KiB refill the
+ * key is replaced by further keystream, so a later compromise of the handle does not reveal
+ * earlier output. (One syscall per 4 KiB would otherwise cost more than the sampling.)
+ * sodium_init is called, which is idempotent and thread-safe. Use this for real noise.
  * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_NOMEM, FL_ERR_CRYPTO (sodium_init failed). */
 FL_API fl_status fl_dp_rng_create_os(fl_dp_rng **out, const fl_allocator *alloc);
 
@@ -99,7 +102,8 @@ FL_API fl_status fl_dp_rng_uniform(fl_dp_rng *rng, uint64_t *out, uint64_t bound
 
 /* Writes n independent samples of the discrete Gaussian N_Z(0, sigma^2) to out, where
  * sigma^2 = sigma2_num / sigma2_den: P(x) proportional to exp(-x^2 / (2 sigma^2)), x in Z.
- * CKS20 Algorithm 3 with the discrete Laplace proposal of scale t = floor(sigma) + 1.
+ * CKS20 Algorithm 3 with a discrete Laplace proposal of scale t = 2^s within a factor sqrt(2)
+ * of sigma (docs/dp.md explains the choice).
  * 1 <= sigma2_num, sigma2_den <= FL_DP_SIGMA2_MAX (sigma between 2^-20 and 2^20).
  * Returns FL_OK; FL_ERR_MISUSE (NULL rng, NULL out with n > 0, sigma^2 out of range);
  * FL_ERR_RANGE if an intermediate overflows 128 bits, which needs a proposal beyond 2^40
