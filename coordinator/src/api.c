@@ -460,12 +460,9 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         status = reply_retry(co, rep, clamp_retry(p, left > 0 ? left : 0), "round_full");
         goto out_unlock;
     }
-    fl_status rc = fl_store_participant_set(co->store, r->id, ca.client_id,
-                                            FL_STORE_PARTICIPANT_SELECTED);
-    if (rc != FL_OK) {
-        status = store_fail(co, rep, rc);
-        goto out_unlock;
-    }
+    /* Selection lives in memory: the participants reach storage with the round's outcome
+     * (one transaction at commit, or at abandon), not one synchronous write each. A crash
+     * before then abandons the round at restart, and nothing of it was used. */
     struct fl__coord_participant *pt = &r->parts[r->n];
     memcpy(pt->client_id, ca.client_id, sizeof(pt->client_id));
     uint8_t pid[16];

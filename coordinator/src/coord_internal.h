@@ -292,6 +292,7 @@ struct fl_coord {
     struct fl__coord_waiter *waiters;  /* parked long polls (lock held) */
     size_t n_waiters;
     struct fl__coord_auth_cache *auth; /* client token cache (own lock) */
+    struct evp_md_st *sha256_md;       /* OpenSSL SHA-256 (SHA-NI/AVX2): big bodies */
     fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
     void *debug_user;
 };
@@ -320,11 +321,31 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p);
 
 /* ---- HTTP layer ---- */
 
+/* An immutable, reference-counted byte body shared between the coordinator's caches
+ * (signed task bodies, the current model version) and the responses that send it, so a
+ * download is queued without copying and without the coordinator lock held while it is
+ * sent. */
+struct fl__coord_blob {
+    atomic_uint_fast32_t refs;     /* owners: caches and queued responses */
+    size_t len;                    /* bytes in data */
+    int64_t id;                    /* what it is: model version or round id */
+    char sha_hex[65];              /* SHA-256 of data, lowercase hex */
+    char sig_b64[96];              /* Flotilla-Signature over it (empty: unsigned) */
+    uint8_t *data;                 /* the bytes (malloc'ed; owned) */
+};
+
+/* Wraps data (malloc'ed, ownership taken even on failure) in a blob with one reference. */
+struct fl__coord_blob *fl__coord_blob_wrap(uint8_t *data, size_t len);
+struct fl__coord_blob *fl__coord_blob_ref(struct fl__coord_blob *b);
+/* Drops a reference; frees the blob with the last one. NULL is a no-op. */
+void fl__coord_blob_unref(struct fl__coord_blob *b);
+
 /* An answer being built by a handler. */
 struct fl__coord_reply {
     int status;
     json_t *json;                  /* body as JSON (owned), or */
-    const uint8_t *bytes;          /* a byte body (copied when queued) */
+    const uint8_t *bytes;          /* a byte body (copied when queued), or */
+    struct fl__coord_blob *blob;   /* a shared body (one reference owned; not copied) */
     size_t len;
     char *bytes_owned;             /* freed after queueing when set */
     const char *content_type;      /* for byte bodies */
@@ -348,6 +369,9 @@ struct fl__coord_req {
     char path_buf[512];
     const uint8_t *body;
     size_t body_len;
+    bool body_hashed;              /* body_sha256 holds SHA-256(body), computed while it
+                                      arrived (update and secagg posts) */
+    uint8_t body_sha256[32];
     bool park;                     /* set by a handler that suspended the connection */
     int64_t wait_until;            /* monotonic ms end of a long poll; 0 = first call */
     struct fl__coord_waiter waiter;/* linked into co->waiters while parked */
@@ -495,6 +519,9 @@ int fl__coord_fuzz_population(const uint8_t *b, size_t n);
 /* ---- utilities (util.c) ---- */
 
 void fl__coord_sha256(uint8_t out[32], const void *data, size_t len);
+/* SHA-256 of large buffers (models, updates) through OpenSSL's hardware-accelerated
+ * implementation (several times libsodium's portable one); falls back to libsodium. */
+void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len);
 void fl__coord_hex(char *out, const uint8_t *in, size_t n);          /* out: 2n+1 */
 bool fl__coord_unhex(uint8_t *out, size_t n, const char *hex);        /* exactly 2n chars */
 void fl__coord_b64url(char *out, const uint8_t *in, size_t n);        /* unpadded */

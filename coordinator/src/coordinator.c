@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "coord_internal.h"
@@ -156,6 +157,9 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
         memcpy(seed, cfg->signing_seed, 32);
     else
         randombytes_buf(seed, 32);
+    /* Large bodies (updates, models) are hashed with OpenSSL, which uses the CPU's SHA
+     * extensions; NULL (no provider) falls back to libsodium. */
+    co->sha256_md = EVP_MD_fetch(NULL, "SHA2-256", NULL);
     crypto_sign_seed_keypair(co->sign_pk, co->sign_sk, seed);
     fl_memzero(seed, sizeof(seed));
     uint8_t h[32];
@@ -264,6 +268,7 @@ void fl_coord_destroy(fl_coord *co) {
     }
     free(co->tls_cert);
     fl_memzero(co->sign_sk, sizeof(co->sign_sk));
+    EVP_MD_free(co->sha256_md);
     pthread_mutex_destroy(&co->lock);
     free(co);
 }

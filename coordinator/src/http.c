@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <microhttpd.h>
+#include <openssl/evp.h>
 
 #include "coord_internal.h"
 
@@ -22,6 +23,8 @@ struct req_ctx {
     size_t body_got;   /* received so far */
     bool answered;     /* a reply was already queued (early error) */
     bool parked;       /* the handler suspended the connection (long poll) */
+    EVP_MD_CTX *md;    /* SHA-256 of the body as it arrives (update and secagg posts), so
+                          the handler, under the coordinator lock, does not hash it */
     struct fl__coord_req rq;
 };
 
@@ -293,10 +296,24 @@ static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     }
 }
 
+static void blob_release(void *cls) {
+    fl__coord_blob_unref(cls);
+}
+
 static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
                                    enum fl__coord_route route, struct fl__coord_reply *rep) {
     struct MHD_Response *r = NULL;
-    if (rep->json) {
+    if (rep->blob) {
+        /* Shared body: the response keeps the reference and drops it once sent. */
+        rep->len = rep->blob->len;
+        r = MHD_create_response_from_buffer_with_free_callback_cls(
+            rep->blob->len, rep->blob->data, blob_release, rep->blob);
+        if (r) {
+            rep->blob = NULL;
+            if (rep->content_type)
+                MHD_add_response_header(r, "Content-Type", rep->content_type);
+        }
+    } else if (rep->json) {
         char *text = json_dumps(rep->json, JSON_COMPACT);
         if (text) {
             size_t n = strlen(text);
@@ -355,6 +372,7 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
 static void reply_clear(struct fl__coord_reply *rep) {
     if (rep->json)
         json_decref(rep->json);
+    fl__coord_blob_unref(rep->blob);
     free(rep->bytes_owned);
     memset(rep, 0, sizeof(*rep));
     rep->retry_after_s = -1;
@@ -401,9 +419,15 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
             fl__coord_error(rep, 503, "unavailable", NULL, "out of memory for the body");
             return true;
         }
+        if ((ctx->route == FL__R_UPDATE || ctx->route == FL__R_SECAGG_POST) && co->sha256_md) {
+            ctx->md = EVP_MD_CTX_new();
+            if (ctx->md && EVP_DigestInit_ex(ctx->md, co->sha256_md, NULL) != 1) {
+                EVP_MD_CTX_free(ctx->md);
+                ctx->md = NULL; /* the handler hashes the body itself */
+            }
+        }
     }
     ctx->body_len = (size_t)len;
-    (void)co;
     return false;
 }
 
@@ -456,6 +480,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return r;
         }
         memcpy(ctx->body + ctx->body_got, upload_data, n);
+        if (ctx->md && EVP_DigestUpdate(ctx->md, upload_data, n) != 1) {
+            EVP_MD_CTX_free(ctx->md);
+            ctx->md = NULL;
+        }
         ctx->body_got += n;
         atomic_fetch_add(&co->metrics.bytes_in, n);
         *upload_data_size = 0;
@@ -465,6 +493,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     ctx->answered = true;
     ctx->rq.body = ctx->body;
     ctx->rq.body_len = ctx->body_got;
+    if (ctx->md) {
+        unsigned int hl = 0;
+        ctx->rq.body_hashed = ctx->body_got == ctx->body_len &&
+                              EVP_DigestFinal_ex(ctx->md, ctx->rq.body_sha256, &hl) == 1 &&
+                              hl == 32;
+        EVP_MD_CTX_free(ctx->md);
+        ctx->md = NULL;
+    }
 run_handler:
     if (atomic_load(&co->stopped) && ctx->route != FL__R_HEALTHZ) {
         rep.retry_after_s = 5;
@@ -479,7 +515,7 @@ run_handler:
             return MHD_YES;
         }
     }
-    if (!rep.json && !rep.bytes && rep.status == 0)
+    if (!rep.json && !rep.bytes && !rep.blob && rep.status == 0)
         fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
     enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
     reply_clear(&rep);
@@ -512,6 +548,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         fl__coord_unlock(co);
     }
+    EVP_MD_CTX_free(ctx->md);
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;

@@ -414,7 +414,25 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     struct fl__coord_round *r = p->round;
     if (!r)
         return;
+    /* The selection of a synchronous round is kept in memory (api.c): record who was
+     * selected together with the abandonment, in one transaction. A participant that
+     * cannot be recorded (client erased meanwhile) is skipped; each call is a savepoint. */
+    bool own_tx = !fl_store_in_transaction(co->store) && !r->rp.buffered && r->n > 0 &&
+                  fl_store_begin(co->store) == FL_OK;
+    for (size_t i = 0; own_tx && i < r->n; i++)
+        if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
+                                     FL_STORE_PARTICIPANT_SELECTED) != FL_OK)
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s not recorded: %s",
+                    (long long)r->id, r->parts[i].client_id, fl_store_errmsg(co->store));
     fl_status rc = fl_store_round_abandon(co->store, r->id, reason);
+    if (own_tx) {
+        if (rc == FL_OK)
+            rc = fl_store_commit(co->store);
+        if (rc != FL_OK && fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+        if (rc != FL_OK) /* at least the abandonment itself */
+            rc = fl_store_round_abandon(co->store, r->id, reason);
+    }
     if (rc != FL_OK)
         fl__log(&co->logger, FL_LOG_ERROR, "round %lld: abandon failed: %s", (long long)r->id,
                 fl_store_errmsg(co->store));

@@ -319,17 +319,26 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
 void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     char why[256];
-    fl_status rc = fl_store_round_start(co->store, r->id);
+    /* OPEN -> RUNNING and the selection counts: one transaction (one fsync). */
+    fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, 0, 0};
+    bool own_tx = !fl_store_in_transaction(co->store);
+    fl_status rc = own_tx ? fl_store_begin(co->store) : FL_OK;
+    if (rc == FL_OK)
+        rc = fl_store_round_start(co->store, r->id);
+    if (rc == FL_OK)
+        rc = fl_store_round_set_counts(co->store, r->id, &counts);
+    if (rc == FL_OK && own_tx)
+        rc = fl_store_commit(co->store);
     if (rc != FL_OK) {
         fl__log(&co->logger, FL_LOG_ERROR, "round %lld: start failed: %s", (long long)r->id,
                 fl_store_errmsg(co->store));
+        if (own_tx && fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
         fl__coord_round_abandon(co, p, "storage error at round start");
         return;
     }
     r->state = FL__ROUND_RUNNING;
     r->started_at = now;
-    fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, 0, 0};
-    fl_store_round_set_counts(co->store, r->id, &counts);
     int64_t t = now;
     for (int k = 0; k < FL__PH_COUNT; k++) {
         bool used = r->rp.secagg ? k != FL__PH_CONSISTENCY : k == FL__PH_MASKED;
@@ -544,6 +553,24 @@ static int reply_accepted(struct fl__coord_reply *rep, const struct fl__coord_ro
                                     "accepted", 1));
 }
 
+/* OR of every word of an update body (vec_len words of wb bytes, little-endian) with the
+ * bits above 2^b: zero when every word is in range. Written as one branch-free pass the
+ * compiler vectorises. */
+static uint64_t words_over(const uint8_t *b, size_t vec_len, size_t wb, uint64_t mask) {
+    uint64_t bad = 0;
+    if (wb == 4) {
+        uint32_t m32 = (uint32_t)mask;
+        uint32_t bad32 = 0;
+        for (size_t i = 0; i < vec_len; i++)
+            bad32 |= fl__get_u32le(b + i * 4) & ~m32;
+        bad = bad32;
+    } else {
+        for (size_t i = 0; i < vec_len; i++)
+            bad |= fl__get_u64le(b + i * 8) & ~mask;
+    }
+    return bad;
+}
+
 int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
                              size_t len, struct fl__coord_reply *rep, uint64_t *w_out) {
     size_t wb = rp->bits <= 32 ? 4 : 8;
@@ -558,11 +585,12 @@ int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint
     if (w < 1 || w > (uint64_t)wmax)
         return fl__coord_error(rep, 400, "invalid_message", NULL,
                                "the weight coordinate must be 1..%lld", (long long)wmax);
-    for (size_t i = 0; i < rp->vec_len; i++) {
-        uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
-        if (x & ~mask)
-            return fl__coord_error(rep, 400, "invalid_message", NULL,
-                                   "coordinate %zu is not below 2^%u", i, rp->bits);
+    if (words_over(b, rp->vec_len, wb, mask)) {
+        /* Rare: find the first offending word for the message. */
+        for (size_t i = 0; i < rp->vec_len; i++)
+            if (words_over(b + i * wb, 1, wb, mask))
+                return fl__coord_error(rep, 400, "invalid_message", NULL,
+                                       "coordinate %zu is not below 2^%u", i, rp->bits);
     }
     *w_out = w;
     return 202;
@@ -578,9 +606,14 @@ static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b,
     int st = fl__coord_plain_validate(rp, b, len, rep, &w);
     if (st != 202)
         return st;
-    for (size_t i = 0; i < rp->vec_len; i++) {
-        uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
-        r->acc[i] = (r->acc[i] + x) & mask;
+    uint64_t *acc = r->acc;
+    size_t n = rp->vec_len;
+    if (wb == 4) {
+        for (size_t i = 0; i < n; i++)
+            acc[i] = (acc[i] + fl__get_u32le(b + i * 4)) & mask;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            acc[i] = (acc[i] + fl__get_u64le(b + i * 8)) & mask;
     }
     r->received++;
     (void)co;
@@ -599,7 +632,10 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                "round %lld is still forming", (long long)r->id);
     }
     uint8_t h[32];
-    fl__coord_sha256(h, rq->body, rq->body_len);
+    if (rq->body_hashed)
+        memcpy(h, rq->body_sha256, 32);
+    else
+        fl__coord_sha256_big(co, h, rq->body, rq->body_len);
     if (pt->posted & (1u << k)) {
         if (fl_memeq_ct(h, pt->hash[k], 32) == 0)
             return reply_accepted(rep, r, k, 200);

@@ -4,12 +4,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "coord_internal.h"
 
 void fl__coord_sha256(uint8_t out[32], const void *data, size_t len) {
     crypto_hash_sha256(out, data, len);
+}
+
+void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len) {
+    unsigned int n = 0;
+    if (co && co->sha256_md && EVP_Digest(data, len, out, &n, co->sha256_md, NULL) == 1 &&
+        n == 32)
+        return;
+    crypto_hash_sha256(out, data, len);
+}
+
+/* ---- shared bodies ---- */
+
+struct fl__coord_blob *fl__coord_blob_wrap(uint8_t *data, size_t len) {
+    struct fl__coord_blob *b = calloc(1, sizeof(*b));
+    if (!b) {
+        free(data);
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->data = data;
+    b->len = len;
+    return b;
+}
+
+struct fl__coord_blob *fl__coord_blob_ref(struct fl__coord_blob *b) {
+    if (b)
+        atomic_fetch_add(&b->refs, 1);
+    return b;
+}
+
+void fl__coord_blob_unref(struct fl__coord_blob *b) {
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    free(b->data);
+    free(b);
 }
 
 void fl__coord_hex(char *out, const uint8_t *in, size_t n) {
