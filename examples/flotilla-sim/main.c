@@ -53,7 +53,8 @@ struct opts {
     const char *model;         /* "784-128-10" */
     uint64_t seed;
     int epochs, batch;
-    double lr, server_lr, over_selection;
+    double lr, server_lr, over_selection, momentum;
+    const char *strategy;      /* fedavg, fedavgm, fedadam, ... */
     long train_n, test_n;      /* subsample sizes (0 = all) */
     const char *data;
     const char *url, *admin_token, *key_hex, *population;
@@ -81,7 +82,7 @@ static void usage(void) {
             "  --delta D (1e-5); --clip C L2 clip norm (1.0)\n"
             "  --model 784-128-10  MLP layer sizes\n"
             "  --epochs E (2) --batch B (16) --lr LR (0.05) --server-lr S (1.0)\n"
-            "  --over-selection X (1.3)\n"
+            "  --over-selection X (1.3); --strategy NAME (fedavg); --momentum M (fedavgm, 0.9)\n"
             "  --train-examples N, --test-examples N  subsample Fashion-MNIST (all)\n"
             "  --data DIR          Fashion-MNIST *.gz (/usr/share/datasets/fashion-mnist)\n"
             "  --url URL --admin-token T --coordinator-key HEX  use a running coordinator\n"
@@ -97,7 +98,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
     *o = (struct opts){.clients = 100, .per_round = 10, .rounds = 5, .secagg = true,
                        .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = 1.0,
                        .model = "784-128-10", .seed = 1, .epochs = 2, .batch = 16, .lr = 0.05,
-                       .server_lr = 1.0, .over_selection = 1.3, .slow_ms = 3000,
+                       .server_lr = 1.0, .over_selection = 1.3, .strategy = "fedavg", .momentum = 0.9, .slow_ms = 3000,
                        .data = "/usr/share/datasets/fashion-mnist", .population = "sim",
                        .admin_token = ADMIN_TOKEN_DEFAULT, .deadline_s = 10, .masked_s = 60,
                        .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600, .coord_threads = 4};
@@ -123,6 +124,8 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--batch")) o->batch = (int)strtol(v, NULL, 10);
         else if (OPT("--lr")) o->lr = strtod(v, NULL);
         else if (OPT("--server-lr")) o->server_lr = strtod(v, NULL);
+        else if (OPT("--strategy")) o->strategy = v;
+        else if (OPT("--momentum")) o->momentum = strtod(v, NULL);
         else if (OPT("--over-selection")) o->over_selection = strtod(v, NULL);
         else if (OPT("--train-examples")) o->train_n = strtol(v, NULL, 10);
         else if (OPT("--test-examples")) o->test_n = strtol(v, NULL, 10);
@@ -731,6 +734,9 @@ int main(int argc, char **argv) {
                  ",\"noise_multiplier\":%g,\"epsilon_budget\":%g,\"delta\":%g,"
                  "\"population_size\":%d", o->noise, o->epsilon, o->delta, o->clients);
     int minp = (int)ceil(o->per_round * 0.8);
+    char mom[64] = "";
+    if (strcmp(o->strategy, "fedavgm") == 0)
+        snprintf(mom, sizeof(mom), ",\"momentum\":%g", o->momentum);
     char pop[4096];
     snprintf(pop, sizeof(pop),
              "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
@@ -741,12 +747,13 @@ int main(int argc, char **argv) {
              "\"training\":{\"epochs\":%d,\"batch_size\":%d,\"learning_rate\":%g,"
              "\"max_examples\":100000},"
              "\"update\":{\"weighting\":\"uniform\"},"
-             "\"strategy\":{\"name\":\"fedavg\",\"server_lr\":%g},"
+             "\"strategy\":{\"name\":\"%s\",\"server_lr\":%g%s},"
              "\"secagg\":{\"enabled\":%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
              o->max_retry_s, o->deadline_s,
-             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->server_lr,
+             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->strategy,
+             o->server_lr, mom,
              o->secagg ? "true" : "false", o->dp, o->clip, priv);
     struct buf b = {0};
     long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,

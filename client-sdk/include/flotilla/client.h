@@ -425,7 +425,8 @@ typedef struct fl_client_config {
     uint32_t backoff_initial_ms;   /* first failure backoff, default 1000 */
     uint32_t backoff_max_ms;       /* cap on backoff, default 3600000 */
     uint32_t request_timeout_ms;   /* per request (not long polls), default 30000 */
-    uint32_t long_poll_s;          /* ?wait= of phase-result polls, 0..60, default 30 */
+    uint32_t long_poll_s;          /* ?wait= of phase-result and round-status long polls,
+                                      0..60 (0 = answer at once), default 30 */
     int secagg_backend;            /* fl_secagg_backend value; 0 = build default */
     uint64_t seed;                 /* 0 = OS randomness for shuffling and jitter; other
                                       values make both deterministic (tests, simulation).
