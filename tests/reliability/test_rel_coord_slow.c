@@ -244,17 +244,27 @@ static int attack_max_connected(const char *csv_prefix) {
     return best;
 }
 
+static int slow_setup(void **state) {
+    *state = fx_new();
+    return 0;
+}
+
+static int slow_teardown(void **state) {
+    fx_free(*state); /* kills a coordinator still running */
+    return 0;
+}
+
 static void test_slow(void **state) {
-    (void)state;
     char tool[512];
     if (!find_tool("slowhttptest", tool, sizeof(tool))) {
         fprintf(stderr, "slowhttptest not installed (scripts/setup.sh --tests): skipped\n");
+        fx_free(*state);
         exit(77);
     }
     int lng = rel_long();
     int secs = (int)rel_envl("FL_REL_SLOW_S", lng ? 20 : 6);
     int conns = (int)rel_envl("FL_REL_SLOW_CONNS", lng ? 400 : 200);
-    struct fx *f = fx_new();
+    struct fx *f = *state;
     fx_proc_start(f, FL_COORD_EXE);
     char *tok[1];
     struct popcfg pc = {"slow", 1000, 1, false, 0, "none", NULL, NULL, 0, 32, NULL};
@@ -264,6 +274,7 @@ static void test_slow(void **state) {
         fprintf(stderr, "cannot connect from 127.0.0.2: skipped\n");
         free(tok[0]);
         fx_free(f);
+        *state = NULL;
         exit(77);
     }
     struct lat bh = {0}, bc = {0};
@@ -318,13 +329,12 @@ static void test_slow(void **state) {
     free(bh.v);
     free(bc.v);
     free(tok[0]);
-    fx_free(f);
 }
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slow),
+        cmocka_unit_test_setup_teardown(test_slow, slow_setup, slow_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
