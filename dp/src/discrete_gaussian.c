@@ -18,6 +18,7 @@
 #include "discrete_noise.h"
 #include "exact_coins.h"
 #include "geometric_bits.h"
+#include "sampler_table.h"
 
 static uint64_t gcd_u64(uint64_t a, uint64_t b) {
     while (b) {
@@ -142,6 +143,15 @@ fl_status fl_dp_discrete_gaussian(fl_dp_rng *rng, int64_t *out, size_t n, uint64
             (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
     if (rng->failed)
         return rng->failed;
+    const struct fl__dp_sampler_table *t =
+        n >= FL__DP_TABLE_MIN_N ? fl__dp_table_get(rng, g.num, g.den) : NULL;
+    if (t) {
+        size_t bad;
+        fl_status st = fl__dp_table_sample(rng, t, out, n, 0, &bad);
+        if (st == FL_ERR_RANGE)
+            return fl__err_set(&rng->err, st, "fl_dp_discrete_gaussian: proposal overflow");
+        return st;
+    }
     for (size_t i = 0; i < n; i++) {
         fl_status st = fl__dp_dgauss_one(rng, &g, &out[i]);
         if (st == FL_ERR_RANGE)
@@ -165,6 +175,18 @@ fl_status fl_dp_discrete_gaussian_add(fl_dp_rng *rng, int64_t *vec, size_t n, ui
                            (unsigned long long)sigma2_num, (unsigned long long)sigma2_den);
     if (rng->failed)
         return rng->failed;
+    const struct fl__dp_sampler_table *t =
+        n >= FL__DP_TABLE_MIN_N ? fl__dp_table_get(rng, g.num, g.den) : NULL;
+    if (t) {
+        size_t bad;
+        fl_status st = fl__dp_table_sample(rng, t, vec, n, 1, &bad);
+        if (st == FL_ERR_RANGE && bad < n)
+            return fl__err_set(&rng->err, st,
+                               "fl_dp_discrete_gaussian_add: element %zu overflows int64", bad);
+        if (st == FL_ERR_RANGE)
+            return fl__err_set(&rng->err, st, "fl_dp_discrete_gaussian_add: proposal overflow");
+        return st;
+    }
     for (size_t i = 0; i < n; i++) {
         int64_t z;
         fl_status st = fl__dp_dgauss_one(rng, &g, &z);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rng_bits.h"
+#include "sampler_table.h"
 
 #define FL__DP_OS_RESEED 256 /* refills (1 MiB) between OS reseeds of the OS-backed rng */
 
@@ -141,6 +142,8 @@ void fl_dp_rng_destroy(fl_dp_rng *rng) {
     if (!rng)
         return;
     fl_allocator a = rng->alloc;
+    if (rng->table)
+        fl__free(&a, rng->table, sizeof(*rng->table));
     fl_memzero(rng, sizeof(*rng));
     fl__free(&a, rng, sizeof(*rng));
 }

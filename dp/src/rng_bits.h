@@ -19,6 +19,8 @@ enum fl__dp_rng_kind {
     FL__DP_RNG_CHACHA20 = 2 /* seeded ChaCha20-IETF keystream */
 };
 
+struct fl__dp_sampler_table; /* sampler_table.h */
+
 struct fl_dp_rng {
     fl_allocator alloc;            /* copied at create */
     struct fl__err err;            /* last failure detail */
@@ -30,6 +32,9 @@ struct fl_dp_rng {
     size_t pos;                    /* next unread byte of buf */
     uint64_t bits;                 /* single-bit reservoir (low bits first) */
     unsigned nbits;                /* valid bits in the reservoir */
+    /* Discrete Gaussian tables for the last sigma^2 sampled in a batch (sampler_table.c);
+     * NULL until then, freed on destroy. */
+    struct fl__dp_sampler_table *table;
     /* Word-aligned random bytes: FL_DP_RNG_BUFFER_BYTES. */
     uint64_t buf[FL_DP_RNG_BUFFER_BYTES / 8];
 };
