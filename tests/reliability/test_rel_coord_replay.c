@@ -81,6 +81,23 @@ static struct resp post_to(struct fx *f, const char *tok, int64_t rid, int phase
     return http_req(f, "POST", path, tok, "application/octet-stream", b, len, pid);
 }
 
+/* Clients selected in pop's current round (the coordinator keeps selections in memory and
+ * writes participants with the round's outcome). */
+static int64_t selected(struct fx *f, const char *pop) {
+    char name[128];
+    snprintf(name, sizeof(name), "flotilla_round_selected{population=\"%s\"}", pop);
+    double v = rel_metric(f, name);
+    return isnan(v) ? -1 : (int64_t)v;
+}
+
+/* Participant rows of round rid once it ended (each client at most once). */
+static int64_t participants(struct fx *f, int64_t rid) {
+    char q[160];
+    snprintf(q, sizeof(q), "SELECT count(*) FROM round_participants WHERE round_id = %lld",
+             (long long)rid);
+    return db_int(f, q);
+}
+
 static double accepted_total(struct fx *f) {
     return rel_metric(f, "flotilla_updates_accepted_total");
 }
@@ -208,10 +225,7 @@ static void test_replay(void **state) {
             resp_free(&rr);
             checkin_replays++;
         }
-        char q[128];
-        snprintf(q, sizeof(q), "SELECT count(*) FROM round_participants WHERE round_id = %lld",
-                 (long long)rid);
-        assert_int_equal(db_int(f, q), N);
+        assert_int_equal(selected(f, "rs"), N);
         fetch_tasks(f, c, N, rid);
         /* Old messages with their old participation ids into this round: 403. */
         for (int i = 0; i < cp->n; i++) {
@@ -225,6 +239,7 @@ static void test_replay(void **state) {
         }
         secagg_round_captured(f, c, rid, cp, &replays, &accepted);
         check_model(f, c, "rs", base);
+        assert_int_equal(participants(f, rid), N);
         accepted += replay_all(f, c, cp, "rs", &replays, &replayed200);
         /* Unchanged after the replays: same version (replay_all), same bytes. */
         float w[D], b[2];
@@ -362,12 +377,9 @@ static void test_sybil(void **state) {
     int64_t rid;
     for (int k = 0; k < 5; k++)
         checkin_all(f, c, 1, &rid);
-    char q[160];
-    snprintf(q, sizeof(q), "SELECT count(*) FROM round_participants WHERE round_id = %lld",
-             (long long)rid);
-    assert_int_equal(db_int(f, q), 1);
+    assert_int_equal(selected(f, "sy"), 1);
     checkin_all(f, c, N, &rid);
-    assert_int_equal(db_int(f, q), N);
+    assert_int_equal(selected(f, "sy"), N);
     /* A token of another population cannot join this round. */
     struct tc o;
     memset(&o, 0, sizeof(o));
@@ -411,6 +423,7 @@ static void test_sybil(void **state) {
     assert_non_null(st);
     assert_int_equal(json_integer_value(json_object_get(st, "participants")), N);
     json_decref(st);
+    assert_int_equal(participants(f, rid), N);
     float base[D];
     for (int j = 0; j < D; j++)
         base[j] = base_w(j);
