@@ -115,17 +115,17 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
     fl__coord_random(rp->rotation_seed, sizeof(rp->rotation_seed));
     fl__coord_random(rp->quant_seed, sizeof(rp->quant_seed));
 
-    fl_store_model *m = NULL;
+    struct fl__coord_blob *m = NULL;
     fl_safetensors *st = NULL;
-    fl_status rc = fl_store_model_get(co->store, &m, r->base_version);
+    fl_status rc = fl__coord_model_blob(co, p, r->base_version, &m);
     if (rc != FL_OK) {
         snprintf(why, why_len, "model version %lld: %s", (long long)r->base_version,
-                 fl_store_errmsg(co->store));
+                 rc == FL_ERR_NOMEM ? "out of memory" : fl_store_errmsg(co->store));
         goto out;
     }
     rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
     if (rc == FL_OK)
-        rc = fl_safetensors_parse(st, m->bytes, m->size);
+        rc = fl_safetensors_parse(st, m->data, m->len);
     if (rc != FL_OK) {
         snprintf(why, why_len, "model version %lld is not safetensors: %s",
                  (long long)r->base_version, fl_safetensors_errmsg(st));
@@ -193,7 +193,7 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
     }
 out:
     fl_safetensors_destroy(st);
-    fl_store_free(co->store, m);
+    fl__coord_blob_unref(m);
     return rc;
 }
 
@@ -512,17 +512,17 @@ static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__c
                              uint8_t **opt, size_t *opt_len, float **m_out, float **v_out,
                              char *why, size_t why_len) {
     const struct fl__coord_round_params *rp = &r->rp;
-    fl_store_model *bm = NULL;
+    struct fl__coord_blob *bm = NULL;
     fl_safetensors *st = NULL;
     fl_safetensors_writer *w = NULL, *ow = NULL;
     float *wv = NULL, *m = NULL, *v = NULL;
     size_t *offs = NULL;
     *model = *opt = NULL;
-    fl_status rc = fl_store_model_get(co->store, &bm, r->base_version);
+    fl_status rc = fl__coord_model_blob(co, p, r->base_version, &bm);
     if (rc == FL_OK)
         rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
     if (rc == FL_OK)
-        rc = fl_safetensors_parse(st, bm->bytes, bm->size);
+        rc = fl_safetensors_parse(st, bm->data, bm->len);
     if (rc != FL_OK) {
         snprintf(why, why_len, "reading the base model: %s", fl_status_str(rc));
         goto out;
@@ -616,7 +616,7 @@ out:
     fl_safetensors_writer_destroy(ow);
     fl_safetensors_writer_destroy(w);
     fl_safetensors_destroy(st);
-    fl_store_free(co->store, bm);
+    fl__coord_blob_unref(bm);
     free(offs);
     if (wv)
         fl__free(&co->alloc, wv, rp->dim * sizeof(float));
@@ -626,7 +626,8 @@ out:
 /* Writes everything a completed round produces in one transaction. */
 static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
                               const uint8_t *model, size_t model_len, const uint8_t *opt,
-                              size_t opt_len, uint32_t count, int64_t *version_out) {
+                              size_t opt_len, uint32_t count, int64_t *version_out,
+                              char sha_out[FL_STORE_SHA256_HEX_BYTES]) {
     char meta[256], tag[FL__COORD_NAME_MAX + 32];
     fl_store_model_ref ref, oref;
     snprintf(meta, sizeof(meta),
@@ -687,8 +688,10 @@ static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__
         rc = fl_store_commit(co->store);
     if (rc != FL_OK && fl_store_in_transaction(co->store))
         fl_store_rollback(co->store);
-    if (rc == FL_OK)
+    if (rc == FL_OK) {
         *version_out = ref.version;
+        memcpy(sha_out, ref.sha256_hex, FL_STORE_SHA256_HEX_BYTES);
+    }
     return rc;
 }
 
@@ -701,6 +704,7 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     size_t model_len = 0, opt_len = 0;
     float *m = NULL, *v = NULL;
     int64_t version = 0;
+    char sha_hex[FL_STORE_SHA256_HEX_BYTES] = "";
     int64_t t0 = fl__coord_mono_us();
     if (count == 0) {
         fl__coord_round_abandon(co, p, "no update reached the sum");
@@ -715,13 +719,20 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
         rc = build_model(co, p, r, delta, &model, &model_len, &opt, &opt_len, &m, &v, why,
                          sizeof(why));
     if (rc == FL_OK) {
-        rc = commit_round(co, p, r, model, model_len, opt, opt_len, count, &version);
+        rc = commit_round(co, p, r, model, model_len, opt, opt_len, count, &version,
+                          sha_hex);
         if (rc != FL_OK)
             snprintf(why, sizeof(why), "commit failed: %s", fl_store_errmsg(co->store));
     }
     if (delta) {
         fl_memzero(delta, rp->dim * sizeof(float));
         fl__free(&co->alloc, delta, rp->dim * sizeof(float));
+    }
+    if (rc == FL_OK) {
+        /* The new version is what devices download next and the next round's base: keep
+         * it in memory, signed once. */
+        fl__coord_model_cache_set(co, p, model, model_len, version, sha_hex);
+        model = NULL;
     }
     free(model);
     free(opt);

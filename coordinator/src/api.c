@@ -487,13 +487,12 @@ out_unlock:
 
 static void sign_body(fl_coord *co, struct fl__coord_reply *rep, const char *ctx, uint64_t id,
                       const void *body, size_t len) {
-    uint8_t msg[64], sig[64], h[32];
+    uint8_t msg[FL__COORD_SIGNED_MAX], sig[64], h[32];
     size_t n = 0;
-    if (fl_coord_signed_message(msg, sizeof(msg), &n, ctx, id, body, len) != FL_OK)
-        return;
+    fl__coord_sha256(h, body, len);
+    fl__coord_signed_message_h(msg, &n, ctx, id, h);
     crypto_sign_detached(sig, NULL, msg, n, co->sign_sk);
     fl__coord_b64(rep->sig_b64, sizeof(rep->sig_b64), sig, sizeof(sig));
-    fl__coord_sha256(h, body, len);
     fl__coord_hex(rep->sha_hex, h, 32);
 }
 
@@ -510,40 +509,32 @@ int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         status = fl__coord_error(rep, 404, "not_found", NULL, "no such model");
         goto out_unlock;
     }
-    fl_store_model *m = NULL;
-    fl_status rc = fl_store_model_get(co->store, &m, version);
-    if (rc == FL_ERR_NOT_FOUND || (rc == FL_OK && m->population_id != p->id)) {
-        fl_store_free(co->store, m);
+    /* The current version comes from memory, signed once; older ones from storage. */
+    struct fl__coord_blob *b = NULL;
+    fl_status rc = fl__coord_model_blob(co, p, version, &b);
+    if (rc == FL_ERR_NOT_FOUND) {
         status = fl__coord_error(rep, 404, "not_found", NULL, "no such model version");
+        goto out_unlock;
+    }
+    if (rc == FL_ERR_NOMEM) {
+        status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
         goto out_unlock;
     }
     if (rc != FL_OK) {
         status = store_fail(co, rep, rc);
         goto out_unlock;
     }
-    snprintf(rep->etag, sizeof(rep->etag), "\"%s\"", m->sha256_hex);
+    snprintf(rep->etag, sizeof(rep->etag), "\"%s\"", b->sha_hex);
     const char *inm = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "If-None-Match");
     if (inm && strcmp(inm, rep->etag) == 0) {
-        fl_store_free(co->store, m);
         rep->status = 304;
         status = 304;
-        goto out_unlock;
+    } else {
+        fl__coord_reply_blob(rep, b, "application/octet-stream");
+        status = 200;
+        atomic_fetch_add(&co->metrics.model_bytes_out, b->len);
     }
-    rep->bytes_owned = malloc(m->size ? m->size : 1);
-    if (!rep->bytes_owned) {
-        fl_store_free(co->store, m);
-        status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
-        goto out_unlock;
-    }
-    memcpy(rep->bytes_owned, m->bytes, m->size);
-    rep->bytes = (const uint8_t *)rep->bytes_owned;
-    rep->len = m->size;
-    rep->content_type = "application/octet-stream";
-    rep->status = 200;
-    status = 200;
-    atomic_fetch_add(&co->metrics.model_bytes_out, m->size);
-    sign_body(co, rep, "flotilla/v1/model", (uint64_t)version, rep->bytes, rep->len);
-    fl_store_free(co->store, m);
+    fl__coord_blob_unref(b);
 out_unlock:
     fl__coord_unlock(co);
     return status;
@@ -666,12 +657,35 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                  (long long)rid);
         goto out_unlock;
     }
+    if (r->task) {
+        fl__coord_reply_blob(rep, r->task, "application/json");
+        status = 200;
+        goto out_unlock;
+    }
     json_t *t = task_json(co, p, pt);
     char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (t)
         json_decref(t);
     if (!text) {
         status = fl__coord_error(rep, 500, "internal", NULL, "could not build the task");
+        goto out_unlock;
+    }
+    if (!r->rp.secagg && !r->rp.buffered) {
+        /* Every participant of a plain synchronous round gets the same bytes: build and
+         * sign them once. */
+        size_t tl = strlen(text);
+        struct fl__coord_blob *b = fl__coord_blob_wrap((uint8_t *)text, tl);
+        if (!b) {
+            status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+            goto out_unlock;
+        }
+        uint8_t h[32];
+        b->id = rid;
+        fl__coord_sha256(h, b->data, b->len);
+        fl__coord_blob_sign(co, b, "flotilla/v1/task", h);
+        r->task = b;
+        fl__coord_reply_blob(rep, b, "application/json");
+        status = 200;
         goto out_unlock;
     }
     rep->bytes_owned = text;

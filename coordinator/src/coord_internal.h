@@ -202,6 +202,8 @@ struct fl__coord_round {
     double *bnum;               /* buffered: (dim) staleness-weighted sum of decoded
                                    contributions, lattice units */
     double bwsum;               /* buffered: sum of the contributions' weight coordinates */
+    struct fl__coord_blob *task;/* plain synchronous rounds: the signed task body, the same
+                                   for every participant (built on the first fetch) */
     uint32_t survivors;         /* clients in the final sum */
     int64_t new_version;        /* model version produced (COMPLETED) */
     char reason[256];           /* why it was abandoned */
@@ -218,6 +220,8 @@ struct fl__coord_pop {
     bool buffered;                           /* FedBuff without secagg: asynchronous */
     bool running;                            /* admin started it */
     int64_t model_version;                   /* current version, 0 = none */
+    struct fl__coord_blob *model_blob;       /* signed bytes of a model version (normally
+                                                the current one; cache.c), or NULL */
     struct fl__coord_selection sel;
     int64_t deadlines_s[5];                  /* advertise share masked consistency unmask */
     struct fl__coord_round *round;           /* forming or running round, or NULL */
@@ -340,6 +344,17 @@ struct fl__coord_blob *fl__coord_blob_ref(struct fl__coord_blob *b);
 /* Drops a reference; frees the blob with the last one. NULL is a no-op. */
 void fl__coord_blob_unref(struct fl__coord_blob *b);
 
+/* Longest signed message (docs/protocol.md section 4.1): context, 0x00, u64le, SHA-256. */
+#define FL__COORD_SIGNED_MAX 64
+
+/* Builds the signed message for a body whose SHA-256 is known (cache.c). */
+void fl__coord_signed_message_h(uint8_t out[FL__COORD_SIGNED_MAX], size_t *written,
+                                const char *context, uint64_t id, const uint8_t sha256[32]);
+/* Signs b (its id is the round id or model version) under context and records the
+ * signature and SHA-256 hex in it. */
+void fl__coord_blob_sign(fl_coord *co, struct fl__coord_blob *b, const char *context,
+                         const uint8_t sha256[32]);
+
 /* An answer being built by a handler. */
 struct fl__coord_reply {
     int status;
@@ -388,6 +403,10 @@ int fl__coord_json(struct fl__coord_reply *rep, int status, json_t *body);
 /* Parses the body as a JSON object; on failure sets a 400 malformed_json reply and returns
  * NULL. */
 json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_reply *rep);
+
+/* Sets a 200 reply that sends b (takes a new reference) with its signature headers. */
+void fl__coord_reply_blob(struct fl__coord_reply *rep, struct fl__coord_blob *b,
+                          const char *content_type);
 
 /* Bearer token of the request, or NULL. */
 const char *fl__coord_bearer(const struct fl__coord_req *rq);
@@ -472,6 +491,18 @@ struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
                                                       int64_t rid,
                                                       struct fl__coord_pop **pop_out,
                                                       struct fl__coord_round **round_out);
+
+/* ---- signed body caches (cache.c) ---- */
+
+/* A new reference to the signed bytes of p's model version (lock held): from the cache,
+ * else read from storage (and cached when it is the current version). Returns FL_OK;
+ * FL_ERR_NOT_FOUND (no such version of p); storage's codes; FL_ERR_NOMEM. */
+fl_status fl__coord_model_blob(fl_coord *co, struct fl__coord_pop *p, int64_t version,
+                               struct fl__coord_blob **out);
+/* Caches bytes (malloc'ed, ownership taken) as p's model version with that SHA-256 hex,
+ * signed; replaces the previous entry. Lock held. */
+void fl__coord_model_cache_set(fl_coord *co, struct fl__coord_pop *p, uint8_t *bytes,
+                               size_t len, int64_t version, const char *sha256_hex);
 
 /* ---- aggregation and commit (aggregate.c) ---- */
 

@@ -294,15 +294,13 @@ fl_status fl_coord_signed_message(uint8_t *out, size_t out_len, size_t *written,
         return FL_ERR_MISUSE;
     if (strcmp(context, "flotilla/v1/task") != 0 && strcmp(context, "flotilla/v1/model") != 0)
         return FL_ERR_MISUSE;
-    size_t c = strlen(context);
-    size_t need = c + 1 + 8 + 32;
+    size_t need = strlen(context) + 1 + 8 + 32;
     if (out_len < need)
         return FL_ERR_MISUSE;
-    memcpy(out, context, c);
-    out[c] = 0;
-    fl__put_u64le(out + c + 1, id);
-    crypto_hash_sha256(out + c + 9, body, body_len);
-    *written = need;
+    uint8_t h[32], msg[FL__COORD_SIGNED_MAX];
+    crypto_hash_sha256(h, body, body_len);
+    fl__coord_signed_message_h(msg, written, context, id, h);
+    memcpy(out, msg, *written);
     return FL_OK;
 }
 

@@ -378,6 +378,7 @@ void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
     for (size_t i = 0; i < r->n; i++)
         for (int k = 0; k < FL__PH_COUNT; k++)
             free(r->parts[i].result[k]);
+    fl__coord_blob_unref(r->task);
     fl__coord_round_params_free(&r->rp);
     free(r->parts);
     free(r);
@@ -390,6 +391,7 @@ void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
     fl__coord_round_free(co, p->last);
     free(p->opt_m);
     free(p->opt_v);
+    fl__coord_blob_unref(p->model_blob);
     regions_free(p);
     if (p->config)
         json_decref(p->config);
@@ -414,11 +416,12 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     struct fl__coord_round *r = p->round;
     if (!r)
         return;
-    /* The selection of a synchronous round is kept in memory (api.c): record who was
-     * selected together with the abandonment, in one transaction. A participant that
-     * cannot be recorded (client erased meanwhile) is skipped; each call is a savepoint. */
+    /* The selection of a forming synchronous round is kept in memory (api.c; a running
+     * round's was written when it started): record who was selected together with the
+     * abandonment, in one transaction. A participant that cannot be recorded (client
+     * erased meanwhile) is skipped; each call is a savepoint. */
     bool own_tx = !fl_store_in_transaction(co->store) && !r->rp.buffered && r->n > 0 &&
-                  fl_store_begin(co->store) == FL_OK;
+                  r->state == FL__ROUND_FORMING && fl_store_begin(co->store) == FL_OK;
     for (size_t i = 0; own_tx && i < r->n; i++)
         if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
                                      FL_STORE_PARTICIPANT_SELECTED) != FL_OK)

@@ -319,10 +319,16 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
 void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     char why[256];
-    /* OPEN -> RUNNING and the selection counts: one transaction (one fsync). */
+    /* OPEN -> RUNNING, the selection counts and the selected participants (kept in memory
+     * while the round formed): one transaction, one fsync. */
     fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, 0, 0};
     bool own_tx = !fl_store_in_transaction(co->store);
     fl_status rc = own_tx ? fl_store_begin(co->store) : FL_OK;
+    for (size_t i = 0; rc == FL_OK && !r->rp.buffered && i < r->n; i++)
+        if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
+                                     FL_STORE_PARTICIPANT_SELECTED) != FL_OK)
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s not recorded: %s",
+                    (long long)r->id, r->parts[i].client_id, fl_store_errmsg(co->store));
     if (rc == FL_OK)
         rc = fl_store_round_start(co->store, r->id);
     if (rc == FL_OK)

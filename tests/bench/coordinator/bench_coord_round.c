@@ -12,7 +12,9 @@
  * (secagg client key agreement, masking, share handling) is timed separately and
  * subtracted: the reported coordinator time is round wall time minus device compute, i.e.
  * HTTP on loopback plus all server work (selection, secagg server, aggregation, commit).
- * Peak RSS is the child's VmHWM from /proc. */
+ * coordinator_cpu_s is the CPU time (user + system) the coordinator process used per round,
+ * which varies less than wall time on a loaded machine. Peak RSS is the child's VmHWM from
+ * /proc. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -154,6 +156,28 @@ static long rss_kb(const char *field) {
     while (fgets(line, sizeof(line), f))
         if (strncmp(line, field, fl) == 0 && line[fl] == ':')
             v = strtol(line + fl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* CPU seconds (user + system) the child has used so far, from /proc/<pid>/stat. Less
+ * sensitive than wall time to other work on a shared machine. */
+static double cpu_s(void) {
+    char p[64], line[1024];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)g_child);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    double v = 0;
+    if (fgets(line, sizeof(line), f)) {
+        char *s = strrchr(line, ')');
+        unsigned long ut = 0, st = 0;
+        /* fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt
+         * majflt cmajflt utime stime */
+        if (s && sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                        &st) == 2)
+            v = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
     fclose(f);
     return v;
 }
@@ -322,7 +346,7 @@ int main(int argc, char **argv) {
     const char *checkin = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
                           "\"unmetered\":true,\"idle\":true}}";
     static const char *phases[4] = {"advertise", "share", "masked", "unmask"};
-    double total_wall = 0, total_client = 0;
+    double total_wall = 0, total_client = 0, cpu0 = cpu_s();
     double phase_wall[6] = {0};
     for (unsigned round = 0; round < rounds; round++) {
         double client = 0, t0 = now_s(), tp = t0;
@@ -423,23 +447,26 @@ int main(int argc, char **argv) {
         total_client += client;
     }
     long hwm = rss_kb("VmHWM");
+    double coord_cpu = (cpu_s() - cpu0) / rounds;
     double wall = total_wall / rounds, cli = total_client / rounds, coord = wall - cli;
     if (as_json) {
         printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,\"rounds\":%u,"
                "\"threads\":%u,\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
-               "\"coordinator_s\":%.4f,\"rounds_per_s\":%.4f,\"coordinator_rss_setup_kb\":%ld,"
+               "\"coordinator_s\":%.4f,\"rounds_per_s\":%.4f,\"coordinator_cpu_s\":%.4f,"
+               "\"coordinator_rss_setup_kb\":%ld,"
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}}\n",
                n, d, secagg ? "true" : "false", rounds, threads, wall, cli, coord,
-               coord > 0 ? 1.0 / coord : 0.0, rss_setup, hwm, phase_wall[0] / rounds,
+               coord > 0 ? 1.0 / coord : 0.0, coord_cpu, rss_setup, hwm, phase_wall[0] / rounds,
                phase_wall[1] / rounds, phase_wall[2] / rounds, phase_wall[3] / rounds,
                phase_wall[4] / rounds, phase_wall[5] / rounds);
     } else {
         printf("n=%u d=%zu secagg=%s: round %.3f s, device compute %.3f s, coordinator %.3f s "
-               "(%.2f rounds/s), coordinator RSS %ld kB after setup, peak %ld kB\n",
+               "(%.2f rounds/s; %.3f s of its CPU), coordinator RSS %ld kB after setup, peak "
+               "%ld kB\n",
                n, d, secagg ? "on" : "off", wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0,
-               rss_setup, hwm);
+               coord_cpu, rss_setup, hwm);
     }
     free(vec);
     free(dv);
