@@ -236,11 +236,12 @@ static void bound_v(uint32_t *lo, uint32_t *hi, unsigned n, unsigned fl, uint64_
     mw_div64(hi, hi, b, n, 1);
     if (e >= 0) {
         /* A value that would pass 2^F (= 1) is clamped to 1: U < 1 decides the same. */
-        if (mw_bitlen(lo, n) + (unsigned)e > F + 1)
+        unsigned bl = mw_bitlen(lo, n), bh = mw_bitlen(hi, n);
+        if (bl > 0 && bl + (unsigned)e > F + 1) /* lo 2^e >= 2^(F+1) */
             memcpy(lo, one, n * sizeof(uint32_t));
         else
-            mw_shl(lo, lo, (unsigned)e, n);
-        if (mw_bitlen(hi, n) + (unsigned)e > F + 1)
+            mw_shl(lo, lo, (unsigned)e, n); /* fits: below 2^(F+1) (or 0) */
+        if (bh > 0 && bh + (unsigned)e > F + 1)
             memcpy(hi, one, n * sizeof(uint32_t));
         else
             mw_shl(hi, hi, (unsigned)e, n);
@@ -262,9 +263,13 @@ int fl__dp_cmp_exp(struct fl_dp_rng *rng, uint64_t prefix, unsigned kbits, uint6
     for (unsigned F = 128; F <= FL__DP_CMP_MAX_BITS; F *= 2) {
         /* The first word keeps the caller's prefix on top: the same U, continued. */
         while (have < F) {
-            uint64_t w = fl__dp_rng_u64(rng);
-            if (have == 0 && kbits > 0)
-                w = kbits >= 64 ? prefix : (prefix << (64 - kbits)) | (w >> kbits);
+            uint64_t w;
+            if (have > 0 || kbits == 0)
+                w = fl__dp_rng_u64(rng);
+            else if (kbits >= 64)
+                w = prefix;
+            else /* prefix on top, then the top bits of a fresh word */
+                w = (prefix << (64 - kbits)) | (fl__dp_rng_u64(rng) >> kbits);
             ub[have / 64] = w;
             have += 64;
         }

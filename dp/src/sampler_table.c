@@ -35,7 +35,7 @@
 #include "sampler_exact.h"
 #include "sampler_table.h"
 
-#define TARGET_SIGMAS 8 /* the body covers magnitudes below about 8 sigma */
+#define TARGET_SIGMAS 8.0 /* the body covers magnitudes below about 8 sigma */
 #define BODY_MAX 1023   /* body bins (one more column is the tail) */
 #define DELTA_MAX 0.13  /* largest exponent variation within a body bin (see below) */
 #define MARGIN 0x1p-30  /* relative distance of the fast bounds from the approximation */
@@ -61,16 +61,21 @@ static int prod_le(double x, double y, uint64_t q) {
 }
 
 fl_status fl__dp_table_build(struct fl__dp_sampler_table *t, uint64_t num, uint64_t den) {
+    return fl__dp_table_build_shape(t, num, den, TARGET_SIGMAS);
+}
+
+fl_status fl__dp_table_build_shape(struct fl__dp_sampler_table *t, uint64_t num, uint64_t den,
+                                   double body_sigmas) {
     memset(t, 0, sizeof(*t));
     t->num = num;
     t->den = den;
     /* Shape (efficiency only; exactness does not depend on it): W the smallest power of two
-     * with at most BODY_MAX bins of width W below 8 sigma. */
+     * with at most BODY_MAX bins of width W below body_sigmas sigma. */
     const double sd = sqrt((double)num / (double)den);
     unsigned wbits = 0;
-    while (ceil(TARGET_SIGMAS * sd / ldexp(1.0, (int)wbits)) > BODY_MAX)
+    while (ceil(body_sigmas * sd / ldexp(1.0, (int)wbits)) > BODY_MAX)
         wbits++;
-    double nb = ceil(TARGET_SIGMAS * sd / ldexp(1.0, (int)wbits));
+    double nb = ceil(body_sigmas * sd / ldexp(1.0, (int)wbits));
     uint32_t nbody = nb < 1 ? 1 : (uint32_t)nb;
     unsigned kbits = 0;
     while ((1u << kbits) < nbody + 1)

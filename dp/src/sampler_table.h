@@ -37,6 +37,11 @@ struct fl__dp_sampler_table {
  * FL_ERR_INTERNAL if a defensive check fails (callers then use the CKS20 path). */
 fl_status fl__dp_table_build(struct fl__dp_sampler_table *t, uint64_t num, uint64_t den);
 
+/* The same with the body covering about body_sigmas sigma instead of 8 (tests use a short
+ * body to exercise the tail; the output distribution is the same for every shape). */
+fl_status fl__dp_table_build_shape(struct fl__dp_sampler_table *t, uint64_t num, uint64_t den,
+                                   double body_sigmas);
+
 /* The rng's cached table for num/den, built if needed; NULL if it cannot be allocated or
  * built (callers then use the CKS20 path). */
 const struct fl__dp_sampler_table *fl__dp_table_get(struct fl_dp_rng *rng, uint64_t num,

@@ -193,6 +193,12 @@ static void test_oom(void **state) {
         if (st == FL_OK) {
             int64_t x[8];
             assert_int_equal(fl_dp_discrete_gaussian(r, x, 8, 9, 1), FL_OK);
+            /* A batch allocates the sampler's table on the handle; when that fails it falls
+             * back to the per-sample sampler and still succeeds. */
+            int64_t *y = malloc(2048 * sizeof(int64_t));
+            assert_non_null(y);
+            assert_int_equal(fl_dp_discrete_gaussian(r, y, 2048, 9, 1), FL_OK);
+            free(y);
             fl_dp_rng_destroy(r);
             assert_int_equal(c.live, 0);
             break;
@@ -201,6 +207,18 @@ static void test_oom(void **state) {
         assert_null(r);
         assert_int_equal(c.live, 0);
     }
+    /* With the table allocated, destroy frees it. */
+    struct fl_test_counting c = {0};
+    fl_allocator a = fl_test_counting_allocator(&c);
+    fl_dp_rng *r = NULL;
+    assert_int_equal(fl_dp_rng_create_chacha20(&r, seed, sizeof(seed), &a), FL_OK);
+    int64_t *y = malloc(2048 * sizeof(int64_t));
+    assert_non_null(y);
+    assert_int_equal(fl_dp_discrete_gaussian(r, y, 2048, 9, 1), FL_OK);
+    assert_int_equal(c.live, 2);
+    fl_dp_rng_destroy(r);
+    assert_int_equal(c.live, 0);
+    free(y);
 }
 
 int main(void) {
