@@ -508,19 +508,17 @@ static fl_status decode_sum(fl_coord *co, const struct fl__coord_round *r,
 /* Builds the new model's safetensors bytes (base with the update tensors replaced by w) and
  * the optimiser state bytes (NULL when the strategy keeps none). */
 static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
-                             const float *delta, uint8_t **model, size_t *model_len,
-                             uint8_t **opt, size_t *opt_len, float **m_out, float **v_out,
-                             char *why, size_t why_len) {
+                             const struct fl__coord_blob *bm, const float *delta,
+                             uint8_t **model, size_t *model_len, uint8_t **opt,
+                             size_t *opt_len, float **m_out, float **v_out, char *why,
+                             size_t why_len) {
     const struct fl__coord_round_params *rp = &r->rp;
-    struct fl__coord_blob *bm = NULL;
     fl_safetensors *st = NULL;
     fl_safetensors_writer *w = NULL, *ow = NULL;
     float *wv = NULL, *m = NULL, *v = NULL;
     size_t *offs = NULL;
     *model = *opt = NULL;
-    fl_status rc = fl__coord_model_blob(co, p, r->base_version, &bm);
-    if (rc == FL_OK)
-        rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
+    fl_status rc = fl_safetensors_create(&st, fl__coord_pub_alloc(co));
     if (rc == FL_OK)
         rc = fl_safetensors_parse(st, bm->data, bm->len);
     if (rc != FL_OK) {
@@ -616,7 +614,6 @@ out:
     fl_safetensors_writer_destroy(ow);
     fl_safetensors_writer_destroy(w);
     fl_safetensors_destroy(st);
-    fl__coord_blob_unref(bm);
     free(offs);
     if (wv)
         fl__free(&co->alloc, wv, rp->dim * sizeof(float));
@@ -710,14 +707,32 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
         fl__coord_round_abandon(co, p, "no update reached the sum");
         return;
     }
-    float *delta = fl__calloc(&co->alloc, rp->dim, sizeof(float));
-    fl_status rc = delta ? decode_sum(co, r, sum, count, delta, why, sizeof(why))
-                         : FL_ERR_NOMEM;
+    struct fl__coord_blob *base = NULL;
+    fl_status rc = fl__coord_model_blob(co, p, r->base_version, &base);
+    if (rc != FL_OK)
+        snprintf(why, sizeof(why), "reading the base model: %s", fl_status_str(rc));
+    /* Decode, strategy and serialisation are O(model) and touch nothing shared that can
+     * change meanwhile (the round is DONE and cannot be retired, the optimiser state and
+     * config change only here): run them without the lock, so check-ins, polls and other
+     * populations go on. FedBuff keeps the lock: its buffer takes folds at any time. */
+    bool unlocked = rc == FL_OK && !rp->buffered;
+    if (unlocked) {
+        r->aggregating = true;
+        fl__coord_unlock(co);
+    }
+    float *delta = rc == FL_OK ? fl__calloc(&co->alloc, rp->dim, sizeof(float)) : NULL;
+    if (rc == FL_OK)
+        rc = delta ? decode_sum(co, r, sum, count, delta, why, sizeof(why)) : FL_ERR_NOMEM;
     if (rc == FL_OK && co->debug_sum && sum)
         co->debug_sum(co->debug_user, r->id, sum, rp->vec_len, count, delta, rp->dim);
     if (rc == FL_OK)
-        rc = build_model(co, p, r, delta, &model, &model_len, &opt, &opt_len, &m, &v, why,
-                         sizeof(why));
+        rc = build_model(co, p, r, base, delta, &model, &model_len, &opt, &opt_len, &m, &v,
+                         why, sizeof(why));
+    if (unlocked) {
+        fl__coord_lock(co);
+        r->aggregating = false;
+    }
+    fl__coord_blob_unref(base);
     if (rc == FL_OK) {
         rc = commit_round(co, p, r, model, model_len, opt, opt_len, count, &version,
                           sha_hex);

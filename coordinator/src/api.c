@@ -272,6 +272,11 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
     }
     for (size_t i = 0; i < r->cap; i++)
         r->parts[i].dropped_at = -1;
+    if (!p->buffered && fl__coord_round_index_init(r) != FL_OK) {
+        free(r->parts);
+        free(r);
+        return FL_ERR_NOMEM;
+    }
     r->base_version = p->model_version;
     fl_status prc = fl__coord_round_params_init(co, p, r, why, why_len);
     if (prc == FL_OK)
@@ -402,12 +407,13 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     struct fl__coord_round *r = p->round;
-    if (r && !p->buffered)
-        for (size_t i = 0; i < r->n; i++)
-            if (strcmp(r->parts[i].client_id, ca.client_id) == 0) {
-                status = reply_selected(co, rep, p, &r->parts[i]);
-                goto out_unlock;
-            }
+    if (r && !p->buffered) {
+        struct fl__coord_participant *again = fl__coord_round_find(r, ca.client_id);
+        if (again) {
+            status = reply_selected(co, rep, p, again);
+            goto out_unlock;
+        }
+    }
     if (!p->running || p->model_version == 0) {
         status = reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "population_stopped");
         goto out_unlock;
@@ -463,15 +469,12 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     /* Selection lives in memory: the participants reach storage with the round's outcome
      * (one transaction at commit, or at abandon), not one synchronous write each. A crash
      * before then abandons the round at restart, and nothing of it was used. */
-    struct fl__coord_participant *pt = &r->parts[r->n];
-    memcpy(pt->client_id, ca.client_id, sizeof(pt->client_id));
+    struct fl__coord_participant *pt = fl__coord_round_add(r, ca.client_id);
     uint8_t pid[16];
     fl__coord_random(pid, sizeof(pid));
     fl__coord_hex(pt->pid, pid, sizeof(pid));
-    pt->index = (uint32_t)r->n;
     pt->sel_rid = r->id;
     pt->base_version = r->base_version;
-    r->n++;
     status = reply_selected(co, rep, p, pt);
     fl__coord_round_maybe_start(co, p, now);
 out_unlock:

@@ -193,6 +193,9 @@ struct fl__coord_round {
     size_t cap;                 /* ceil(target * over_selection) */
     size_t n;                   /* participants so far */
     struct fl__coord_participant *parts; /* cap entries */
+    uint32_t *pidx;             /* synchronous rounds: open-addressing index client id ->
+                                   1 + position in parts (0 = empty), pidx_mask + 1 slots */
+    size_t pidx_mask;
     uint8_t session_id[32];     /* secagg session id / graph seed */
     int64_t base_version;       /* model version the round trains from */
     struct fl__coord_round_params rp;
@@ -204,6 +207,8 @@ struct fl__coord_round {
     double bwsum;               /* buffered: sum of the contributions' weight coordinates */
     struct fl__coord_blob *task;/* plain synchronous rounds: the signed task body, the same
                                    for every participant (built on the first fetch) */
+    bool aggregating;           /* decode and strategy run without the lock (synchronous
+                                   rounds): the round must not be retired meanwhile */
     uint32_t survivors;         /* clients in the final sum */
     int64_t new_version;        /* model version produced (COMPLETED) */
     char reason[256];           /* why it was abandoned */
@@ -246,7 +251,8 @@ struct fl__coord_pop {
 
 /* Test-only hook (never set in production): called with the decoded plain sum of a round
  * (vec_len words mod 2^b, after unmasking; never an individual update) and the averaged
- * delta (dim floats) before the strategy is applied. Lock held. */
+ * delta (dim floats) before the strategy is applied. Called from the aggregating thread,
+ * with the coordinator lock released for synchronous rounds. */
 typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum,
                                        size_t vec_len, uint32_t count, const float *delta,
                                        size_t dim);
@@ -482,6 +488,15 @@ void fl__coord_round_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 void fl__coord_waiters_wake(fl_coord *co, int64_t round_id, int phase);
 /* Answers timed-out polls (lock held). */
 void fl__coord_waiters_expire(fl_coord *co, int64_t now_mono);
+/* The participant of r with client_id, or NULL: O(1) through r->pidx in synchronous
+ * rounds, a scan in buffered ones. */
+struct fl__coord_participant *fl__coord_round_find(const struct fl__coord_round *r,
+                                                   const char *client_id);
+/* Appends a participant slot for client_id to r (r->n < r->cap) and indexes it. */
+struct fl__coord_participant *fl__coord_round_add(struct fl__coord_round *r,
+                                                  const char *client_id);
+/* Allocates r->pidx for r->cap participants (synchronous rounds). */
+fl_status fl__coord_round_index_init(struct fl__coord_round *r);
 /* Finds the round of p with id rid: the current one or the last finished one. */
 struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid);
 /* The participant of round_id that the request's Idempotency-Key names (lock held). */
@@ -512,7 +527,11 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
                                  const struct fl__coord_round *r, char *why, size_t why_len);
 /* Decodes the final sum (vec_len words mod 2^b of count clients), adds central noise,
  * applies the strategy and commits model + round + ledger in one transaction. Sets the
- * round COMPLETED (or ABANDONED with a reason) and retires it. Lock held. */
+ * round COMPLETED (or ABANDONED with a reason) and retires it. Called with the lock held;
+ * for synchronous rounds it releases the lock around decode, strategy and serialisation
+ * (r->phase is FL__PH_DONE and r->aggregating set, so requests see "aggregating" and
+ * nothing retires the round), and takes it again to commit. sum must stay valid (the
+ * round's accumulator or the caller's buffer). */
 void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint64_t *sum,
                                uint32_t count);
 /* Recomputes p->epsilon_spent from the population's ledger (startup, after DP commits). */

@@ -380,6 +380,7 @@ void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
             free(r->parts[i].result[k]);
     fl__coord_blob_unref(r->task);
     fl__coord_round_params_free(&r->rp);
+    free(r->pidx);
     free(r->parts);
     free(r);
 }
@@ -416,6 +417,13 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     struct fl__coord_round *r = p->round;
     if (!r)
         return;
+    if (r->aggregating) {
+        /* Its sum is being turned into the next model without the lock: it completes (or
+         * fails and is abandoned then), as it would have had the lock been held. */
+        fl__log(&co->logger, FL_LOG_INFO, "round %lld of %s is aggregating; not abandoned (%s)",
+                (long long)r->id, p->name, reason);
+        return;
+    }
     /* The selection of a forming synchronous round is kept in memory (api.c; a running
      * round's was written when it started): record who was selected together with the
      * abandonment, in one transaction. A participant that cannot be recorded (client

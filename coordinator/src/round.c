@@ -61,6 +61,60 @@ static int phase_of_secagg(fl_secagg_phase ph) {
 
 /* ---- lookups ---- */
 
+/* Client ids are 16 random hex digits: their value, mixed, is a good hash. */
+static uint64_t client_key(const char *id) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < FL__COORD_CLIENT_ID_CHARS && id[i]; i++)
+        v = v * 31 + (uint8_t)id[i];
+    v ^= v >> 33;
+    v *= 0xff51afd7ed558ccdull;
+    v ^= v >> 33;
+    return v;
+}
+
+fl_status fl__coord_round_index_init(struct fl__coord_round *r) {
+    size_t slots = 16;
+    while (slots < 2 * r->cap)
+        slots *= 2;
+    r->pidx = calloc(slots, sizeof(*r->pidx));
+    if (!r->pidx)
+        return FL_ERR_NOMEM;
+    r->pidx_mask = slots - 1;
+    return FL_OK;
+}
+
+struct fl__coord_participant *fl__coord_round_find(const struct fl__coord_round *r,
+                                                   const char *client_id) {
+    if (!r->pidx) {
+        for (size_t i = 0; i < r->n; i++)
+            if (strcmp(r->parts[i].client_id, client_id) == 0)
+                return &r->parts[i];
+        return NULL;
+    }
+    for (size_t i = client_key(client_id) & r->pidx_mask;; i = (i + 1) & r->pidx_mask) {
+        uint32_t k = r->pidx[i];
+        if (k == 0)
+            return NULL;
+        if (strcmp(r->parts[k - 1].client_id, client_id) == 0)
+            return &r->parts[k - 1];
+    }
+}
+
+struct fl__coord_participant *fl__coord_round_add(struct fl__coord_round *r,
+                                                  const char *client_id) {
+    struct fl__coord_participant *pt = &r->parts[r->n];
+    snprintf(pt->client_id, sizeof(pt->client_id), "%s", client_id);
+    pt->index = (uint32_t)r->n;
+    r->n++;
+    if (r->pidx) {
+        size_t i = client_key(client_id) & r->pidx_mask;
+        while (r->pidx[i])
+            i = (i + 1) & r->pidx_mask;
+        r->pidx[i] = (uint32_t)r->n;
+    }
+    return pt;
+}
+
 struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid) {
     if (p->round && p->round->id == rid)
         return p->round;
@@ -108,15 +162,13 @@ struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
         return NULL;
     }
     /* A client appears at most once per round; compare its key in constant time. */
-    for (size_t i = 0; i < r->n; i++)
-        if (strcmp(r->parts[i].client_id, ca->client_id) == 0) {
-            if (strlen(key) != FL__COORD_PID_CHARS ||
-                fl_memeq_ct(r->parts[i].pid, key, FL__COORD_PID_CHARS) != 0)
-                break;
-            *pop_out = p;
-            *round_out = r;
-            return &r->parts[i];
-        }
+    struct fl__coord_participant *pt = fl__coord_round_find(r, ca->client_id);
+    if (pt && strlen(key) == FL__COORD_PID_CHARS &&
+        fl_memeq_ct(pt->pid, key, FL__COORD_PID_CHARS) == 0) {
+        *pop_out = p;
+        *round_out = r;
+        return pt;
+    }
     fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
                     "not a participant of round %lld", (long long)rid);
     return NULL;
