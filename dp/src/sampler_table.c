@@ -42,6 +42,20 @@
 
 /* ---- construction ---- */
 
+/* exp(-x) for 0 <= x <= DELTA_MAX: Taylor to degree 7, truncation below
+ * 0.13^8 / 8! < 2^-38 and rounding below 2^-48 (relative, since exp(-x) > 0.87). */
+static inline double exp_neg_small(double x) {
+    double p = -1.0 / 5040;
+    p = p * x + 1.0 / 720;
+    p = p * x - 1.0 / 120;
+    p = p * x + 1.0 / 24;
+    p = p * x - 1.0 / 6;
+    p = p * x + 0.5;
+    p = p * x - 1.0;
+    return p * x + 1.0;
+}
+
+
 /* x y <= q exactly, for finite doubles x, y >= 0 and an integer q >= 1. */
 static int prod_le(double x, double y, uint64_t q) {
     if (x == 0 || y == 0)
@@ -146,12 +160,22 @@ fl_status fl__dp_table_build_shape(struct fl__dp_sampler_table *t, uint64_t num,
         if (i == 0)
             v = kappa * (double)W / (double)t->q[0]; /* exp(-gamma(0)) = 1 */
         t->p[i] = v;
+        /* Bounds of v over the bin on the 32-bit scale. W = 1: v is one number (bin 0 is
+         * m = 0, with its 1/2). W > 1 (a squeeze): v(m) = p_i exp(-delta(m)) falls from p_i
+         * (at m = i W; bin 0: at m = 1, since m = 0 has the 1/2) to its value at the bin's
+         * last magnitude (bin 0: or p_0 / 2 at m = 0), so most proposals are decided
+         * without evaluating v(m); the polynomial errors (below 2^-38) are inside MARGIN. */
+        double vmin = v, vmax = v;
         if (wbits == 0) {
-            /* W = 1: v is one number per bin (bin 0 is m = 0, with its 1/2). */
-            double vb = i == 0 ? 0.5 * v : v;
-            t->lo[i] = (uint64_t)(vb * ((1.0 - MARGIN) * 0x1p32));
-            t->hi[i] = (uint64_t)(vb * ((1.0 + MARGIN) * 0x1p32)) + 1;
+            vmin = vmax = i == 0 ? 0.5 * v : v;
+        } else {
+            uint64_t base = (uint64_t)i << wbits, last = base + W - 1;
+            vmin = v * exp_neg_small((double)(last * last - base * base) * t->c);
+            if (i == 0)
+                vmin = fmin(vmin, 0.5 * v);
         }
+        t->lo[i] = (uint64_t)(vmin * ((1.0 - MARGIN) * 0x1p32));
+        t->hi[i] = (uint64_t)(vmax * ((1.0 + MARGIN) * 0x1p32)) + 1;
     }
 
     /* Alias table (Vose) in integers: each column holds 2^32; column s keeps threshold
@@ -209,30 +233,26 @@ const struct fl__dp_sampler_table *fl__dp_table_get(struct fl_dp_rng *rng, uint6
 
 /* ---- sampling ---- */
 
-/* exp(-x) for 0 <= x <= DELTA_MAX: Taylor to degree 7, truncation below
- * 0.13^8 / 8! < 2^-38 and rounding below 2^-48 (relative, since exp(-x) > 0.87). */
-static inline double exp_neg_small(double x) {
-    double p = -1.0 / 5040;
-    p = p * x + 1.0 / 720;
-    p = p * x - 1.0 / 120;
-    p = p * x + 1.0 / 24;
-    p = p * x - 1.0 / 6;
-    p = p * x + 0.5;
-    p = p * x - 1.0;
-    return p * x + 1.0;
-}
-
-/* Finishes "U < v" when U's first 16 bits u16 fell between the fast bounds: 16 more bits,
- * then the exact comparison with the same 32-bit prefix. Returns 1, 0 or -1 (range). */
-static int decide_slow(struct fl_dp_rng *rng, uint64_t u16, uint64_t lo, uint64_t hi,
-                       uint64_t a, int e, uint64_t b, uint64_t m, const struct fl__dp_sampler_table *t) {
-    uint64_t u32 = u16 << 16 | fl__dp_rng_take(rng, 16);
+/* Finishes "U < v" when U's first kb bits `u` fell between the fast bounds lo, hi (on the
+ * 32-bit scale): the remaining 32 - kb bits, then, if still undecided, the exact comparison
+ * with the same 32-bit prefix. Returns 1, 0 or -1 (range). */
+static int decide_slow(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t, uint64_t u,
+                       unsigned kb, uint64_t lo, uint64_t hi, unsigned bin, uint64_t m) {
+    uint64_t u32 = u << (32 - kb) | fl__dp_rng_take(rng, 32 - kb);
     if (u32 + 1 <= lo)
         return 1;
     if (u32 >= hi)
         return 0;
-    return fl__dp_cmp_exp(rng, u32, 32, a, e, b, (fl__dp_u128)m * m * t->den,
-                          (fl__dp_u128)2 * t->num);
+    return fl__dp_cmp_exp(rng, u32, 32, t->kappa_mant, t->kappa_exp + (int)t->wbits - (m == 0),
+                          t->q[bin], (fl__dp_u128)m * m * t->den, (fl__dp_u128)2 * t->num);
+}
+
+/* The alias coin "y < thr" for a 32-bit uniform y whose first kb bits `y` tied with thr's:
+ * the remaining bits decide. */
+static unsigned alias_slow(struct fl_dp_rng *rng, uint64_t y, unsigned kb, uint64_t col,
+                           unsigned c) {
+    y = y << (32 - kb) | fl__dp_rng_take(rng, 32 - kb);
+    return y < (col & ((((uint64_t)1) << 33) - 1)) ? c : (unsigned)(col >> 33);
 }
 
 /* A tail proposal (bin nbody): 1 with *m_out set if accepted, 0 if rejected, -1 if out of
@@ -263,85 +283,133 @@ static int tail_one(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
     return acc;
 }
 
-/* One exact sample. Returns FL_OK, FL_ERR_RANGE or the rng's failure. */
-static inline fl_status table_one(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
-                                  int64_t *out) {
-    const unsigned kbits = t->kbits, wbits = t->wbits;
+/* The sampling loop. State that the stores to out[] could alias (rng->pos, the table's
+ * scalars) is kept in locals and written back around the rare slow calls, which read the rng
+ * themselves. w1 (W = 1, a compile-time constant in each instantiation) selects the compact
+ * proposal: 32 bits instead of 64, two proposals per random word.
+ *
+ * Proposal bits (low to high), W = 1 (32-bit half word): column (kbits), alias coin (8),
+ * acceptance (8), sign (1). W > 1 (64-bit word): column (kbits), alias coin (16), offset in
+ * the bin (wbits <= 14), acceptance (16, bits 47..62), sign (63). The alias coin and the
+ * acceptance compare the leading bits of 32-bit uniforms; a tie reads the rest of the same
+ * uniform (alias_slow, decide_slow), so every comparison is exact. */
+static inline fl_status sample_loop(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
+                                    int64_t *out, size_t n, int add, size_t *bad, const int w1) {
+    const unsigned kbits = t->kbits, wbits = t->wbits, nbody = t->nbody;
+    const unsigned ab = w1 ? 8 : 16; /* leading bits of the alias coin and of the acceptance */
     const uint64_t kmask = ((uint64_t)1 << kbits) - 1, wmask = ((uint64_t)1 << wbits) - 1;
-    for (;;) {
-        if (__builtin_expect(rng->failed != 0, 0))
-            return rng->failed;
-        /* One 64-bit word per proposal: column (kbits), alias coin (16), offset in the bin
-         * (wbits <= 13), acceptance bits u16 (47..62), sign (63). */
-        uint64_t r = fl__dp_rng_u64(rng);
-        unsigned c = (unsigned)(r & kmask);
-        uint64_t col = t->col[c], thr = col & ((((uint64_t)1) << 33) - 1);
-        uint64_t y16 = (r >> kbits) & 0xffff, th16 = thr >> 16;
-        unsigned bin = y16 < th16 ? c : (unsigned)(col >> 33);
-        if (__builtin_expect(y16 == th16, 0)) {
-            /* The alias coin's 32-bit uniform y tied on its top half: read the low half. */
-            uint64_t y = y16 << 16 | fl__dp_rng_take(rng, 16);
-            bin = y < thr ? c : (unsigned)(col >> 33);
-        }
-        unsigned neg = (unsigned)(r >> 63);
-        uint64_t u16 = (r >> 47) & 0xffff;
-        uint64_t m;
-        int acc;
-        if (__builtin_expect(bin == t->nbody, 0)) {
-            acc = tail_one(rng, t, &m);
-        } else {
-            uint64_t base = (uint64_t)bin << wbits, j = (r >> (kbits + 16)) & wmask;
-            m = base + j;
-            uint64_t lo, hi;
-            if (wbits == 0) {
-                lo = t->lo[bin];
-                hi = t->hi[bin];
-            } else {
-                /* v = p_i exp(-(m^2 - base^2) c) (1/2 at m = 0); m^2 < 2^53 is exact. */
-                double v = t->p[bin] * exp_neg_small((double)((2 * base + j) * j) * t->c);
-                v *= m == 0 ? 0.5 : 1.0;
-                lo = (uint64_t)(v * ((1.0 - MARGIN) * 0x1p32));
-                hi = (uint64_t)(v * ((1.0 + MARGIN) * 0x1p32)) + 1;
-            }
-            /* U's first 16 bits: U < v certain if (u16 + 1) 2^16 <= lo, impossible if
-             * u16 2^16 >= hi. */
-            if (((u16 + 1) << 16) <= lo)
-                acc = 1;
-            else if ((u16 << 16) >= hi)
-                acc = 0;
-            else
-                acc = decide_slow(rng, u16, lo, hi, t->kappa_mant,
-                                  t->kappa_exp + (int)wbits - (m == 0), t->q[bin], m, t);
-        }
-        if (__builtin_expect(acc < 0, 0))
-            return FL_ERR_RANGE;
-        if (acc) {
-            if (rng->failed)
-                return rng->failed;
-            *out = neg ? -(int64_t)m : (int64_t)m;
-            return FL_OK;
-        }
-    }
-}
-
-fl_status fl__dp_table_sample(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
-                              int64_t *out, size_t n, int add, size_t *bad) {
+    const uint64_t amask = ((uint64_t)1 << ab) - 1;
+    const double c = t->c;
+    size_t pos = rng->pos;
+    uint64_t half = 0;  /* W = 1: the unused upper half of the last word */
+    unsigned nhalf = 0; /* 1 when `half` holds an unused proposal */
     for (size_t i = 0; i < n; i++) {
-        int64_t z;
-        fl_status st = table_one(rng, t, &z);
-        if (st != FL_OK) {
-            *bad = n;
-            return st;
+        uint64_t m;
+        unsigned neg;
+        for (;;) {
+            uint64_t r;
+            if (w1 && nhalf) {
+                r = half;
+                nhalf = 0;
+            } else {
+                if (__builtin_expect(pos >= FL_DP_RNG_BUFFER_BYTES, 0)) {
+                    fl__dp_rng_refill(rng); /* pos = 0; zeros and `failed` on error */
+                    pos = 0;
+                    if (rng->failed)
+                        goto out_failed;
+                }
+                r = rng->buf[pos / 8];
+                pos += 8;
+                if (w1) {
+                    half = r >> 32;
+                    nhalf = 1;
+                    r &= 0xffffffffu;
+                }
+            }
+            const unsigned cb = (unsigned)(r & kmask);
+            const uint64_t col = t->col[cb];
+            const uint64_t y = (r >> kbits) & amask, th = col >> (32 - ab) & ((amask << 1) | 1);
+            unsigned bin = y < th ? cb : (unsigned)(col >> 33);
+            if (__builtin_expect(y == th, 0)) {
+                rng->pos = pos;
+                bin = alias_slow(rng, y, ab, col, cb);
+                pos = rng->pos;
+            }
+            uint64_t u, j = 0;
+            if (w1) {
+                m = bin;
+                u = (r >> (kbits + 8)) & 0xff;
+                neg = (unsigned)(r >> (kbits + 16)) & 1;
+            } else {
+                j = (r >> (kbits + 16)) & wmask;
+                m = ((uint64_t)bin << wbits) + j;
+                u = (r >> 47) & 0xffff;
+                neg = (unsigned)(r >> 63);
+            }
+            /* lo <= 2^32 v <= hi over the whole bin (one value when W = 1). */
+            uint64_t lo = t->lo[bin], hi = t->hi[bin];
+            int acc;
+            if (__builtin_expect(bin == nbody, 0)) {
+                rng->pos = pos;
+                acc = tail_one(rng, t, &m);
+                pos = rng->pos;
+            } else if (((u + 1) << (32 - ab)) <= lo) {
+                break; /* U < (u + 1) 2^-ab <= lo 2^-32 <= v */
+            } else if ((u << (32 - ab)) >= hi) {
+                continue; /* U >= u 2^-ab >= hi 2^-32 >= v */
+            } else {
+                if (!w1) {
+                    /* Between the bin's bounds: bounds for this m, from
+                     * v = p_i exp(-(m^2 - base^2) c) (1/2 at m = 0); m^2 < 2^53 is exact. */
+                    const uint64_t base = (uint64_t)bin << wbits;
+                    double v = t->p[bin] * exp_neg_small((double)((2 * base + j) * j) * c);
+                    v *= m == 0 ? 0.5 : 1.0;
+                    lo = (uint64_t)(v * ((1.0 - MARGIN) * 0x1p32));
+                    hi = (uint64_t)(v * ((1.0 + MARGIN) * 0x1p32)) + 1;
+                    if (((u + 1) << (32 - ab)) <= lo)
+                        break;
+                    if ((u << (32 - ab)) >= hi)
+                        continue;
+                }
+                rng->pos = pos;
+                acc = decide_slow(rng, t, u, ab, lo, hi, bin, m);
+                pos = rng->pos;
+            }
+            if (rng->failed)
+                goto out_failed;
+            if (__builtin_expect(acc < 0, 0)) {
+                rng->pos = pos;
+                *bad = n;
+                return FL_ERR_RANGE;
+            }
+            if (acc)
+                break;
         }
+        const int64_t z = neg ? -(int64_t)m : (int64_t)m;
         if (!add) {
             out[i] = z;
         } else {
             if ((z > 0 && out[i] > INT64_MAX - z) || (z < 0 && out[i] < INT64_MIN - z)) {
+                rng->pos = pos;
                 *bad = i;
                 return FL_ERR_RANGE;
             }
             out[i] += z;
         }
     }
+    rng->pos = pos;
     return FL_OK;
+out_failed:
+    *bad = n;
+    return rng->failed;
+}
+
+fl_status fl__dp_table_sample(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
+                              int64_t *out, size_t n, int add, size_t *bad) {
+    if (rng->failed) {
+        *bad = n;
+        return rng->failed;
+    }
+    return t->wbits == 0 ? sample_loop(rng, t, out, n, add, bad, 1)
+                         : sample_loop(rng, t, out, n, add, bad, 0);
 }
