@@ -101,4 +101,23 @@ int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, 
  * result does not fit in 32 bytes (a sign of wrong or tampered shares). */
 int fl__sa_shamir_combine(uint8_t secret[32], const struct fl__sa_share *shares, size_t k);
 
+/* One reconstruction of fl__sa_shamir_combine_many. */
+struct fl__sa_combine_job {
+    uint8_t *secret;                   /* out: 32 bytes; wiped when rc is -1 */
+    const struct fl__sa_share *shares; /* the k shares to combine (distinct nonzero x) */
+    size_t k;                          /* number of shares */
+    int rc;                            /* out: 0, or -1 as fl__sa_shamir_combine */
+};
+
+/* Scratch bytes per share of the inversion window (two field elements). */
+#define FL__SA_SHAMIR_SCRATCH_PER_SHARE 80
+
+/* Runs m reconstructions with the result of fl__sa_shamir_combine for each job, sharing
+ * the field inversions: the Lagrange denominators of all jobs (public, from x only) are
+ * inverted in windows of scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE shares (a small
+ * stack window if scratch is NULL or smaller), one inversion per window. Constant time in
+ * the y values. Never allocates; scratch holds only public values. */
+void fl__sa_shamir_combine_many(struct fl__sa_combine_job *jobs, size_t m, void *scratch,
+                                size_t scratch_len);
+
 #endif /* FLOTILLA_SECAGG_CRYPTO_H */

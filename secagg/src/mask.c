@@ -89,7 +89,8 @@ int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sig
     rc = 0;
 out:
     fl_memzero(s, sizeof(s));
-    fl_memzero(scratch, FL__SA_MASK_CHUNK * 4);
+    /* Only the first chunk's worth was ever written. */
+    fl_memzero(scratch, (dim < FL__SA_MASK_CHUNK ? dim : FL__SA_MASK_CHUNK) * 4);
     return rc;
 }
 

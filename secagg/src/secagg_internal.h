@@ -83,7 +83,7 @@ int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
 
 /* acc[i] += sign * PRG(seed)[i] (mod 2^32) for i < dim; the PRG's 4-byte little-endian
  * words are the mask elements. Expands in FL__SA_MASK_CHUNK pieces through scratch
- * (4 * FL__SA_MASK_CHUNK bytes), which is wiped before returning. 0 or -1. */
+ * (4 * FL__SA_MASK_CHUNK bytes); the part it wrote is wiped before returning. 0 or -1. */
 int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
                       const struct fl__sa_crypto *crypto, uint8_t *scratch);
 

@@ -619,55 +619,122 @@ static uint32_t count_flag(const fl_secagg_server *s, uint8_t f) {
     return m;
 }
 
-/* Rebuilds the secret of v from its first t shares. kind B: b_v, checked against v's
- * commitment; kind S: s_v, checked against v's advertised public key. */
-static fl_status rebuild(fl_secagg_server *s, uint32_t v, int kind, uint8_t secret[32]) {
-    struct fl__sa_share sh[64];
-    struct fl__sa_share *shares = sh;
-    size_t have = 0;
-    fl_status st = FL_OK;
-    if (s->t > 64) {
-        shares = fl__alloc_array(&s->alloc, s->t, sizeof(*shares));
-        if (!shares)
-            return FL_ERR_NOMEM;
-    }
-    for (uint32_t j = 0; j <= s->k && have < s->t; j++) {
-        const uint8_t *slot = s->cl[v].sh + (size_t)j * SH_SLOT;
-        if (!slot[0])
-            continue;
-        shares[have].x = (j == s->k ? v : fl__sa_graph_neighbor(&s->graph, v, j)) + 1;
-        memcpy(shares[have].y, slot + 1, FL__SA_SHARE_Y_BYTES);
-        have++;
-    }
+/* ---- unmasking ----
+ * Secrets are rebuilt in groups: the first t shares of each of up to UM_GROUP_SHARES / t
+ * clients go through one fl__sa_shamir_combine_many call, which shares its field inversions
+ * across the group (one per UM_WINDOW shares), then each rebuilt secret is checked and its
+ * masks removed. The work buffers are allocated once per unmask, before the accumulator
+ * is touched, so FL_ERR_NOMEM leaves the round as it was. */
+
+#define UM_GROUP_SHARES 2048u /* shares per combine_many call */
+#define UM_WINDOW 1024u       /* shares per field inversion */
+
+struct um_work {
+    size_t group;                 /* clients per group */
+    struct fl__sa_combine_job *jobs; /* (group) */
+    struct fl__sa_share *shares;  /* (group, t) */
+    uint8_t *secrets;             /* (group, 32) */
+    uint32_t *who;                /* (group) client of each job */
+    void *scratch;                /* UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE bytes */
+    size_t bytes;                 /* size of the single allocation */
+    void *block;                  /* the allocation */
+};
+
+static size_t um_align(size_t x) { return (x + 15u) & ~(size_t)15u; }
+
+static fl_status um_alloc(fl_secagg_server *s, struct um_work *w) {
+    size_t t = s->t;
+    w->group = UM_GROUP_SHARES / t ? UM_GROUP_SHARES / t : 1;
+    size_t g = w->group;
+    size_t o_jobs = 0;
+    size_t o_sh = um_align(o_jobs + g * sizeof(*w->jobs));
+    size_t o_sec = um_align(o_sh + g * t * sizeof(*w->shares));
+    size_t o_who = um_align(o_sec + g * 32);
+    size_t o_scr = um_align(o_who + g * sizeof(*w->who));
+    w->bytes = o_scr + (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE;
+    w->block = fl__alloc(&s->alloc, w->bytes);
+    if (!w->block)
+        return fl__err_set(&s->err, FL_ERR_NOMEM, "unmask: out of memory");
+    uint8_t *p = w->block;
+    w->jobs = (struct fl__sa_combine_job *)(void *)(p + o_jobs);
+    w->shares = (struct fl__sa_share *)(void *)(p + o_sh);
+    w->secrets = p + o_sec;
+    w->who = (uint32_t *)(void *)(p + o_who);
+    w->scratch = p + o_scr;
+    return FL_OK;
+}
+
+static void um_free(fl_secagg_server *s, struct um_work *w) {
+    if (!w->block)
+        return;
+    fl_memzero(w->block, w->bytes);
+    fl__free(&s->alloc, w->block, w->bytes);
+    w->block = NULL;
+}
+
+/* Checks a rebuilt secret of v. kind B: b_v against v's commitment; kind S: s_v against
+ * v's advertised public key. */
+static fl_status um_check(fl_secagg_server *s, uint32_t v, int kind, const uint8_t secret[32]) {
+    uint8_t check[32];
+    int bad;
+    if (kind == FL__SA_KIND_B)
+        bad = fl__sa_commit_b(check, s->crypto, s->round_id, v, secret) != 0 ||
+              fl_memeq_ct(check, s->cl[v].commit, 32) != 0;
+    else
+        bad = s->crypto->x25519_public(check, secret) != 0 ||
+              fl_memeq_ct(check, s->cl[v].s_pk, 32) != 0;
+    fl_memzero(check, sizeof(check));
+    if (!bad)
+        return FL_OK;
     char m[128];
-    if (have < s->t) {
-        snprintf(m, sizeof(m), "client %u: %zu shares, need t = %u", v, have, s->t);
-        st = server_fail(s, FL_ERR_ABORTED, m);
-    } else if (fl__sa_shamir_combine(secret, shares, have) != 0) {
-        snprintf(m, sizeof(m), "client %u: shares do not combine", v);
-        st = server_fail(s, FL_ERR_PROTOCOL, m);
-    } else {
-        uint8_t check[32];
-        int bad;
-        if (kind == FL__SA_KIND_B)
-            bad = fl__sa_commit_b(check, s->crypto, s->round_id, v, secret) != 0 ||
-                  fl_memeq_ct(check, s->cl[v].commit, 32) != 0;
-        else
-            bad = s->crypto->x25519_public(check, secret) != 0 ||
-                  fl_memeq_ct(check, s->cl[v].s_pk, 32) != 0;
-        fl_memzero(check, sizeof(check));
-        if (bad) {
-            snprintf(m, sizeof(m), "client %u: rebuilt %s does not match", v,
-                     kind == FL__SA_KIND_B ? "self-mask seed" : "masking key");
-            st = server_fail(s, FL_ERR_PROTOCOL, m);
-        }
+    snprintf(m, sizeof(m), "client %u: rebuilt %s does not match", v,
+             kind == FL__SA_KIND_B ? "self-mask seed" : "masking key");
+    return server_fail(s, FL_ERR_PROTOCOL, m);
+}
+
+/* Removes v's masks with its rebuilt secret: -PRG(b_v) if v is in U3; otherwise, for each
+ * surviving neighbour w, the pairwise mask w added for v, -sign(w, v) PRG(s_wv). */
+static fl_status um_remove(fl_secagg_server *s, uint32_t v, const uint8_t secret[32]) {
+    const struct fl__sa_crypto *cr = s->crypto;
+    if (s->cl[v].flags & C_U3) {
+        if (fl__sa_mask_apply(s->acc, s->cfg.dim, secret, -1, cr, s->scratch) != 0)
+            return server_fail(s, FL_ERR_CRYPTO, "self-mask expansion failed");
+        return FL_OK;
     }
-    fl_memzero(shares, (size_t)(have ? have : 1) * sizeof(*shares));
-    if (shares != sh)
-        fl__free(&s->alloc, shares, (size_t)s->t * sizeof(*shares));
-    if (st != FL_OK)
-        fl_memzero(secret, 32);
+    uint8_t seed[32];
+    fl_status st = FL_OK;
+    for (uint32_t j = 0; j < s->k && st == FL_OK; j++) {
+        uint32_t w = fl__sa_graph_neighbor(&s->graph, v, j);
+        if (!(s->cl[w].flags & C_U3))
+            continue;
+        int sign_w = w < v ? +1 : -1; /* what w added */
+        if (fl__sa_derive_pair_key(seed, cr, "mask", secret, s->cl[w].s_pk, s->round_id, v,
+                                   w) != 0 ||
+            fl__sa_mask_apply(s->acc, s->cfg.dim, seed, -sign_w, cr, s->scratch) != 0)
+            st = server_fail(s, FL_ERR_CRYPTO, "pairwise mask removal failed");
+    }
+    fl_memzero(seed, sizeof(seed));
     return st;
+}
+
+/* Rebuilds, checks and removes the masks of one group of jobs. */
+static fl_status um_group(fl_secagg_server *s, struct um_work *w, size_t m) {
+    fl__sa_shamir_combine_many(w->jobs, m, w->scratch,
+                               (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE);
+    for (size_t i = 0; i < m; i++) {
+        uint32_t v = w->who[i];
+        int kind = (s->cl[v].flags & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
+        fl_status st;
+        if (w->jobs[i].rc != 0) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "client %u: shares do not combine", v);
+            return server_fail(s, FL_ERR_PROTOCOL, msg);
+        }
+        if ((st = um_check(s, v, kind, w->jobs[i].secret)) != FL_OK ||
+            (st = um_remove(s, v, w->jobs[i].secret)) != FL_OK)
+            return st;
+    }
+    return FL_OK;
 }
 
 /* Removes the masks: -PRG(b_v) for every v in U3; for every v in U2 \ U3, the pairwise mask
@@ -683,34 +750,37 @@ static fl_status unmask(fl_secagg_server *s) {
         if (have < s->t)
             return abort_few(s, "at unmasking (shares for one client)", have, s->t);
     }
-    const struct fl__sa_crypto *cr = s->crypto;
-    uint8_t secret[32], seed[32];
-    fl_status st = FL_OK;
+    struct um_work w = {0};
+    fl_status st = um_alloc(s, &w);
+    if (st != FL_OK)
+        return st;
+    size_t m = 0;
     for (uint32_t v = 0; v < s->n && st == FL_OK; v++) {
         if (!s->cl[v].sh)
             continue;
-        if (s->cl[v].flags & C_U3) {
-            if ((st = rebuild(s, v, FL__SA_KIND_B, secret)) != FL_OK)
-                break;
-            if (fl__sa_mask_apply(s->acc, s->cfg.dim, secret, -1, cr, s->scratch) != 0)
-                st = server_fail(s, FL_ERR_CRYPTO, "self-mask expansion failed");
-        } else {
-            if ((st = rebuild(s, v, FL__SA_KIND_S, secret)) != FL_OK)
-                break;
-            for (uint32_t j = 0; j < s->k && st == FL_OK; j++) {
-                uint32_t w = fl__sa_graph_neighbor(&s->graph, v, j);
-                if (!(s->cl[w].flags & C_U3))
-                    continue;
-                int sign_w = w < v ? +1 : -1; /* what w added */
-                if (fl__sa_derive_pair_key(seed, cr, "mask", secret, s->cl[w].s_pk, s->round_id,
-                                           v, w) != 0 ||
-                    fl__sa_mask_apply(s->acc, s->cfg.dim, seed, -sign_w, cr, s->scratch) != 0)
-                    st = server_fail(s, FL_ERR_CRYPTO, "pairwise mask removal failed");
-            }
+        /* The first t shares in holder-slot order (self last). */
+        struct fl__sa_share *sh = w.shares + m * s->t;
+        size_t have = 0;
+        for (uint32_t j = 0; j <= s->k && have < s->t; j++) {
+            const uint8_t *slot = s->cl[v].sh + (size_t)j * SH_SLOT;
+            if (!slot[0])
+                continue;
+            sh[have].x = (j == s->k ? v : fl__sa_graph_neighbor(&s->graph, v, j)) + 1;
+            memcpy(sh[have].y, slot + 1, FL__SA_SHARE_Y_BYTES);
+            have++;
+        }
+        w.jobs[m].secret = w.secrets + m * 32;
+        w.jobs[m].shares = sh;
+        w.jobs[m].k = have;
+        w.who[m] = v;
+        if (++m == w.group) {
+            st = um_group(s, &w, m);
+            m = 0;
         }
     }
-    fl_memzero(secret, sizeof(secret));
-    fl_memzero(seed, sizeof(seed));
+    if (st == FL_OK && m)
+        st = um_group(s, &w, m);
+    um_free(s, &w);
     if (st != FL_OK)
         return st;
     uint32_t mask = fl__sa_bitmask(s->cfg.bits);

@@ -6,6 +6,11 @@
  *
  * Reduction uses 2^256 == -297 (mod p): a wide value H*2^256 + L is congruent to L - 297*H.
  *
+ * Wiping: the field helpers below are small static functions whose limb temporaries live in
+ * registers or the caller's frame; wiping them on every multiplication cost more than the
+ * multiplication itself, so each exported function wipes its own secret field elements
+ * (coefficients, running sums, loaded shares) before it returns instead.
+ *
  * Tamper detection: combine() rejects a result >= 2^256, but a wrong share turns the secret
  * into a near-uniform field element, which lands in [2^256, p) with probability only
  * 297/p ~ 2^-248. So a tampered or wrong share in practice yields a WRONG secret, not an
@@ -30,94 +35,133 @@ static const uint64_t sa_p[FL__SA_FE_LIMBS] = {297u, 0u, 0u, 0u, 1u};
 
 /* ---- field arithmetic ---- */
 
+/* Add and subtract with carry / borrow (0 or 1). On x86-64 the compiler intrinsics give
+ * adc / sbb chains; elsewhere 128-bit temporaries. Loops over limbs are unrolled
+ * (FL__SA_UNROLL): rolled, gcc -O2 keeps the carries in memory and runs 3x slower. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <x86intrin.h>
+static inline uint64_t sa_adc(uint64_t a, uint64_t b, uint64_t *carry) {
+    unsigned long long r;
+    *carry = _addcarry_u64((unsigned char)*carry, a, b, &r);
+    return (uint64_t)r;
+}
+
+static inline uint64_t sa_sbb(uint64_t a, uint64_t b, uint64_t *borrow) {
+    unsigned long long r;
+    *borrow = _subborrow_u64((unsigned char)*borrow, a, b, &r);
+    return (uint64_t)r;
+}
+#else
+static inline uint64_t sa_adc(uint64_t a, uint64_t b, uint64_t *carry) {
+    fl__sa_u128 s = (fl__sa_u128)a + b + *carry;
+    *carry = (uint64_t)(s >> 64);
+    return (uint64_t)s;
+}
+
+static inline uint64_t sa_sbb(uint64_t a, uint64_t b, uint64_t *borrow) {
+    fl__sa_u128 d = (fl__sa_u128)a - b - *borrow;
+    *borrow = (uint64_t)(d >> 64) & 1u;
+    return (uint64_t)d;
+}
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FL__SA_UNROLL _Pragma("GCC unroll 8")
+#else
+#define FL__SA_UNROLL
+#endif
+
 /* r = r - p if r >= p, in constant time. r is a 320-bit value < 2^320. */
-static void sa_fe_cond_sub_p(uint64_t r[FL__SA_FE_LIMBS]) {
+static inline void sa_fe_cond_sub_p(uint64_t r[FL__SA_FE_LIMBS]) {
     uint64_t s[FL__SA_FE_LIMBS];
     uint64_t borrow = 0;
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
-        fl__sa_u128 d = (fl__sa_u128)r[i] - sa_p[i] - borrow;
-        s[i] = (uint64_t)d;
-        borrow = (uint64_t)(d >> 64) & 1u;
-    }
+    FL__SA_UNROLL
+    for (int i = 0; i < FL__SA_FE_LIMBS; i++)
+        s[i] = sa_sbb(r[i], sa_p[i], &borrow);
     /* borrow == 1 means r < p: keep r. */
     uint64_t keep = (uint64_t)0 - borrow;
+    FL__SA_UNROLL
     for (int i = 0; i < FL__SA_FE_LIMBS; i++)
         r[i] = (r[i] & keep) | (s[i] & ~keep);
 }
 
-/* out = t mod p for a wide value t (10 limbs) with t < 2^514 (any product of two reduced
- * elements, or 512 random bits). */
-static void sa_fe_reduce_wide(struct sa_fe *out, const uint64_t t[10]) {
-    uint64_t c[FL__SA_FE_LIMBS + 1];
-    uint64_t r[FL__SA_FE_LIMBS];
-    uint64_t carry = 0;
-
-    /* c = 297 * H, H = t[4..9] < 2^258, so c < 2^267: c[4] < 2^11 and c[5] = 0. */
-    for (int i = 0; i < 6; i++) {
-        fl__sa_u128 m = (fl__sa_u128)t[4 + i] * 297u + carry;
+/* out = t mod p for a wide value t (9 limbs) with t < 2^514 (any product of two reduced
+ * elements, or 512 random bits).
+ *
+ * With L = t mod 2^256 and H = t >> 256 (< 2^258): c = 297 H < 2^267 has limbs c0..c4
+ * (c4 < 2^11), and t == L - c == L - (c0..c3) + 297 c4 (mod p). Adding p makes that
+ * nonnegative and below 2p + 2^21, so two conditional subtractions finish. */
+static inline void sa_fe_reduce_wide(struct sa_fe *out, const uint64_t t[9]) {
+    uint64_t c[5], r[FL__SA_FE_LIMBS];
+    fl__sa_u128 m = 0;
+    FL__SA_UNROLL
+    for (int i = 0; i < 5; i++) {
+        m = (fl__sa_u128)t[4 + i] * 297u + (uint64_t)(m >> 64);
         c[i] = (uint64_t)m;
-        carry = (uint64_t)(m >> 64);
     }
-
-    /* r = L - c[0..3] (two's complement over 320 bits). */
-    uint64_t borrow = 0;
-    for (int i = 0; i < 4; i++) {
-        fl__sa_u128 d = (fl__sa_u128)t[i] - c[i] - borrow;
-        r[i] = (uint64_t)d;
-        borrow = (uint64_t)(d >> 64) & 1u;
-    }
+    /* r = L - (c0..c3) over 320 bits, then + (297 c4 + 297) + 2^256 (= + 297 c4 + p). */
+    uint64_t borrow = 0, carry = 0;
+    FL__SA_UNROLL
+    for (int i = 0; i < 4; i++)
+        r[i] = sa_sbb(t[i], c[i], &borrow);
     r[4] = (uint64_t)0 - borrow;
-
-    /* r += 297 * (c[4] + 2^64 c[5]) (c[4]*2^256 == -297*c[4]; with the sign of L - c this
-     * gives L - 297 H). c[5] is 0 by the bound above; it is folded in for safety. */
-    fl__sa_u128 add = (fl__sa_u128)c[4] * 297u;
-    uint64_t add_hi = c[5] * 297u + (uint64_t)(add >> 64);
-    carry = 0;
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
-        uint64_t a = i == 0 ? (uint64_t)add : (i == 1 ? add_hi : 0u);
-        fl__sa_u128 s = (fl__sa_u128)r[i] + a + carry;
-        r[i] = (uint64_t)s;
-        carry = (uint64_t)(s >> 64);
-    }
-
-    /* r is now in (-2^256, 2^256 + 2^21): add p to make it nonnegative (< 3p), then
-     * subtract p at most twice. */
-    carry = 0;
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
-        fl__sa_u128 s = (fl__sa_u128)r[i] + sa_p[i] + carry;
-        r[i] = (uint64_t)s;
-        carry = (uint64_t)(s >> 64);
-    }
+    r[0] = sa_adc(r[0], c[4] * 297u + 297u, &carry);
+    FL__SA_UNROLL
+    for (int i = 1; i < 4; i++)
+        r[i] = sa_adc(r[i], 0, &carry);
+    r[4] += carry + 1u;
     sa_fe_cond_sub_p(r);
     sa_fe_cond_sub_p(r);
     memcpy(out->v, r, sizeof(r));
-    fl_memzero(r, sizeof(r));
-    fl_memzero(c, sizeof(c));
 }
 
+/* out = a * b. The top limbs are 0 or 1, so the product is the 4 x 4-limb product of the
+ * low halves plus 2^256 (a4 B + b4 A) + 2^512 a4 b4, added under masks (no branch). */
 static void sa_fe_mul(struct sa_fe *out, const struct sa_fe *a, const struct sa_fe *b) {
-    uint64_t t[10] = {0};
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
+    uint64_t t[9] = {0};
+    FL__SA_UNROLL
+    for (int i = 0; i < 4; i++) {
         uint64_t carry = 0;
-        for (int j = 0; j < FL__SA_FE_LIMBS; j++) {
+        FL__SA_UNROLL
+        for (int j = 0; j < 4; j++) {
             fl__sa_u128 m = (fl__sa_u128)a->v[i] * b->v[j] + t[i + j] + carry;
             t[i + j] = (uint64_t)m;
             carry = (uint64_t)(m >> 64);
         }
-        t[i + FL__SA_FE_LIMBS] = carry;
+        t[i + 4] = carry;
     }
+    uint64_t ma = (uint64_t)0 - a->v[4], mb = (uint64_t)0 - b->v[4];
+    uint64_t c1 = 0, c2 = 0;
+    FL__SA_UNROLL
+    for (int i = 0; i < 4; i++) {
+        t[4 + i] = sa_adc(t[4 + i], b->v[i] & ma, &c1);
+        t[4 + i] = sa_adc(t[4 + i], a->v[i] & mb, &c2);
+    }
+    t[8] = c1 + c2 + (a->v[4] & b->v[4]);
     sa_fe_reduce_wide(out, t);
-    fl_memzero(t, sizeof(t));
+}
+
+/* out = a * m for a public 64-bit multiplier m (a product of two share indices or index
+ * differences): 5 limb products instead of 16. */
+static void sa_fe_mul_small(struct sa_fe *out, const struct sa_fe *a, uint64_t m) {
+    uint64_t t[9] = {0};
+    uint64_t carry = 0;
+    FL__SA_UNROLL
+    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
+        fl__sa_u128 x = (fl__sa_u128)a->v[i] * m + carry;
+        t[i] = (uint64_t)x;
+        carry = (uint64_t)(x >> 64);
+    }
+    t[FL__SA_FE_LIMBS] = carry;
+    sa_fe_reduce_wide(out, t);
 }
 
 static void sa_fe_add(struct sa_fe *out, const struct sa_fe *a, const struct sa_fe *b) {
     uint64_t r[FL__SA_FE_LIMBS];
     uint64_t carry = 0;
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
-        fl__sa_u128 s = (fl__sa_u128)a->v[i] + b->v[i] + carry;
-        r[i] = (uint64_t)s;
-        carry = (uint64_t)(s >> 64);
-    }
+    FL__SA_UNROLL
+    for (int i = 0; i < FL__SA_FE_LIMBS; i++)
+        r[i] = sa_adc(a->v[i], b->v[i], &carry);
     sa_fe_cond_sub_p(r); /* a + b < 2p */
     memcpy(out->v, r, sizeof(r));
 }
@@ -126,13 +170,9 @@ static void sa_fe_add(struct sa_fe *out, const struct sa_fe *a, const struct sa_
 static void sa_fe_sub(struct sa_fe *out, const struct sa_fe *a, const struct sa_fe *b) {
     uint64_t r[FL__SA_FE_LIMBS];
     uint64_t carry = 0, borrow = 0;
-    for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
-        fl__sa_u128 s = (fl__sa_u128)a->v[i] + sa_p[i] + carry;
-        carry = (uint64_t)(s >> 64);
-        fl__sa_u128 d = (fl__sa_u128)(uint64_t)s - b->v[i] - borrow;
-        r[i] = (uint64_t)d;
-        borrow = (uint64_t)(d >> 64) & 1u;
-    }
+    FL__SA_UNROLL
+    for (int i = 0; i < FL__SA_FE_LIMBS; i++)
+        r[i] = sa_sbb(sa_adc(a->v[i], sa_p[i], &carry), b->v[i], &borrow);
     /* a + p < 2^258 fits in 5 limbs, so the final carry and borrow cancel. */
     sa_fe_cond_sub_p(r);
     memcpy(out->v, r, sizeof(r));
@@ -237,10 +277,10 @@ static int sa_check_share_xs(const struct fl__sa_share *shares, size_t k) {
 
 /* Evaluates f(x) = secret + c1 x + ... + c_{t-1} x^{t-1} at every xs[i] by Horner's rule,
  * drawing one coefficient at a time (highest first) so no coefficient array is needed: the
- * running values live in out[i].y. Cost: n*t multiplications. */
+ * running values live in out[i].y. Cost: n*t multiplications by the (small, public) x. */
 int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, size_t t,
                         const uint8_t secret[32], const struct fl__sa_crypto *crypto) {
-    struct sa_fe coeff, acc, x;
+    struct sa_fe coeff, acc;
     int rc = -1;
 
     if (!out || !xs || !secret || !crypto || !crypto->random || n == 0 || t == 0 || t > n)
@@ -260,8 +300,7 @@ int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, 
         }
         for (size_t i = 0; i < n; i++) {
             sa_fe_load_be(acc.v, out[i].y, FL__SA_SHARE_Y_BYTES);
-            sa_fe_from_u32(&x, out[i].x);
-            sa_fe_mul(&acc, &acc, &x);
+            sa_fe_mul_small(&acc, &acc, out[i].x);
             sa_fe_add(&acc, &acc, &coeff);
             sa_fe_store_be(out[i].y, FL__SA_SHARE_Y_BYTES, &acc);
         }
@@ -277,47 +316,166 @@ out_wipe:
     return rc;
 }
 
-/* secret = sum_i y_i * L_i(0), L_i(0) = prod_{j != i} x_j / (x_j - x_i). The Lagrange
- * weights depend only on the public indices; one Fermat inversion per share keeps this
- * allocation-free (k inversions of ~260 multiplications each). */
-int fl__sa_shamir_combine(uint8_t secret[32], const struct fl__sa_share *shares, size_t k) {
-    struct sa_fe s = {{0}}, y, num, den, xi, xj, tmp;
-    int rc = -1;
+/* ---- combine: Lagrange interpolation at 0, batched inversions ----
+ *
+ * secret = sum_i y_i L_i(0), L_i(0) = prod_{j != i} x_j / (x_j - x_i) = P / D_i with
+ * P = prod_j x_j and D_i = x_i prod_{j != i} (x_j - x_i). The D_i depend only on the public
+ * indices and are products of 32-bit integers, so they cost cheap small multiplications; all
+ * the D_i of a window of shares (of one or several jobs) are inverted together with
+ * Montgomery's trick (prefix products, one Fermat inversion, a backward pass): 3
+ * multiplications per share plus one inversion per window instead of one inversion (~260
+ * multiplications) per share. Only the sum over y_i touches secrets, with constant-time
+ * field operations; every branch depends on x, k or the window position. */
+
+/* D = x_i * prod_{j != i} (x_j - x_i) mod p, from public indices (distinct, nonzero). */
+static void sa_lagrange_den(struct sa_fe *d, const struct fl__sa_share *sh, size_t k, size_t i) {
+    uint64_t xi = sh[i].x, pend = xi;
+    int neg = 0, have = 1;
+    sa_fe_from_u32(d, 1);
+    for (size_t j = 0; j < k; j++) {
+        if (j == i)
+            continue;
+        uint64_t xj = sh[j].x;
+        uint64_t f = xj > xi ? xj - xi : xi - xj; /* < 2^32 */
+        neg ^= xj < xi;
+        if (have) { /* pair factors: one 64-bit multiplier per two indices */
+            sa_fe_mul_small(d, d, pend * f);
+            have = 0;
+        } else {
+            pend = f;
+            have = 1;
+        }
+    }
+    if (have)
+        sa_fe_mul_small(d, d, pend);
+    if (neg) {
+        struct sa_fe zero = {{0}};
+        sa_fe_sub(d, &zero, d);
+    }
+}
+
+/* P = prod_j x_j mod p. */
+static void sa_lagrange_num(struct sa_fe *pr, const struct fl__sa_share *sh, size_t k) {
+    sa_fe_from_u32(pr, 1);
+    size_t j = 0;
+    for (; j + 1 < k; j += 2)
+        sa_fe_mul_small(pr, pr, (uint64_t)sh[j].x * sh[j + 1].x);
+    if (j < k)
+        sa_fe_mul_small(pr, pr, sh[j].x);
+}
+
+/* In place: d[i] = d[i]^-1 for i < m (all nonzero, public), with pre as scratch. */
+static void sa_fe_batch_inv(struct sa_fe *d, struct sa_fe *pre, size_t m) {
+    struct sa_fe inv, t;
+    pre[0] = d[0];
+    for (size_t i = 1; i < m; i++)
+        sa_fe_mul(&pre[i], &pre[i - 1], &d[i]);
+    sa_fe_inv(&inv, &pre[m - 1]);
+    for (size_t i = m - 1; i > 0; i--) {
+        sa_fe_mul(&t, &inv, &pre[i - 1]); /* (d_0 .. d_i)^-1 * (d_0 .. d_{i-1}) = d_i^-1 */
+        sa_fe_mul(&inv, &inv, &d[i]);     /* (d_0 .. d_{i-1})^-1 */
+        d[i] = t;
+    }
+    d[0] = inv;
+}
+
+/* Bytes of combine scratch per share of window (see FL__SA_SHAMIR_SCRATCH_PER_SHARE). */
+_Static_assert(2 * sizeof(struct sa_fe) <= FL__SA_SHAMIR_SCRATCH_PER_SHARE,
+               "FL__SA_SHAMIR_SCRATCH_PER_SHARE too small");
+
+/* Window on the stack when the caller gives no scratch. */
+#define SA_STACK_WINDOW 32
+
+/* Finishes job j: secret = P * acc if every share was < p and the result fits 32 bytes. */
+static void sa_job_finish(struct fl__sa_combine_job *job, struct sa_fe *acc, int bad) {
+    struct sa_fe pr;
+    sa_lagrange_num(&pr, job->shares, job->k);
+    sa_fe_mul(acc, acc, &pr);
+    /* A share >= p is malformed; a result >= 2^256 cannot be a 32-byte secret. */
+    if (bad != 0 || acc->v[4] != 0) {
+        fl_memzero(job->secret, 32);
+        job->rc = -1;
+    } else {
+        sa_fe_store_be(job->secret, 32, acc);
+        job->rc = 0;
+    }
+    memset(acc, 0, sizeof(*acc));
+}
+
+void fl__sa_shamir_combine_many(struct fl__sa_combine_job *jobs, size_t m, void *scratch,
+                                size_t scratch_len) {
+    struct sa_fe stack_den[SA_STACK_WINDOW], stack_pre[SA_STACK_WINDOW];
+    struct sa_fe *den = stack_den, *pre = stack_pre;
+    size_t win = SA_STACK_WINDOW;
+    struct sa_fe acc = {{0}}, y, tmp;
     int bad = 0;
 
-    if (!secret || !shares || k == 0)
-        return -1;
-    if (sa_check_share_xs(shares, k) != 0)
-        return -1;
-
-    for (size_t i = 0; i < k; i++) {
-        bad |= sa_fe_load_share(&y, shares[i].y);
-        sa_fe_from_u32(&num, 1);
-        sa_fe_from_u32(&den, 1);
-        sa_fe_from_u32(&xi, shares[i].x);
-        for (size_t j = 0; j < k; j++) {
-            if (j == i)
-                continue;
-            sa_fe_from_u32(&xj, shares[j].x);
-            sa_fe_mul(&num, &num, &xj);
-            sa_fe_sub(&tmp, &xj, &xi);
-            sa_fe_mul(&den, &den, &tmp);
-        }
-        sa_fe_inv(&den, &den);
-        sa_fe_mul(&num, &num, &den); /* L_i(0) */
-        sa_fe_mul(&tmp, &y, &num);
-        sa_fe_add(&s, &s, &tmp);
+    if (scratch && scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE > SA_STACK_WINDOW) {
+        win = scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE;
+        den = scratch;
+        pre = den + win;
     }
-    /* A share >= p is malformed; a result >= 2^256 cannot be a 32-byte secret. */
-    if (bad != 0 || s.v[4] != 0)
-        goto out_wipe;
-    sa_fe_store_be(secret, 32, &s);
-    rc = 0;
-out_wipe:
-    if (rc != 0)
-        fl_memzero(secret, 32);
-    fl_memzero(&s, sizeof(s));
+    /* Invalid jobs fail up front and take no part in the windows. */
+    for (size_t j = 0; j < m; j++) {
+        struct fl__sa_combine_job *job = &jobs[j];
+        job->rc = -1;
+        if (!job->secret)
+            continue;
+        if (!job->shares || job->k == 0 || sa_check_share_xs(job->shares, job->k) != 0) {
+            fl_memzero(job->secret, 32);
+            continue;
+        }
+        job->rc = 1; /* pending */
+    }
+    /* Stream the (job, share) pairs in order through windows of `win` denominators; the
+     * window's pairs are consumed in the same order, so one running sum suffices. */
+    size_t j0 = 0, i0 = 0; /* first pair of the current window */
+    while (j0 < m) {
+        if (jobs[j0].rc != 1) {
+            j0++;
+            i0 = 0;
+            continue;
+        }
+        size_t c = 0, j = j0, i = i0;
+        while (j < m && c < win) {
+            if (jobs[j].rc != 1) {
+                j++;
+                continue;
+            }
+            sa_lagrange_den(&den[c++], jobs[j].shares, jobs[j].k, i);
+            if (++i == jobs[j].k) {
+                j++;
+                i = 0;
+            }
+        }
+        sa_fe_batch_inv(den, pre, c);
+        c = 0;
+        while (j0 < j || (j0 == j && i0 < i)) {
+            struct fl__sa_combine_job *job = &jobs[j0];
+            if (job->rc != 1) {
+                j0++;
+                continue;
+            }
+            bad |= sa_fe_load_share(&y, job->shares[i0].y);
+            sa_fe_mul(&tmp, &y, &den[c++]);
+            sa_fe_add(&acc, &acc, &tmp);
+            if (++i0 == job->k) {
+                sa_job_finish(job, &acc, bad);
+                bad = 0;
+                j0++;
+                i0 = 0;
+            }
+        }
+    }
+    fl_memzero(&acc, sizeof(acc));
     fl_memzero(&y, sizeof(y));
     fl_memzero(&tmp, sizeof(tmp));
-    return rc;
+}
+
+int fl__sa_shamir_combine(uint8_t secret[32], const struct fl__sa_share *shares, size_t k) {
+    struct fl__sa_combine_job job = {secret, shares, k, -1};
+    if (!secret)
+        return -1;
+    fl__sa_shamir_combine_many(&job, 1, NULL, 0);
+    return job.rc;
 }
