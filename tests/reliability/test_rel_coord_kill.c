@@ -76,6 +76,8 @@ struct sweep {
     int db_checks_ok;
     int completed[POPS], completed_after_kill[POPS], abandoned[POPS];
     int kill_phase[6];       /* kills by part of the round: checkin task adv share masked unmask */
+    int kind_committed[3];   /* by kind (before, during, commit): round found committed */
+    int kind_abandoned[3];   /* by kind: round found abandoned (or not yet created) */
     double restart_s_sum;
     int restarts;
 };
@@ -571,8 +573,14 @@ static void test_kill_sweep(void **state) {
         snprintf(q, sizeof(q), "SELECT state FROM rounds WHERE id = %lld", (long long)rid);
         int64_t before = rid ? db_int(s->f, q) : -1;
         restart(s);
-        if (rid == 0)
+        if (rid == 0) {
+            s->kind_abandoned[kind]++;
             continue; /* killed before the round existed */
+        }
+        if (done || before == 2)
+            s->kind_committed[kind]++;
+        else
+            s->kind_abandoned[kind]++;
         if (done || before == 2) {
             /* Committed before the kill landed: a whole round. */
             assert_int_equal(before, 2);
@@ -604,6 +612,10 @@ static void test_kill_sweep(void **state) {
             s->db_checks_ok, s->kills + 1, s->completed[0], s->completed_after_kill[0],
             s->completed[1], s->completed_after_kill[1], s->abandoned[0], s->abandoned[1],
             s->completed[0], s->completed[0], s->restart_s_sum / s->restarts);
+    fprintf(stderr, "kill sweep: round found committed / abandoned after the restart: kills "
+            "before a request %d / %d, during one %d / %d, inside the committing request %d / "
+            "%d\n", s->kind_committed[0], s->kind_abandoned[0], s->kind_committed[1],
+            s->kind_abandoned[1], s->kind_committed[2], s->kind_abandoned[2]);
     if (capped)
         fprintf(stderr, "kill sweep: stopped by the time cap before the targets\n");
     assert_true(s->kills >= (lng ? 1 : kills_target / 2));
