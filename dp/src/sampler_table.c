@@ -36,9 +36,9 @@
 #include "sampler_table.h"
 
 #define TARGET_SIGMAS 8.0 /* the body covers magnitudes below about 8 sigma */
-#define BODY_MAX 1023   /* body bins (one more column is the tail) */
-#define DELTA_MAX 0.13  /* largest exponent variation within a body bin (see below) */
-#define MARGIN 0x1p-30  /* relative distance of the fast bounds from the approximation */
+#define BODY_MAX 1023     /* body bins (one more column is the tail) */
+#define DELTA_MAX 0.13    /* largest exponent variation within a body bin (see below) */
+#define MARGIN 0x1p-30    /* relative distance of the fast bounds from the approximation */
 
 /* ---- construction ---- */
 
@@ -55,7 +55,6 @@ static inline double exp_neg_small(double x) {
     return p * x + 1.0;
 }
 
-
 /* x y <= q exactly, for finite doubles x, y >= 0 and an integer q >= 1. */
 static int prod_le(double x, double y, uint64_t q) {
     if (x == 0 || y == 0)
@@ -63,8 +62,8 @@ static int prod_le(double x, double y, uint64_t q) {
     int ex, ey;
     double fx = frexp(x, &ex), fy = frexp(y, &ey);
     uint64_t mx = (uint64_t)ldexp(fx, 53), my = (uint64_t)ldexp(fy, 53); /* exact */
-    fl__dp_u128 pm = (fl__dp_u128)mx * my;                                 /* < 2^106 */
-    int e = ex + ey - 106;                                                 /* x y = pm 2^e */
+    fl__dp_u128 pm = (fl__dp_u128)mx * my;                               /* < 2^106 */
+    int e = ex + ey - 106;                                               /* x y = pm 2^e */
     if (e >= 0)
         return e < 64 && pm <= (fl__dp_u128)(q >> e); /* pm 2^e <= q iff pm <= q >> e */
     unsigned s = (unsigned)-e;
@@ -257,8 +256,7 @@ static unsigned alias_slow(struct fl_dp_rng *rng, uint64_t y, unsigned kb, uint6
 
 /* A tail proposal (bin nbody): 1 with *m_out set if accepted, 0 if rejected, -1 if out of
  * the supported range (G >= 1024 or m >= 2^43, probability below 2^-1000). */
-static int tail_one(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
-                    uint64_t *m_out) {
+static int tail_one(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t, uint64_t *m_out) {
     uint64_t g = 0;
     for (;;) {
         uint64_t w = fl__dp_rng_u64(rng);
@@ -276,9 +274,8 @@ static int tail_one(struct fl_dp_rng *rng, const struct fl__dp_sampler_table *t,
     uint64_t m = t->r + (g << t->tbits) + j;
     if (m >= (uint64_t)1 << 43)
         return -1;
-    int acc = fl__dp_cmp_exp(rng, 0, 0, t->kappa_mant,
-                             t->kappa_exp + (int)g + 1 + (int)t->tbits, t->q[t->nbody],
-                             (fl__dp_u128)m * m * t->den, (fl__dp_u128)2 * t->num);
+    int acc = fl__dp_cmp_exp(rng, 0, 0, t->kappa_mant, t->kappa_exp + (int)g + 1 + (int)t->tbits,
+                             t->q[t->nbody], (fl__dp_u128)m * m * t->den, (fl__dp_u128)2 * t->num);
     *m_out = m;
     return acc;
 }

@@ -25,12 +25,12 @@ struct fl__dp_sampler_table {
     uint64_t r;          /* R = nbody W: magnitudes >= R come from the tail */
     uint64_t kappa_mant; /* kappa = kappa_mant 2^kappa_exp exactly (see sampler_table.c) */
     int kappa_exp;
-    double c;                             /* den / (2 num) rounded: gamma(m) ~ m^2 c */
-    uint64_t col[FL__DP_TABLE_COLS];      /* alias column: threshold (<= 2^32) | alias << 33 */
-    uint64_t q[FL__DP_TABLE_COLS];        /* exact weight of bin i, sum 2^(kbits + 32) */
-    double p[FL__DP_TABLE_COLS];          /* ~ kappa W / q_i exp(-gamma(i W)), rel. err < 2^-35 */
-    uint64_t lo[FL__DP_TABLE_COLS];       /* lo <= 2^32 v(m) for every m of bin i */
-    uint64_t hi[FL__DP_TABLE_COLS];       /* hi >= 2^32 v(m) for every m of bin i */
+    double c;                        /* den / (2 num) rounded: gamma(m) ~ m^2 c */
+    uint64_t col[FL__DP_TABLE_COLS]; /* alias column: threshold (<= 2^32) | alias << 33 */
+    uint64_t q[FL__DP_TABLE_COLS];   /* exact weight of bin i, sum 2^(kbits + 32) */
+    double p[FL__DP_TABLE_COLS];     /* ~ kappa W / q_i exp(-gamma(i W)), rel. err < 2^-35 */
+    uint64_t lo[FL__DP_TABLE_COLS];  /* lo <= 2^32 v(m) for every m of bin i */
+    uint64_t hi[FL__DP_TABLE_COLS];  /* hi >= 2^32 v(m) for every m of bin i */
 };
 
 /* Fills t for sigma^2 = num/den (reduced, each in [1, 2^40]). Returns FL_OK, or

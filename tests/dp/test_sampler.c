@@ -370,13 +370,13 @@ static void test_cmp_exp_m1_deep(void **state) {
     w[15] += 1;
     assert_int_equal(cmp_words(w, 16, 0, 0, 0, 1, 0, 1, 1, 1), 0);
     /* Same through a 64-bit prefix and as exp(-n/d) with a large d: 2^100 / 2^100. */
-    assert_int_equal(cmp_words(w + 1, 15, 0, w[0], 64, 1, 0, 1, (fl__dp_u128)1 << 100,
-                               (fl__dp_u128)1 << 100),
-                     0);
+    assert_int_equal(
+        cmp_words(w + 1, 15, 0, w[0], 64, 1, 0, 1, (fl__dp_u128)1 << 100, (fl__dp_u128)1 << 100),
+        0);
     w[15] -= 1;
-    assert_int_equal(cmp_words(w + 1, 15, 0, w[0], 64, 1, 0, 1, (fl__dp_u128)1 << 100,
-                               (fl__dp_u128)1 << 100),
-                     1);
+    assert_int_equal(
+        cmp_words(w + 1, 15, 0, w[0], 64, 1, 0, 1, (fl__dp_u128)1 << 100, (fl__dp_u128)1 << 100),
+        1);
     /* 2 exp(-1) (e = 1) against 2 * table: the same bits moved up by one. */
     uint64_t w2[16];
     for (unsigned i = 0; i < 16; i++)
@@ -398,34 +398,179 @@ static void test_cmp_decimal_vectors(void **state) {
         uint64_t u[4];
         int want;
     } vs[] = {
-        {9007199254740991ull, -53, 3ull, 777777ull, 1000001ull, {0x2734536cdfd606bcu, 0xf929936b1ec99108u, 0xdb5b5fab8f4d3e27u, 0xdda1494c73cf256du}, 0},
-        {9007199254740991ull, -53, 3ull, 777777ull, 1000001ull, {0x2734536cdfd606bcu, 0xf929936b15ae4455u, 0x8201e2bd73ab4876u, 0x7734d7c1c7fde805u}, 0},
-        {9007199254740991ull, -53, 3ull, 777777ull, 1000001ull, {0x2734536cdfd606bcu, 0xf929936b12554882u, 0xe49b5e12fa1320c8u, 0x309d6b79965eda32u}, 1},
-        {9007199254740991ull, -53, 3ull, 777777ull, 1000001ull, {0x2734536cdfd606bcu, 0xf929936b12554882u, 0xe49b5e12fa1320cbu, 0x830c71c2cdcc6929u}, 0},
-        {1ull, 0, 1ull, 3ull, 10ull, {0xbda6434e1be02746u, 0xf969b58b91818799u, 0x2fa91425cb008853u, 0x9d2c67eda13ffe79u}, 1},
-        {1ull, 0, 1ull, 3ull, 10ull, {0xbda6434e1be02746u, 0xf969b58b909e7d15u, 0x17362f25244caf9cu, 0x4dabb4817253edc6u}, 1},
-        {1ull, 0, 1ull, 3ull, 10ull, {0xbda6434e1be02746u, 0xf969b58b97e40dd8u, 0x39b395a7711f8fd2u, 0xe3eff9c0cf44dd3fu}, 0},
-        {1ull, 0, 1ull, 3ull, 10ull, {0xbda6434e1be02746u, 0xf969b58b97e40dd8u, 0x39b395a7711f8fd0u, 0x0ab8ab67a26b7f62u}, 1},
-        {5ull, 0, 7ull, 5ull, 2ull, {0x0f02841bd81c1a2eu, 0x67ea6ec3ea767779u, 0x73f778aaf6fa5db8u, 0x656abd72fb710734u}, 0},
-        {5ull, 0, 7ull, 5ull, 2ull, {0x0f02841bd81c1a2eu, 0x67ea6ec3e1f8558au, 0x28518867a66b0d38u, 0x9d95847ebd299753u}, 1},
-        {5ull, 0, 7ull, 5ull, 2ull, {0x0f02841bd81c1a2eu, 0x67ea6ec3e2b8a76du, 0xbc48c90ef31eeddeu, 0xd4ea65d003d71684u}, 0},
-        {5ull, 0, 7ull, 5ull, 2ull, {0x0f02841bd81c1a2eu, 0x67ea6ec3e2b8a76du, 0xbc48c90ef31eeddeu, 0x0f3ebdd3102b938bu}, 1},
-        {123456789ull, -20, 999ull, 1000000000007ull, 100000000003ull, {0x000059c4c5afa5ffu, 0x92dc4224307b37e1u, 0x998092253deffa38u, 0xe12b2b8f30b17d0bu}, 1},
-        {123456789ull, -20, 999ull, 1000000000007ull, 100000000003ull, {0x000059c4c5afa5ffu, 0x92dc4224317491e2u, 0x70c6a5b85387f613u, 0x76c468aec7321cc0u}, 1},
-        {123456789ull, -20, 999ull, 1000000000007ull, 100000000003ull, {0x000059c4c5afa5ffu, 0x92dc4224374901d4u, 0xfc6bbef7697631eeu, 0x320094ead7a94dedu}, 0},
-        {123456789ull, -20, 999ull, 1000000000007ull, 100000000003ull, {0x000059c4c5afa5ffu, 0x92dc4224374901d4u, 0xfc6bbef7697631efu, 0xa3ea284d3bd03346u}, 0},
-        {1ull, 40, 1ull, 3242591731706757120ull, 108086391056891904ull, {0x1a56e0c2ac7f74d5u, 0x0fd4e3d407513923u, 0x15c1d2dfa9964aefu, 0x012d0ea67ff12229u}, 0},
-        {1ull, 40, 1ull, 3242591731706757120ull, 108086391056891904ull, {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400d1fe1du, 0xff6665896822a6b2u, 0x4735af1ca7a11490u}, 1},
-        {1ull, 40, 1ull, 3242591731706757120ull, 108086391056891904ull, {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400f81e6bu, 0x7e3875e1b3df521bu, 0xee82ec3ffee5a5b2u}, 0},
-        {1ull, 40, 1ull, 3242591731706757120ull, 108086391056891904ull, {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400f81e6bu, 0x7e3875e1b3df521bu, 0xb53302fc154cd2aau}, 0},
-        {9223372036854775813ull, -70, 1099511627777ull, 9223372036854775819ull, 4611686018427387905ull, {0x000000000000454au, 0xaa8efdc1e49fe85bu, 0x834c687a3acb6266u, 0xc20ba2c250b601fcu}, 0},
-        {9223372036854775813ull, -70, 1099511627777ull, 9223372036854775819ull, 4611686018427387905ull, {0x000000000000454au, 0xaa8efdc1e9ba1192u, 0xc42b7170902a174fu, 0x11fa2ac0079dd25au}, 0},
-        {9223372036854775813ull, -70, 1099511627777ull, 9223372036854775819ull, 4611686018427387905ull, {0x000000000000454au, 0xaa8efdc1e3cdd548u, 0x971b197a54b48c53u, 0x1b98fbe466809a11u}, 0},
-        {9223372036854775813ull, -70, 1099511627777ull, 9223372036854775819ull, 4611686018427387905ull, {0x000000000000454au, 0xaa8efdc1e3cdd548u, 0x971b197a54b48c52u, 0x62f28d1a4a789cb3u}, 0},
+        {9007199254740991ull,
+         -53,
+         3ull,
+         777777ull,
+         1000001ull,
+         {0x2734536cdfd606bcu, 0xf929936b1ec99108u, 0xdb5b5fab8f4d3e27u, 0xdda1494c73cf256du},
+         0},
+        {9007199254740991ull,
+         -53,
+         3ull,
+         777777ull,
+         1000001ull,
+         {0x2734536cdfd606bcu, 0xf929936b15ae4455u, 0x8201e2bd73ab4876u, 0x7734d7c1c7fde805u},
+         0},
+        {9007199254740991ull,
+         -53,
+         3ull,
+         777777ull,
+         1000001ull,
+         {0x2734536cdfd606bcu, 0xf929936b12554882u, 0xe49b5e12fa1320c8u, 0x309d6b79965eda32u},
+         1},
+        {9007199254740991ull,
+         -53,
+         3ull,
+         777777ull,
+         1000001ull,
+         {0x2734536cdfd606bcu, 0xf929936b12554882u, 0xe49b5e12fa1320cbu, 0x830c71c2cdcc6929u},
+         0},
+        {1ull,
+         0,
+         1ull,
+         3ull,
+         10ull,
+         {0xbda6434e1be02746u, 0xf969b58b91818799u, 0x2fa91425cb008853u, 0x9d2c67eda13ffe79u},
+         1},
+        {1ull,
+         0,
+         1ull,
+         3ull,
+         10ull,
+         {0xbda6434e1be02746u, 0xf969b58b909e7d15u, 0x17362f25244caf9cu, 0x4dabb4817253edc6u},
+         1},
+        {1ull,
+         0,
+         1ull,
+         3ull,
+         10ull,
+         {0xbda6434e1be02746u, 0xf969b58b97e40dd8u, 0x39b395a7711f8fd2u, 0xe3eff9c0cf44dd3fu},
+         0},
+        {1ull,
+         0,
+         1ull,
+         3ull,
+         10ull,
+         {0xbda6434e1be02746u, 0xf969b58b97e40dd8u, 0x39b395a7711f8fd0u, 0x0ab8ab67a26b7f62u},
+         1},
+        {5ull,
+         0,
+         7ull,
+         5ull,
+         2ull,
+         {0x0f02841bd81c1a2eu, 0x67ea6ec3ea767779u, 0x73f778aaf6fa5db8u, 0x656abd72fb710734u},
+         0},
+        {5ull,
+         0,
+         7ull,
+         5ull,
+         2ull,
+         {0x0f02841bd81c1a2eu, 0x67ea6ec3e1f8558au, 0x28518867a66b0d38u, 0x9d95847ebd299753u},
+         1},
+        {5ull,
+         0,
+         7ull,
+         5ull,
+         2ull,
+         {0x0f02841bd81c1a2eu, 0x67ea6ec3e2b8a76du, 0xbc48c90ef31eeddeu, 0xd4ea65d003d71684u},
+         0},
+        {5ull,
+         0,
+         7ull,
+         5ull,
+         2ull,
+         {0x0f02841bd81c1a2eu, 0x67ea6ec3e2b8a76du, 0xbc48c90ef31eeddeu, 0x0f3ebdd3102b938bu},
+         1},
+        {123456789ull,
+         -20,
+         999ull,
+         1000000000007ull,
+         100000000003ull,
+         {0x000059c4c5afa5ffu, 0x92dc4224307b37e1u, 0x998092253deffa38u, 0xe12b2b8f30b17d0bu},
+         1},
+        {123456789ull,
+         -20,
+         999ull,
+         1000000000007ull,
+         100000000003ull,
+         {0x000059c4c5afa5ffu, 0x92dc4224317491e2u, 0x70c6a5b85387f613u, 0x76c468aec7321cc0u},
+         1},
+        {123456789ull,
+         -20,
+         999ull,
+         1000000000007ull,
+         100000000003ull,
+         {0x000059c4c5afa5ffu, 0x92dc4224374901d4u, 0xfc6bbef7697631eeu, 0x320094ead7a94dedu},
+         0},
+        {123456789ull,
+         -20,
+         999ull,
+         1000000000007ull,
+         100000000003ull,
+         {0x000059c4c5afa5ffu, 0x92dc4224374901d4u, 0xfc6bbef7697631efu, 0xa3ea284d3bd03346u},
+         0},
+        {1ull,
+         40,
+         1ull,
+         3242591731706757120ull,
+         108086391056891904ull,
+         {0x1a56e0c2ac7f74d5u, 0x0fd4e3d407513923u, 0x15c1d2dfa9964aefu, 0x012d0ea67ff12229u},
+         0},
+        {1ull,
+         40,
+         1ull,
+         3242591731706757120ull,
+         108086391056891904ull,
+         {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400d1fe1du, 0xff6665896822a6b2u, 0x4735af1ca7a11490u},
+         1},
+        {1ull,
+         40,
+         1ull,
+         3242591731706757120ull,
+         108086391056891904ull,
+         {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400f81e6bu, 0x7e3875e1b3df521bu, 0xee82ec3ffee5a5b2u},
+         0},
+        {1ull,
+         40,
+         1ull,
+         3242591731706757120ull,
+         108086391056891904ull,
+         {0x1a56e0c2ac7f74d5u, 0x0fd4e3d400f81e6bu, 0x7e3875e1b3df521bu, 0xb53302fc154cd2aau},
+         0},
+        {9223372036854775813ull,
+         -70,
+         1099511627777ull,
+         9223372036854775819ull,
+         4611686018427387905ull,
+         {0x000000000000454au, 0xaa8efdc1e49fe85bu, 0x834c687a3acb6266u, 0xc20ba2c250b601fcu},
+         0},
+        {9223372036854775813ull,
+         -70,
+         1099511627777ull,
+         9223372036854775819ull,
+         4611686018427387905ull,
+         {0x000000000000454au, 0xaa8efdc1e9ba1192u, 0xc42b7170902a174fu, 0x11fa2ac0079dd25au},
+         0},
+        {9223372036854775813ull,
+         -70,
+         1099511627777ull,
+         9223372036854775819ull,
+         4611686018427387905ull,
+         {0x000000000000454au, 0xaa8efdc1e3cdd548u, 0x971b197a54b48c53u, 0x1b98fbe466809a11u},
+         0},
+        {9223372036854775813ull,
+         -70,
+         1099511627777ull,
+         9223372036854775819ull,
+         4611686018427387905ull,
+         {0x000000000000454au, 0xaa8efdc1e3cdd548u, 0x971b197a54b48c52u, 0x62f28d1a4a789cb3u},
+         0},
     };
     for (size_t k = 0; k < sizeof(vs) / sizeof(vs[0]); k++)
-        assert_int_equal(cmp_words(vs[k].u, 4, 0, 0, 0, vs[k].a, vs[k].e, vs[k].b, vs[k].n, vs[k].d),
-                         vs[k].want);
+        assert_int_equal(
+            cmp_words(vs[k].u, 4, 0, 0, 0, vs[k].a, vs[k].e, vs[k].b, vs[k].n, vs[k].d),
+            vs[k].want);
 }
 
 /* Continuing a comparison: given U's first 32 bits equal to those of exp(-1), U < exp(-1)
@@ -463,7 +608,7 @@ static void test_cmp_frequencies(void **state) {
         {1, 0, 1, 3, 10, exp(-0.3), 10000},
         {5, 0, 7, 5, 2, 5.0 / 7 * exp(-2.5), 10000},
         {1, 40, 1, 30 * big, big, ldexp(exp(-30.0), 40), 10000},
-        {3, -1, 1, 1, 4, 1.0, 1000}, /* 1.5 exp(-1/4) > 1: always */
+        {3, -1, 1, 1, 4, 1.0, 1000},     /* 1.5 exp(-1/4) > 1: always */
         {1, 1400, 1, 1000, 1, 0.0, 100}, /* 2^1400 exp(-1000) ~ 2^-43 */
         {((uint64_t)1 << 53) - 1, -53, 3, 777777, 1000001, 0, 10000}, /* ~0.153 */
     };
@@ -507,9 +652,9 @@ static void test_exp_bounds(void **state) {
 static void test_table_invariants(void **state) {
     (void)state;
     const uint64_t M = FL_DP_SIGMA2_MAX;
-    const uint64_t nd[][2] = {{1, 4},         {1, 1},   {100, 1}, {10000, 1},       {1000000, 1},
-                              {100000000, 1}, {M, 1},   {1, M},   {M - 1, M >> 3},  {M, M - 1},
-                              {3, 7},         {17, 1}};
+    const uint64_t nd[][2] = {{1, 4},          {1, 1},         {100, 1}, {10000, 1},
+                              {1000000, 1},    {100000000, 1}, {M, 1},   {1, M},
+                              {M - 1, M >> 3}, {M, M - 1},     {3, 7},   {17, 1}};
     struct fl__dp_sampler_table *t = malloc(sizeof(*t));
     assert_non_null(t);
     for (size_t k = 0; k < sizeof(nd) / sizeof(nd[0]); k++) {
@@ -567,8 +712,8 @@ static void check_table_shape(uint64_t num, uint64_t den, double body_sigmas, si
 
 static void test_table_tail(void **state) {
     (void)state;
-    check_table_shape(100, 1, 1.0, 20000, 42);       /* R = sigma: a third of the mass */
-    check_table_shape(1, 4, 0.5, 20000, 43);         /* body = {0} only */
+    check_table_shape(100, 1, 1.0, 20000, 42);        /* R = sigma: a third of the mass */
+    check_table_shape(1, 4, 0.5, 20000, 43);          /* body = {0} only */
     check_table_shape(100000000, 1, 2.0, 200000, 44); /* W = 32, tail beyond 2 sigma */
 }
 
@@ -580,8 +725,8 @@ static void test_short_batches(void **state) {
     int64_t *xs = malloc(n * sizeof(int64_t));
     assert_non_null(xs);
     for (size_t i = 0; i < n; i += chunk)
-        assert_int_equal(fl_dp_discrete_gaussian(rng, xs + i, n - i < chunk ? n - i : chunk, 100, 1),
-                         FL_OK);
+        assert_int_equal(
+            fl_dp_discrete_gaussian(rng, xs + i, n - i < chunk ? n - i : chunk, 100, 1), FL_OK);
     assert_null(rng->table); /* never built */
     double df;
     double chi = fit(xs, n, lp_gauss, 100, 10, &df);
@@ -601,8 +746,8 @@ static void test_table_args(void **state) {
     assert_int_equal(fl_dp_discrete_gaussian(rng, x, n, 1, FL_DP_SIGMA2_MAX), FL_OK);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(x[i], 0); /* P(x != 0) ~ 2 exp(-2^39) */
-    assert_int_equal(
-        fl_dp_discrete_gaussian(rng, x, n, FL_DP_SIGMA2_MAX, FL_DP_SIGMA2_MAX - 1), FL_OK);
+    assert_int_equal(fl_dp_discrete_gaussian(rng, x, n, FL_DP_SIGMA2_MAX, FL_DP_SIGMA2_MAX - 1),
+                     FL_OK);
     assert_true(rng->table->num == FL_DP_SIGMA2_MAX && rng->table->den == FL_DP_SIGMA2_MAX - 1);
     fl_status st = FL_OK;
     for (int k = 0; k < 60 && st == FL_OK; k++) {
