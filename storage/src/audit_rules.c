@@ -219,6 +219,7 @@ static int keys_exact(struct ck *c, const json_t *obj, const char *what, const c
 static int get_int(struct ck *c, const json_t *obj, const char *key, int64_t min, int64_t max,
                    int64_t *out) {
     json_t *v = json_object_get(obj, key);
+    *out = 0; /* defined on every path, so callers' error returns read no garbage */
     if (!json_is_integer(v))
         return bad(c, "\"%s\" is not an integer", key);
     json_int_t x = json_integer_value(v);
@@ -247,6 +248,7 @@ static int text_ok(const char *s, size_t n, size_t max, int spaces) {
 static int get_str(struct ck *c, const json_t *obj, const char *key, size_t max, int spaces,
                    const char **out) {
     json_t *v = json_object_get(obj, key);
+    *out = NULL;
     if (!json_is_string(v))
         return bad(c, "\"%s\" is not a string", key);
     const char *s = json_string_value(v);
@@ -258,6 +260,7 @@ static int get_str(struct ck *c, const json_t *obj, const char *key, size_t max,
 
 static int get_hex64(struct ck *c, const json_t *obj, const char *key, const char **out) {
     json_t *v = json_object_get(obj, key);
+    *out = NULL;
     if (!json_is_string(v) || json_string_length(v) != 64)
         return bad(c, "\"%s\" is not 64 hex digits", key);
     const char *s = json_string_value(v);
@@ -303,8 +306,8 @@ static const char *const common_keys[] = {"population", "population_id", "seq",
 /* Checks the fields every population entry has and that they name pop. */
 static int check_pop_ref(struct ck *c, const json_t *e, const struct fl__store_audit_pop *pop,
                          int creating) {
-    const char *name;
-    int64_t id;
+    const char *name = NULL;
+    int64_t id = 0;
     if (get_str(c, e, "population", FL_STORE_NAME_MAX, 2, &name) ||
         get_int(c, e, "population_id", 1, INT64_MAX, &id))
         return -1;
@@ -388,7 +391,7 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     static const char *const kp[] = {"budget_delta_e18", "budget_epsilon_e9", "delta_e18",
                                      "epsilon_spent_e9", "epsilon_total_e9"};
     const char *s, *outcome, *in_sha, *out_sha;
-    int64_t round, x, t0, t1, in_v, out_v;
+    int64_t round = 0, x = 0, t0 = 0, t1 = 0, in_v = 0, out_v = 0;
     char b1[32], b2[32];
     if (keys_exact(c, e, "round entry", k, 21) || check_pop_ref(c, e, pop, 0) ||
         get_int(c, e, "round", 1, INT64_MAX, &round) ||
@@ -467,7 +470,7 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
         return bad(c, "dp: %s needs clip_norm > 0, sampling_rate > 0 and steps >= 1", mech);
 
     o = json_object_get(e, "privacy");
-    int64_t spent, total, delta, beps, bdelta;
+    int64_t spent = 0, total = 0, delta = 0, beps = 0, bdelta = 0;
     if (keys_exact(c, o, "privacy", kp, 5) ||
         get_int(c, o, "epsilon_spent_e9", 0, INT64_MAX, &spent) ||
         get_int(c, o, "epsilon_total_e9", 0, INT64_MAX, &total) ||
@@ -545,7 +548,7 @@ static int check_refusal(struct ck *c, const json_t *e, const struct fl__store_a
                                     "seq",        "time",          "type",    "v"};
     static const char *const kp[] = {"budget_delta_e18", "budget_epsilon_e9", "delta_e18",
                                      "epsilon_requested_e9", "epsilon_total_e9"};
-    int64_t round, total, req, delta, beps, bdelta;
+    int64_t round = 0, total = 0, req = 0, delta = 0, beps = 0, bdelta = 0;
     char b1[32], b2[32];
     if (keys_exact(c, e, "budget_refused entry", k, 8) || check_pop_ref(c, e, pop, 0) ||
         get_int(c, e, "round", 1, INT64_MAX, &round))
@@ -636,7 +639,7 @@ int fl__store_audit_check(const json_t *e, int64_t seq, const struct fl__store_a
     if (strcmp(type, "retention") == 0) {
         static const char *const k[] = {"cutoff", "deleted", "retention_ms", "seq", "time",
                                         "type",   "v"};
-        int64_t cutoff, keep, time;
+        int64_t cutoff = 0, keep = 0, time = 0;
         if (keys_exact(&c, e, "retention entry", k, 7) ||
             get_int(&c, e, "cutoff", INT64_MIN, INT64_MAX, &cutoff) ||
             get_int(&c, e, "retention_ms", 1, INT64_MAX, &keep) || check_deleted(&c, e))

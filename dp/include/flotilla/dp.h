@@ -102,8 +102,11 @@ FL_API fl_status fl_dp_rng_uniform(fl_dp_rng *rng, uint64_t *out, uint64_t bound
 
 /* Writes n independent samples of the discrete Gaussian N_Z(0, sigma^2) to out, where
  * sigma^2 = sigma2_num / sigma2_den: P(x) proportional to exp(-x^2 / (2 sigma^2)), x in Z.
- * CKS20 Algorithm 3 with a discrete Laplace proposal of scale t = 2^s within a factor sqrt(2)
- * of sigma (docs/dp.md explains the choice).
+ * Batches of n < 1024 use CKS20 Algorithm 3 with a discrete Laplace proposal of scale
+ * t = 2^s within a factor sqrt(2) of sigma; batches of n >= 1024 use an exact rejection
+ * sampler over an alias-table proposal built once per sigma^2 and cached on rng (about 40 KB
+ * through rng's allocator; if that allocation fails the first method is used). Both are exact
+ * in the sense above; docs/dp.md gives the argument.
  * 1 <= sigma2_num, sigma2_den <= FL_DP_SIGMA2_MAX (sigma between 2^-20 and 2^20).
  * Returns FL_OK; FL_ERR_MISUSE (NULL rng, NULL out with n > 0, sigma^2 out of range);
  * FL_ERR_RANGE if an intermediate overflows 128 bits, which needs a proposal beyond 2^40
