@@ -140,9 +140,9 @@ static size_t rel_on_header(char *p, size_t sz, size_t n, void *u) {
     return k;
 }
 
-CURLcode rel_http(struct fx *f, CURL *c, const char *method, const char *path,
-                  const char *token, const char *content_type, const void *body, size_t len,
-                  const char *pid, long timeout_ms, struct resp *r) {
+CURLcode rel_http(struct fx *f, CURL *c, const char *method, const char *path, const char *token,
+                  const char *content_type, const void *body, size_t len, const char *pid,
+                  long timeout_ms, struct resp *r) {
     memset(r, 0, sizeof(*r));
     curl_easy_reset(c); /* options only: the connection cache stays */
     char url[512], auth[512], ct[128], key[128];
@@ -305,7 +305,8 @@ int rel_raw(unsigned port, const void *req, size_t len, int timeout_ms, char *ou
 }
 
 int rel_healthz(unsigned port) {
-    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    static const char req[] =
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     return rel_raw(port, req, sizeof(req) - 1, 5000, NULL, 0);
 }
 
@@ -322,7 +323,9 @@ sqlite3 *rel_db_open(const char *path) {
     return db;
 }
 
-void rel_db_close(sqlite3 *db) { sqlite3_close(db); }
+void rel_db_close(sqlite3 *db) {
+    sqlite3_close(db);
+}
 
 int64_t rel_q(sqlite3 *db, const char *fmt, ...) {
     char q[1024];

@@ -45,9 +45,9 @@ void rel_inproc_stop(struct fx *f);
 /* One request on the reusable handle h (keep-alive). Returns the CURLcode; on CURLE_OK
  * r->status holds the HTTP status. r is filled as http_req fills it (free with resp_free).
  * timeout_ms bounds the whole request. */
-CURLcode rel_http(struct fx *f, CURL *h, const char *method, const char *path,
-                  const char *token, const char *content_type, const void *body, size_t len,
-                  const char *pid, long timeout_ms, struct resp *r);
+CURLcode rel_http(struct fx *f, CURL *h, const char *method, const char *path, const char *token,
+                  const char *content_type, const void *body, size_t len, const char *pid,
+                  long timeout_ms, struct resp *r);
 
 /* ---- raw sockets ---- */
 

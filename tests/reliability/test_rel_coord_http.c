@@ -43,8 +43,8 @@ struct tally {
 
 /* Sends one request on a fresh connection (half-closing it when asked), classifies the
  * answer, and checks that /healthz still answers 200. */
-static void abuse_one(struct fx *f, struct tally *t, const char *what, const void *req,
-                      size_t len, bool half_close, enum expect ex) {
+static void abuse_one(struct fx *f, struct tally *t, const char *what, const void *req, size_t len,
+                      bool half_close, enum expect ex) {
     char out[4096];
     int st;
     int fd = rel_connect(f->port);
@@ -124,52 +124,60 @@ static void test_abuse(void **state) {
     const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
                      "\"idle\":true}}";
     size_t ckl = strlen(ck);
-#define POSTHDR "POST /v1/checkin HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n" \
-                "Content-Type: application/json\r\n"
+#define POSTHDR                                                                                    \
+    "POST /v1/checkin HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"                 \
+    "Content-Type: application/json\r\n"
     /* Content-Length framing. */
     snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu\r\nContent-Length: %zu\r\n\r\n%s",
              tok[0], ckl, ckl, ck);
     abuse_str(f, &t, "duplicate Content-Length (same value)", req, false, MAY_ACCEPT);
-    snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu\r\nContent-Length: 5\r\n\r\n%s",
-             tok[0], ckl, ck);
+    snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu\r\nContent-Length: 5\r\n\r\n%s", tok[0],
+             ckl, ck);
     abuse_str(f, &t, "duplicate Content-Length (long, then 5)", req, true, KNOWN_BUG);
-    snprintf(req, sizeof(req), POSTHDR "Content-Length: 5\r\nContent-Length: %zu\r\n\r\n%s",
-             tok[0], ckl, ck);
+    snprintf(req, sizeof(req), POSTHDR "Content-Length: 5\r\nContent-Length: %zu\r\n\r\n%s", tok[0],
+             ckl, ck);
     abuse_str(f, &t, "duplicate Content-Length (5, then long)", req, true, REFUSE);
     snprintf(req, sizeof(req), POSTHDR "Content-Length: 5\r\nContent-Length: 100000\r\n\r\n%s",
              tok[0], ck);
     abuse_str(f, &t, "duplicate Content-Length (5, then over the cap)", req, true, REFUSE);
-    snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu, %zu\r\n\r\n%s", tok[0], ckl, ckl,
-             ck);
+    snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu, %zu\r\n\r\n%s", tok[0], ckl, ckl, ck);
     abuse_str(f, &t, "Content-Length list", req, true, REFUSE);
-    snprintf(req, sizeof(req), POSTHDR "Content-Length: %zu\r\nTransfer-Encoding: chunked\r\n"
-             "\r\n%zx\r\n%s\r\n0\r\n\r\n", tok[0], ckl, ckl, ck);
+    snprintf(req, sizeof(req),
+             POSTHDR "Content-Length: %zu\r\nTransfer-Encoding: chunked\r\n"
+                     "\r\n%zx\r\n%s\r\n0\r\n\r\n",
+             tok[0], ckl, ckl, ck);
     abuse_str(f, &t, "Content-Length + Transfer-Encoding: chunked", req, true, KNOWN_BUG);
-    snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: chunked\r\nContent-Length: %zu\r\n"
-             "\r\n%zx\r\n%s\r\n0\r\n\r\n", tok[0], ckl, ckl, ck);
+    snprintf(req, sizeof(req),
+             POSTHDR "Transfer-Encoding: chunked\r\nContent-Length: %zu\r\n"
+                     "\r\n%zx\r\n%s\r\n0\r\n\r\n",
+             tok[0], ckl, ckl, ck);
     abuse_str(f, &t, "Transfer-Encoding: chunked + Content-Length", req, true, KNOWN_BUG);
     snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
              tok[0], ckl, ck);
     abuse_str(f, &t, "chunked body", req, true, REFUSE);
-    snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%.20s",
-             tok[0], ckl, ck);
+    snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%.20s", tok[0],
+             ckl, ck);
     abuse_str(f, &t, "truncated chunked body", req, true, REFUSE);
-    static const char *const bad_sizes[] = {"zz", "-1", "ffffffffffffffffffff", "1;ext=\"",
+    static const char *const bad_sizes[] = {"zz",  "-1",   "ffffffffffffffffffff", "1;ext=\"",
                                             " 10", "0x10", "7fffffffffffffff"};
     for (size_t i = 0; i < sizeof(bad_sizes) / sizeof(bad_sizes[0]); i++) {
-        snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: chunked\r\n\r\n%s\r\nabc\r\n0\r\n"
-                 "\r\n", tok[0], bad_sizes[i]);
+        snprintf(req, sizeof(req),
+                 POSTHDR "Transfer-Encoding: chunked\r\n\r\n%s\r\nabc\r\n0\r\n"
+                         "\r\n",
+                 tok[0], bad_sizes[i]);
         char what[64];
         snprintf(what, sizeof(what), "invalid chunk size '%s'", bad_sizes[i]);
         abuse_str(f, &t, what, req, true, REFUSE);
     }
-    snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n"
-             "\r\n", tok[0]);
+    snprintf(req, sizeof(req),
+             POSTHDR "Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+                     "\r\n",
+             tok[0]);
     abuse_str(f, &t, "Transfer-Encoding: gzip, chunked", req, true, REFUSE);
     snprintf(req, sizeof(req), POSTHDR "Transfer-Encoding: identity\r\n\r\n%s", tok[0], ck);
     abuse_str(f, &t, "Transfer-Encoding: identity", req, true, REFUSE);
-    static const char *const bad_cl[] = {"-1", "abc", "1e3", "99999999999999999999999", "+10",
-                                         "", " ", "0x10", "18446744073709551616", "12 34"};
+    static const char *const bad_cl[] = {"-1", "abc", "1e3",  "99999999999999999999999", "+10",
+                                         "",   " ",   "0x10", "18446744073709551616",    "12 34"};
     for (size_t i = 0; i < sizeof(bad_cl) / sizeof(bad_cl[0]); i++) {
         snprintf(req, sizeof(req), POSTHDR "Content-Length: %s\r\n\r\n%s", tok[0], bad_cl[i], ck);
         char what[64];
@@ -182,7 +190,8 @@ static void test_abuse(void **state) {
     abuse_str(f, &t, "body longer than Content-Length (rest is garbage)", req, true, REFUSE);
     snprintf(req, sizeof(req), POSTHDR "Content-Length: 100000\r\n\r\n%s", tok[0], ck);
     abuse_str(f, &t, "Content-Length over the check-in cap", req, true, REFUSE);
-    snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+    snprintf(req, sizeof(req),
+             "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
              "abcde");
     abuse_str(f, &t, "body on a GET endpoint", req, true, REFUSE);
     /* Headers. */
@@ -208,9 +217,11 @@ static void test_abuse(void **state) {
     abuse_str(f, &t, "header without colon",
               "GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", true, REFUSE);
     abuse_str(f, &t, "header with space before colon",
-              "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde", true, KNOWN_BUG);
+              "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde", true,
+              KNOWN_BUG);
     abuse_str(f, &t, "obsolete line folding",
-              "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  continued\r\n\r\n", true, MAY_ACCEPT);
+              "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  continued\r\n\r\n", true,
+              MAY_ACCEPT);
     abuse_str(f, &t, "HTTP/1.1 without Host", "GET /healthz HTTP/1.1\r\n\r\n", true, KNOWN_BUG);
     /* Request lines. */
     abuse_str(f, &t, "garbage line", "GARBAGE\r\n\r\n", true, REFUSE);
@@ -219,14 +230,15 @@ static void test_abuse(void **state) {
     abuse_str(f, &t, "HTTP/1.1x", "GET /healthz HTTP/1.1x\r\nHost: x\r\n\r\n", true, REFUSE);
     abuse_str(f, &t, "unknown method", "BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n", true, REFUSE);
     abuse_str(f, &t, "absolute-form to another host",
-              "GET http://example.invalid/v1/admin/populations HTTP/1.1\r\nHost: x\r\n\r\n",
-              true, REFUSE);
-    abuse_str(f, &t, "path traversal", "GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n",
-              true, REFUSE);
+              "GET http://example.invalid/v1/admin/populations HTTP/1.1\r\nHost: x\r\n\r\n", true,
+              REFUSE);
+    abuse_str(f, &t, "path traversal", "GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", true,
+              REFUSE);
     abuse_str(f, &t, "percent-encoded NUL", "GET /v1/models/ab%00/1 HTTP/1.1\r\nHost: x\r\n\r\n",
               true, REFUSE);
     abuse_str(f, &t, "bare LF line ends", "GARBAGE /\nHost: x\n\n", true, REFUSE);
-    abuse_str(f, &t, "spaces in target", "GET /healthz x y HTTP/1.1\r\nHost: x\r\n\r\n", true, REFUSE);
+    abuse_str(f, &t, "spaces in target", "GET /healthz x y HTTP/1.1\r\nHost: x\r\n\r\n", true,
+              REFUSE);
     static const uint8_t nul_req[] = "GET /hea\0lthz HTTP/1.1\r\nHost: x\r\n\r\n";
     abuse_one(f, &t, "NUL in request line", nul_req, sizeof(nul_req) - 1, true, REFUSE);
     uint8_t bin[512];
@@ -271,10 +283,11 @@ static void test_abuse(void **state) {
         assert_int_equal(rel_healthz(f->port), 200);
     }
 #undef POSTHDR
-    fprintf(stderr, "HTTP abuse: %d requests: %d refused (4xx, or 505 for the version), %d "
+    fprintf(stderr,
+            "HTTP abuse: %d requests: %d refused (4xx, or 505 for the version), %d "
             "closed without an answer, %d served as the RFC allows, %d served (known bugs), %d "
-            "wrong; 0 crashes; /healthz 200 after each\n", t.sent, t.refused, t.closed,
-            t.allowed, t.known_bug, t.bad);
+            "wrong; 0 crashes; /healthz 200 after each\n",
+            t.sent, t.refused, t.closed, t.allowed, t.known_bug, t.bad);
     assert_int_equal(t.bad, 0);
     assert_int_equal(rows(f), rows0);
     char why[256];
@@ -295,9 +308,10 @@ static int post_len(struct fx *f, const char *path, const char *token, const cha
     size_t hcap = 1024;
     char *req = malloc(hcap + len);
     assert_non_null(req);
-    int h = snprintf(req, hcap, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: %s"
-                     "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", path,
-                     token ? "Authorization: Bearer " : "", token ? token : "",
+    int h = snprintf(req, hcap,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%sContent-Type: %s"
+                     "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     path, token ? "Authorization: Bearer " : "", token ? token : "",
                      token ? "\r\n" : "", ct, len);
     memcpy(req + h, prefix, pl);
     memset(req + h + pl, ' ', len - pl - sl);
@@ -315,9 +329,9 @@ struct cap_case {
     const char *path;
     const char *token;
     const char *ct;
-    const char *prefix, *suffix;   /* the padded body: prefix + spaces + suffix */
+    const char *prefix, *suffix; /* the padded body: prefix + spaces + suffix */
     size_t cap;
-    int ok_status;                 /* expected answer at cap-1 and cap */
+    int ok_status; /* expected answer at cap-1 and cap */
 };
 
 static void check_cap(struct fx *f, const struct cap_case *c, int *checked) {
@@ -359,8 +373,10 @@ static void test_body_caps(void **state) {
     const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
                      "\"idle\":true}";
     struct cap_case cases[] = {
-        {"enroll", "/v1/enroll", etok, "application/json", "{\"population\":\"enr\","
-         "\"region\":\"EU\"", "}", lim.enroll_bytes, 201},
+        {"enroll", "/v1/enroll", etok, "application/json",
+         "{\"population\":\"enr\","
+         "\"region\":\"EU\"",
+         "}", lim.enroll_bytes, 201},
         {"check-in", "/v1/checkin", tok[0], "application/json", ck, "}", lim.checkin_bytes, 200},
         {"admin JSON", "/v1/admin/populations", ADMIN_TOKEN, "application/json",
          "{\"allowed_regions\":[\"*\"],\"name\":\"p", "\"}", lim.admin_json_bytes, 0},
@@ -377,8 +393,7 @@ static void test_body_caps(void **state) {
                 char pre[96];
                 snprintf(pre, sizeof(pre), "{\"allowed_regions\":[\"*\"],\"name\":\"pad%d\"",
                          dlt + 1);
-                int st = post_len(f, c.path, c.token, c.ct, pre, "}",
-                                  (size_t)((long)c.cap + dlt));
+                int st = post_len(f, c.path, c.token, c.ct, pre, "}", (size_t)((long)c.cap + dlt));
                 if (st != (dlt <= 0 ? 201 : 413))
                     fprintf(stderr, "cap admin JSON %+d: %d\n", dlt, st);
                 assert_int_equal(st, dlt <= 0 ? 201 : 413);
@@ -418,10 +433,11 @@ static void test_body_caps(void **state) {
     snprintf(tokkey, sizeof(tokkey), "%s\r\nIdempotency-Key: %s", c[0].tok, c[0].pid);
     struct cap_case up = {"update", path, tokkey, "application/octet-stream", "x", "", cap, 400};
     check_cap(f, &up, &checked);
-    fprintf(stderr, "body caps: %d checks (cap-1, cap, cap+1 for enroll %zu, check-in %zu, "
+    fprintf(stderr,
+            "body caps: %d checks (cap-1, cap, cap+1 for enroll %zu, check-in %zu, "
             "admin JSON %zu, start 1024, model upload %zu, update %zu): all as expected\n",
-            checked, lim.enroll_bytes, lim.checkin_bytes, lim.admin_json_bytes,
-            lim.model_bytes, cap);
+            checked, lim.enroll_bytes, lim.checkin_bytes, lim.admin_json_bytes, lim.model_bytes,
+            cap);
     free(etok);
     clients_free(c, 3);
     rel_inproc_stop(f);
@@ -476,8 +492,10 @@ static void test_conn_limits(void **state) {
     size_t got = rel_recv_until(fd, out, sizeof(out), 6000, &closed);
     double idle_close = rel_mono_s() - t0;
     close(fd);
-    fprintf(stderr, "connection timeout 2 s: served after 1 s idle; idle connection closed "
-            "after %.2f s\n", idle_close);
+    fprintf(stderr,
+            "connection timeout 2 s: served after 1 s idle; idle connection closed "
+            "after %.2f s\n",
+            idle_close);
     assert_true(closed && got == 0);
     assert_true(idle_close >= 1.5 && idle_close <= 4.0);
     /* A connection that sends half a request and stalls is closed too. */
@@ -502,8 +520,11 @@ static void test_conn_limits(void **state) {
         served++;
     }
     int extra = open_served(f->port, &st);
-    fprintf(stderr, "per-IP limit %d: %d connections served, connection %d: %s\n", limit,
-            served, limit + 1, st == 200 ? "served" : st == 0 ? "closed" : "no answer");
+    fprintf(stderr, "per-IP limit %d: %d connections served, connection %d: %s\n", limit, served,
+            limit + 1,
+            st == 200 ? "served"
+            : st == 0 ? "closed"
+                      : "no answer");
     assert_true(st != 200);
     if (extra >= 0)
         close(extra);
@@ -530,8 +551,10 @@ static void test_conn_limits(void **state) {
         if (st != 200 && !first_refused)
             first_refused = i + 1;
     }
-    fprintf(stderr, "total connection limit %d with %u HTTP threads: first refused "
-            "connection: %d (limit+1 = %d)\n", limit, threads, first_refused, limit + 1);
+    fprintf(stderr,
+            "total connection limit %d with %u HTTP threads: first refused "
+            "connection: %d (limit+1 = %d)\n",
+            limit, threads, first_refused, limit + 1);
     for (int i = 0; i < nopen; i++)
         if (fds[i] >= 0)
             close(fds[i]);

@@ -55,29 +55,29 @@ struct sweep {
     struct fx *f;
     CURL *h;
     uint64_t rng;
-    int n;                   /* devices per round */
+    int n; /* devices per round */
     struct tc dev[POPS][NDEV];
     /* kill plan of the current attempt */
-    long step;               /* requests issued in this attempt */
-    long kill_at;            /* request index at which to kill, -1 = none */
-    int kill_mode;           /* 0 before the request, 1 during it (after kill_delay_us) */
+    long step;     /* requests issued in this attempt */
+    long kill_at;  /* request index at which to kill, -1 = none */
+    int kill_mode; /* 0 before the request, 1 during it (after kill_delay_us) */
     long kill_delay_us;
     bool killed;
     pthread_t killer;
     bool killer_running;
     /* the chain of each population */
-    float cur[POPS][D];      /* current model "w" */
+    float cur[POPS][D]; /* current model "w" */
     int64_t cur_version[POPS];
-    double commit_lat_s;     /* largest latency of a committing request in a round without a
-                                kill (capped at 0.5 s), for the delay of commit kills */
-    double last_lat_s;       /* latency of the last request (not counting a kill's wait) */
+    double commit_lat_s; /* largest latency of a committing request in a round without a
+                            kill (capped at 0.5 s), for the delay of commit kills */
+    double last_lat_s;   /* latency of the last request (not counting a kill's wait) */
     /* figures */
     int kills, kills_before, kills_during, kills_commit;
     int db_checks_ok;
     int completed[POPS], completed_after_kill[POPS], abandoned[POPS];
-    int kill_phase[6];       /* kills by part of the round: checkin task adv share masked unmask */
-    int kind_committed[3];   /* by kind (before, during, commit): round found committed */
-    int kind_abandoned[3];   /* by kind: round found abandoned (or not yet created) */
+    int kill_phase[6];     /* kills by part of the round: checkin task adv share masked unmask */
+    int kind_committed[3]; /* by kind (before, during, commit): round found committed */
+    int kind_abandoned[3]; /* by kind: round found abandoned (or not yet created) */
     double restart_s_sum;
     int restarts;
 };
@@ -179,8 +179,8 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
     for (int ph = 0; ph < 4 && result; ph++) {
         snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s", (long long)*rid, phases[ph]);
         for (int i = 0; i < n; i++) {
-            long st = req(s, "POST", path, c[i].tok, "application/octet-stream", out[i],
-                          out_len[i], c[i].pid, &r);
+            long st = req(s, "POST", path, c[i].tok, "application/octet-stream", out[i], out_len[i],
+                          c[i].pid, &r);
             if (st < 0) {
                 result = 0;
                 break;
@@ -194,8 +194,8 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
         }
         if (!result)
             break;
-        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=10",
-                 (long long)*rid, phases[ph]);
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=10", (long long)*rid,
+                 phases[ph]);
         for (int i = 0; i < n; i++) {
             long st = req(s, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid, &r);
             if (st < 0) {
@@ -214,8 +214,7 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
                 assert_int_equal(fs, FL_OK);
             } else {
                 json_t *o = body_json(&r);
-                assert_string_equal(json_string_value(json_object_get(o, "state")),
-                                    "completed");
+                assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
                 assert_int_equal(json_integer_value(json_object_get(o, "participants")), n);
                 json_decref(o);
             }
@@ -266,8 +265,8 @@ static void check_completed(struct sweep *s, int p, int64_t rid) {
         expected_fedavg(c, s->n, s->cur[p], expect);
         if (memcmp(w, expect, sizeof(w)) != 0)
             for (int j = 0; j < D; j++)
-                fprintf(stderr, "round %lld w[%d] = %.9g, expected %.9g\n", (long long)rid, j,
-                        w[j], expect[j]);
+                fprintf(stderr, "round %lld w[%d] = %.9g, expected %.9g\n", (long long)rid, j, w[j],
+                        expect[j]);
         assert_memory_equal(w, expect, sizeof(w));
     } else {
         /* (w - prev) * n / gamma = the devices' centred sum + integer noise (|.| <= 6 sigma). */
@@ -301,16 +300,23 @@ static void check_abandoned(struct sweep *s, int p, int64_t rid) {
     assert_non_null(db);
     long long id = (long long)rid;
     assert_int_equal(rel_q(db, "SELECT state FROM rounds WHERE id = %lld", id), 3);
-    assert_int_equal(rel_q(db, "SELECT abandon_reason = 'coordinator restarted' FROM rounds "
-                               "WHERE id = %lld", id), 1);
-    assert_int_equal(rel_q(db, "SELECT result_version IS NULL FROM rounds WHERE id = %lld", id),
+    assert_int_equal(rel_q(db,
+                           "SELECT abandon_reason = 'coordinator restarted' FROM rounds "
+                           "WHERE id = %lld",
+                           id),
                      1);
-    assert_int_equal(rel_q(db, "SELECT count(*) FROM privacy_ledger WHERE round_id = %lld", id),
+    assert_int_equal(rel_q(db, "SELECT result_version IS NULL FROM rounds WHERE id = %lld", id), 1);
+    assert_int_equal(rel_q(db, "SELECT count(*) FROM privacy_ledger WHERE round_id = %lld", id), 0);
+    assert_int_equal(rel_q(db,
+                           "SELECT count(*) FROM models WHERE "
+                           "json_extract(metadata_json, '$.round_id') = %lld",
+                           id),
                      0);
-    assert_int_equal(rel_q(db, "SELECT count(*) FROM models WHERE "
-                               "json_extract(metadata_json, '$.round_id') = %lld", id), 0);
-    assert_int_equal(rel_q(db, "SELECT count(*) FROM round_participants WHERE round_id = %lld "
-                               "AND state = 2", id), 0);
+    assert_int_equal(rel_q(db,
+                           "SELECT count(*) FROM round_participants WHERE round_id = %lld "
+                           "AND state = 2",
+                           id),
+                     0);
     char tag[64];
     snprintf(tag, sizeof(tag), "population/%s", pop_name[p]);
     assert_int_equal(rel_q(db, "SELECT version FROM tags WHERE name = '%s'", tag),
@@ -329,58 +335,81 @@ static void check_final(struct sweep *s) {
         int64_t pid = rel_q(db, "SELECT id FROM populations WHERE name = '%s'", pop_name[p]);
         assert_true(pid > 0);
         /* Only completed and abandoned rounds remain. */
-        assert_int_equal(rel_q(db, "SELECT count(*) FROM rounds WHERE population_id = %lld "
-                                   "AND state NOT IN (2, 3)", (long long)pid), 0);
-        int64_t nc = rel_q(db, "SELECT count(*) FROM rounds WHERE population_id = %lld AND "
-                               "state = 2", (long long)pid);
+        assert_int_equal(rel_q(db,
+                               "SELECT count(*) FROM rounds WHERE population_id = %lld "
+                               "AND state NOT IN (2, 3)",
+                               (long long)pid),
+                         0);
+        int64_t nc = rel_q(db,
+                           "SELECT count(*) FROM rounds WHERE population_id = %lld AND "
+                           "state = 2",
+                           (long long)pid);
         assert_int_equal(nc, s->completed[p]);
         completed_total += nc;
         /* Completed: its model version, n completed participants and no one else. */
-        assert_int_equal(rel_q(db,
-            "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 2 AND ("
-            " r.result_version IS NULL"
-            " OR (SELECT count(*) FROM models m WHERE m.version = r.result_version AND"
-            "     m.population_id = r.population_id AND m.parent = r.base_version AND"
-            "     json_extract(m.metadata_json, '$.round_id') = r.id) != 1"
-            " OR (SELECT count(*) FROM models m WHERE"
-            "     json_extract(m.metadata_json, '$.round_id') = r.id) != 1"
-            " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id AND"
-            "     q.state = 2) != %d"
-            " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id) != %d"
-            " OR r.completed != %d"
-            " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != %d)",
-            (long long)pid, s->n, s->n, s->n, p == 1 ? 1 : 0), 0);
+        assert_int_equal(
+            rel_q(db,
+                  "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 2 AND ("
+                  " r.result_version IS NULL"
+                  " OR (SELECT count(*) FROM models m WHERE m.version = r.result_version AND"
+                  "     m.population_id = r.population_id AND m.parent = r.base_version AND"
+                  "     json_extract(m.metadata_json, '$.round_id') = r.id) != 1"
+                  " OR (SELECT count(*) FROM models m WHERE"
+                  "     json_extract(m.metadata_json, '$.round_id') = r.id) != 1"
+                  " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id AND"
+                  "     q.state = 2) != %d"
+                  " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id) != %d"
+                  " OR r.completed != %d"
+                  " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != %d)",
+                  (long long)pid, s->n, s->n, s->n, p == 1 ? 1 : 0),
+            0);
         /* Abandoned: nothing. */
-        assert_int_equal(rel_q(db,
-            "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 3 AND ("
-            " r.result_version IS NOT NULL"
-            " OR (SELECT count(*) FROM models m WHERE"
-            "     json_extract(m.metadata_json, '$.round_id') = r.id) != 0"
-            " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id AND"
-            "     q.state = 2) != 0"
-            " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != 0)",
-            (long long)pid), 0);
+        assert_int_equal(
+            rel_q(db,
+                  "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 3 AND ("
+                  " r.result_version IS NOT NULL"
+                  " OR (SELECT count(*) FROM models m WHERE"
+                  "     json_extract(m.metadata_json, '$.round_id') = r.id) != 0"
+                  " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id AND"
+                  "     q.state = 2) != 0"
+                  " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != 0)",
+                  (long long)pid),
+            0);
         /* The lineage: each completed round trains on the previous completed version. */
-        assert_int_equal(rel_q(db,
-            "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 2 AND"
-            " r.base_version != coalesce((SELECT r2.result_version FROM rounds r2 WHERE"
-            "   r2.population_id = r.population_id AND r2.state = 2 AND r2.id < r.id"
-            "   ORDER BY r2.id DESC LIMIT 1),"
-            " (SELECT min(version) FROM models m WHERE m.population_id = r.population_id))",
-            (long long)pid), 0);
-        assert_int_equal(rel_q(db, "SELECT version FROM tags WHERE name = 'population/%s'",
-                               pop_name[p]), s->cur_version[p]);
+        assert_int_equal(
+            rel_q(db,
+                  "SELECT count(*) FROM rounds r WHERE r.population_id = %lld AND r.state = 2 AND"
+                  " r.base_version != coalesce((SELECT r2.result_version FROM rounds r2 WHERE"
+                  "   r2.population_id = r.population_id AND r2.state = 2 AND r2.id < r.id"
+                  "   ORDER BY r2.id DESC LIMIT 1),"
+                  " (SELECT min(version) FROM models m WHERE m.population_id = r.population_id))",
+                  (long long)pid),
+            0);
+        assert_int_equal(
+            rel_q(db, "SELECT version FROM tags WHERE name = 'population/%s'", pop_name[p]),
+            s->cur_version[p]);
         /* Ledger: one entry per completed kd round, none for kx, none twice. */
-        assert_int_equal(rel_q(db, "SELECT count(*) FROM privacy_ledger WHERE population_id = "
-                                   "%lld", (long long)pid), p == 1 ? nc : 0);
-        assert_int_equal(rel_q(db, "SELECT count(DISTINCT round_id) FROM privacy_ledger WHERE "
-                                   "population_id = %lld", (long long)pid), p == 1 ? nc : 0);
-        assert_int_equal(rel_q(db, "SELECT count(*) FROM privacy_ledger l JOIN rounds r ON "
-                                   "r.id = l.round_id WHERE l.population_id = %lld AND "
-                                   "r.state != 2", (long long)pid), 0);
+        assert_int_equal(rel_q(db,
+                               "SELECT count(*) FROM privacy_ledger WHERE population_id = "
+                               "%lld",
+                               (long long)pid),
+                         p == 1 ? nc : 0);
+        assert_int_equal(rel_q(db,
+                               "SELECT count(DISTINCT round_id) FROM privacy_ledger WHERE "
+                               "population_id = %lld",
+                               (long long)pid),
+                         p == 1 ? nc : 0);
+        assert_int_equal(rel_q(db,
+                               "SELECT count(*) FROM privacy_ledger l JOIN rounds r ON "
+                               "r.id = l.round_id WHERE l.population_id = %lld AND "
+                               "r.state != 2",
+                               (long long)pid),
+                         0);
     }
-    fprintf(stderr, "final database: %lld completed round(s), %lld abandoned, %lld ledger "
-            "entries, %lld audit entries\n", (long long)completed_total,
+    fprintf(stderr,
+            "final database: %lld completed round(s), %lld abandoned, %lld ledger "
+            "entries, %lld audit entries\n",
+            (long long)completed_total,
             (long long)rel_q(db, "SELECT count(*) FROM rounds WHERE state = 3"),
             (long long)rel_q(db, "SELECT count(*) FROM privacy_ledger"),
             (long long)rel_q(db, "SELECT count(*) FROM audit_entries"));
@@ -403,9 +432,11 @@ static void check_ledger_epsilon(struct sweep *s) {
     sqlite3 *db = rel_db_open(s->f->db);
     assert_non_null(db);
     sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT mechanism, sampling_rate, noise_multiplier,"
-                                            " clip_norm, steps, participants, params_json FROM "
-                                            "privacy_ledger ORDER BY id", -1, &st, NULL),
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT mechanism, sampling_rate, noise_multiplier,"
+                                        " clip_norm, steps, participants, params_json FROM "
+                                        "privacy_ledger ORDER BY id",
+                                        -1, &st, NULL),
                      SQLITE_OK);
     int rows = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -432,16 +463,16 @@ static void check_ledger_epsilon(struct sweep *s) {
     char msg[128];
     assert_int_equal(fl_dp_accountant_create(&acc, NULL, NULL, msg, sizeof(msg)), FL_OK);
     fl_dp_event ev;
-    fl_dp_event_discrete_gaussian(&ev, sigma, l2, (double)s->n / 1000.0,
-                                  (uint64_t)s->completed[1]);
+    fl_dp_event_discrete_gaussian(&ev, sigma, l2, (double)s->n / 1000.0, (uint64_t)s->completed[1]);
     assert_int_equal(fl_dp_accountant_compose(acc, &ev), FL_OK);
     double eps = 0;
     assert_int_equal(fl_dp_accountant_epsilon(acc, &eps, NULL, 1e-5), FL_OK);
     fl_dp_accountant_destroy(acc);
     double m = rel_metric(s->f, "flotilla_privacy_epsilon_spent{population=\"kd\"}");
-    fprintf(stderr, "privacy: %d completed kd round(s), sigma %.3f, l2 %.3f, q %.3f: epsilon "
-            "recomputed %.6g, /metrics %.6g (delta 1e-5)\n", s->completed[1], sigma, l2,
-            (double)s->n / 1000.0, eps, m);
+    fprintf(stderr,
+            "privacy: %d completed kd round(s), sigma %.3f, l2 %.3f, q %.3f: epsilon "
+            "recomputed %.6g, /metrics %.6g (delta 1e-5)\n",
+            s->completed[1], sigma, l2, (double)s->n / 1000.0, eps, m);
     assert_true(isfinite(m));
     assert_true(fabs(m - eps) <= 1e-5 * fabs(eps) + 1e-9);
 }
@@ -489,14 +520,24 @@ static void test_kill_sweep(void **state) {
     long rounds_target = rel_envl("FL_REL_KILL_ROUNDS", lng ? 12 : 2); /* per population */
     double budget_s = (double)rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 25);
     assert_true(s->n >= 4 && s->n <= NDEV);
-    fprintf(stderr, "kill sweep: seed %llu, %d devices, target %ld kills and %ld completed "
-            "rounds per population, time cap %.0f s\n", (unsigned long long)seed, s->n,
-            kills_target, rounds_target, budget_s);
+    fprintf(stderr,
+            "kill sweep: seed %llu, %d devices, target %ld kills and %ld completed "
+            "rounds per population, time cap %.0f s\n",
+            (unsigned long long)seed, s->n, kills_target, rounds_target, budget_s);
     restart(s);
     for (int p = 0; p < POPS; p++) {
         char *tok[NDEV];
-        struct popcfg pc = {pop_name[p], s->n, s->n, true, s->n > 10 ? 10 : s->n - 1,
-                            p == 0 ? "none" : "central", NULL, NULL, 1e6, 32, NULL};
+        struct popcfg pc = {pop_name[p],
+                            s->n,
+                            s->n,
+                            true,
+                            s->n > 10 ? 10 : s->n - 1,
+                            p == 0 ? "none" : "central",
+                            NULL,
+                            NULL,
+                            1e6,
+                            32,
+                            NULL};
         setup_population(s->f, &pc, tok, s->n);
         for (int i = 0; i < s->n; i++)
             s->dev[p][i].tok = tok[i];
@@ -535,8 +576,8 @@ static void test_kill_sweep(void **state) {
                 kind = 2;
                 s->kill_at = 9L * s->n - 1;
                 s->kill_mode = 1;
-                s->kill_delay_us = (long)(rel_next(&s->rng) %
-                                          (uint64_t)(1 + 1.5e6 * s->commit_lat_s));
+                s->kill_delay_us =
+                    (long)(rel_next(&s->rng) % (uint64_t)(1 + 1.5e6 * s->commit_lat_s));
             } else {
                 s->kill_at = (long)(rel_next(&s->rng) % (uint64_t)per_round);
                 s->kill_mode = (int)(rel_next(&s->rng) & 1);
@@ -561,12 +602,13 @@ static void test_kill_sweep(void **state) {
         s->kills_during += kind == 1;
         s->kills_commit += kind == 2;
         long k = s->kill_at;
-        s->kill_phase[k < s->n ? 0 : k < 2L * s->n ? 1 : 2 + (int)((k - 2L * s->n) / (2L * s->n))]++;
+        s->kill_phase[k < s->n        ? 0
+                      : k < 2L * s->n ? 1
+                                      : 2 + (int)((k - 2L * s->n) / (2L * s->n))]++;
         /* Before the restart: the files as the dead process left them. */
         char why[256];
         if (!rel_db_ok(s->f->db, why, sizeof(why)))
-            fprintf(stderr, "kill %d (attempt %ld, request %ld): %s\n", s->kills, attempts, k,
-                    why);
+            fprintf(stderr, "kill %d (attempt %ld, request %ld): %s\n", s->kills, attempts, k, why);
         assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
         s->db_checks_ok++;
         char q[128];
@@ -603,8 +645,8 @@ static void test_kill_sweep(void **state) {
             "one, %d inside the committing request); kills by part of the round: check-in %d, "
             "task %d, advertise %d, share %d, masked %d, unmask %d\n",
             attempts, elapsed, capped ? " (time cap reached)" : "", s->kills, s->kills_before,
-            s->kills_during, s->kills_commit, s->kill_phase[0], s->kill_phase[1],
-            s->kill_phase[2], s->kill_phase[3], s->kill_phase[4], s->kill_phase[5]);
+            s->kills_during, s->kills_commit, s->kill_phase[0], s->kill_phase[1], s->kill_phase[2],
+            s->kill_phase[3], s->kill_phase[4], s->kill_phase[5]);
     fprintf(stderr,
             "kill sweep: integrity_check + foreign_key_check passed %d/%d; rounds completed: "
             "kx %d (%d committed just before a kill), kd %d (%d); abandoned after a kill: kx "
@@ -612,10 +654,12 @@ static void test_kill_sweep(void **state) {
             s->db_checks_ok, s->kills + 1, s->completed[0], s->completed_after_kill[0],
             s->completed[1], s->completed_after_kill[1], s->abandoned[0], s->abandoned[1],
             s->completed[0], s->completed[0], s->restart_s_sum / s->restarts);
-    fprintf(stderr, "kill sweep: round found committed / abandoned after the restart: kills "
+    fprintf(stderr,
+            "kill sweep: round found committed / abandoned after the restart: kills "
             "before a request %d / %d, during one %d / %d, inside the committing request %d / "
-            "%d\n", s->kind_committed[0], s->kind_abandoned[0], s->kind_committed[1],
-            s->kind_abandoned[1], s->kind_committed[2], s->kind_abandoned[2]);
+            "%d\n",
+            s->kind_committed[0], s->kind_abandoned[0], s->kind_committed[1], s->kind_abandoned[1],
+            s->kind_committed[2], s->kind_abandoned[2]);
     if (capped)
         fprintf(stderr, "kill sweep: stopped by the time cap before the targets\n");
     assert_true(s->kills >= (lng ? 1 : kills_target / 2));

@@ -37,7 +37,7 @@ static const char checkin_ok[] =
 struct captured {
     int dev;
     int64_t rid;
-    int phase;            /* 0..3 secagg phases, 4 plain update */
+    int phase; /* 0..3 secagg phases, 4 plain update */
     char pid[40];
     uint8_t *body;
     size_t len;
@@ -70,8 +70,8 @@ static void cap_free(struct capture *cp) {
     cp->n = 0;
 }
 
-static struct resp post_to(struct fx *f, const char *tok, int64_t rid, int phase,
-                           const char *pid, const uint8_t *b, size_t len) {
+static struct resp post_to(struct fx *f, const char *tok, int64_t rid, int phase, const char *pid,
+                           const uint8_t *b, size_t len) {
     char path[128];
     if (phase == 4)
         snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
@@ -164,8 +164,8 @@ static void secagg_round_captured(struct fx *f, struct tc *c, int64_t rid, struc
 /* Replays every captured message with its original token and participation id into its
  * original round path. Returns how many were accepted (202, or a change of the model tag
  * or of the accepted-update counter). */
-static int replay_all(struct fx *f, struct tc *c, struct capture *cp, const char *pop,
-                      int *replays, int *replayed200) {
+static int replay_all(struct fx *f, struct tc *c, struct capture *cp, const char *pop, int *replays,
+                      int *replayed200) {
     int64_t v0 = tag_version(f, pop);
     double a0 = accepted_total(f);
     int accepted = 0;
@@ -246,10 +246,11 @@ static void test_replay(void **state) {
         fetch_model(f, &c[0], "rs", tag_version(f, "rs"), w, b);
         assert_memory_equal(w, base, sizeof(w));
     }
-    fprintf(stderr, "replay (secure aggregation, %d rounds x %d devices, %d messages "
+    fprintf(stderr,
+            "replay (secure aggregation, %d rounds x %d devices, %d messages "
             "captured): %d replays, %d accepted, %d answered 200 Idempotent-Replayed with no "
-            "effect; %d repeated check-ins added no participant\n", ROUNDS, N, cp->n, replays,
-            accepted, replayed200, checkin_replays);
+            "effect; %d repeated check-ins added no participant\n",
+            ROUNDS, N, cp->n, replays, accepted, replayed200, checkin_replays);
     assert_int_equal(accepted, 0);
 
     /* Plain updates: no round binding inside the body. */
@@ -322,10 +323,12 @@ static void test_replay(void **state) {
         old_rid = rid;
     }
     (void)old_rid;
-    fprintf(stderr, "replay (plain updates): old updates with old ids into a later round: %d "
+    fprintf(stderr,
+            "replay (plain updates): old updates with old ids into a later round: %d "
             "accepted of %d; a device's old update posted with its current id: %d of %d "
             "accepted (no round binding in plain update bodies; one update per client per "
-            "round still holds: exact model)\n", plain_old_id, N, plain_sub, plain_sub_tries);
+            "round still holds: exact model)\n",
+            plain_old_id, N, plain_sub, plain_sub_tries);
     assert_int_equal(plain_old_id, 0);
     clients_free(c, N);
     clients_free(d, N);
@@ -446,7 +449,8 @@ static void test_sybil(void **state) {
         resp_free(&r);
     }
     double dt = rel_mono_s() - t0;
-    fprintf(stderr, "Sybil/quota: %d forged or wrong-kind tokens refused 401 (nothing stored); "
+    fprintf(stderr,
+            "Sybil/quota: %d forged or wrong-kind tokens refused 401 (nothing stored); "
             "5 repeated check-ins = 1 participation; another device's participation id 403; "
             "a second, different update 409; exact model (each device once); one party "
             "enrolled %d of %d clients in %.2f s (no enrolment limit in protocol v1)\n",
@@ -477,8 +481,8 @@ static double l2_diff(const float *a, const float *b) {
  * vector (boost 0: the largest positive value of the modulus in every coordinate). Returns
  * the L2 distance between the model and the honest round's model, or -1 when the server
  * refused the boosted update. */
-static double boosted_round(struct fx *f, struct tc *c, const char *pop, bool secagg,
-                            double boost, float *base, int *status_out) {
+static double boosted_round(struct fx *f, struct tc *c, const char *pop, bool secagg, double boost,
+                            float *base, int *status_out) {
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
@@ -545,13 +549,13 @@ static void test_norm(void **state) {
     struct {
         const char *name, *mode;
         bool secagg;
-    } pops[3] = {{"nplain", "none", false}, {"ncentral", "central", false},
-                 {"nsecagg", "none", true}};
+    } pops[3] = {
+        {"nplain", "none", false}, {"ncentral", "central", false}, {"nsecagg", "none", true}};
     bool strict = getenv("FL_REL_STRICT") != NULL;
     for (int p = 0; p < 3; p++) {
         char *tok[N];
-        struct popcfg pc = {pops[p].name, N, N, pops[p].secagg, N - 1, pops[p].mode, NULL, NULL,
-                            1e6, 32, NULL};
+        struct popcfg pc = {pops[p].name, N,  N,   pops[p].secagg, N - 1, pops[p].mode, NULL, NULL,
+                            1e6,          32, NULL};
         setup_population(f, &pc, tok, N);
         struct tc *c = calloc(N, sizeof(*c));
         assert_non_null(c);
@@ -570,11 +574,12 @@ static void test_norm(void **state) {
         if (m100 >= 0)
             mmax = boosted_round(f, c, pops[p].name, pops[p].secagg, 0, base, &stmax);
         double bound = 1.0 / N; /* clip / n */
-        fprintf(stderr, "norm bound, %s (%s%s): device 0 x100 (its honest |delta| %.3f, clip "
+        fprintf(stderr,
+                "norm bound, %s (%s%s): device 0 x100 (its honest |delta| %.3f, clip "
                 "1): %s, aggregate moved %.3f = %.1fx the clip/n bound %.3f; largest value "
-                "of the modulus: %s, moved %.4g (%.3gx)%s\n", pops[p].name, pops[p].mode,
-                pops[p].secagg ? ", secure aggregation" : ", plain", honest_norm,
-                st100 == 202 ? "accepted" : "refused", m100, m100 / bound, bound,
+                "of the modulus: %s, moved %.4g (%.3gx)%s\n",
+                pops[p].name, pops[p].mode, pops[p].secagg ? ", secure aggregation" : ", plain",
+                honest_norm, st100 == 202 ? "accepted" : "refused", m100, m100 / bound, bound,
                 stmax == 202 ? "accepted" : "refused", mmax, mmax / bound,
                 pops[p].mode[0] == 'c' ? " (central noise included)" : "");
         if (strict && !pops[p].secagg)

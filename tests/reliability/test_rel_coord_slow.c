@@ -126,8 +126,7 @@ static const char checkin_body[] =
     "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true}}";
 
 /* Requests for `secs` seconds, about every 20 ms, alternating /healthz and a check-in. */
-static void legit_run(struct fx *f, const char *tok, double secs, struct lat *hz,
-                      struct lat *ck) {
+static void legit_run(struct fx *f, const char *tok, double secs, struct lat *hz, struct lat *ck) {
     double end = rel_mono_s() + secs;
     for (long i = 0; rel_mono_s() < end && i < 100000; i++) {
         double d = (i & 1) ? legit_one(f->port, "/v1/checkin", tok, checkin_body)
@@ -145,9 +144,9 @@ static void legit_run(struct fx *f, const char *tok, double secs, struct lat *hz
 
 struct attack {
     const char *name;
-    const char *mode;     /* -H, -B, -X */
+    const char *mode; /* -H, -B, -X */
     const char *path;
-    const char *verb;     /* NULL: the tool's default */
+    const char *verb; /* NULL: the tool's default */
 };
 
 /* Runs slowhttptest for secs against f in the background; returns its pid. */
@@ -280,9 +279,10 @@ static void test_slow(void **state) {
     struct lat bh = {0}, bc = {0};
     legit_run(f, tok[0], lng ? 8.0 : 3.0, &bh, &bc);
     double base_h = lat_q(&bh, 0.99), base_c = lat_q(&bc, 0.99);
-    fprintf(stderr, "baseline (no attack): /healthz %zu requests p50 %.2f ms p99 %.2f ms; "
-            "check-in %zu p50 %.2f ms p99 %.2f ms; failures %d\n", bh.n,
-            1e3 * lat_q(&bh, 0.5), 1e3 * base_h, bc.n, 1e3 * lat_q(&bc, 0.5), 1e3 * base_c,
+    fprintf(stderr,
+            "baseline (no attack): /healthz %zu requests p50 %.2f ms p99 %.2f ms; "
+            "check-in %zu p50 %.2f ms p99 %.2f ms; failures %d\n",
+            bh.n, 1e3 * lat_q(&bh, 0.5), 1e3 * base_h, bc.n, 1e3 * lat_q(&bc, 0.5), 1e3 * base_c,
             bh.fails + bc.fails);
     assert_int_equal(bh.fails + bc.fails, 0);
     static const struct attack attacks[] = {
@@ -301,11 +301,12 @@ static void test_slow(void **state) {
         attack_wait(pid, secs);
         int held = attack_max_connected(prefix);
         double ph = lat_q(&h, 0.99), pcq = lat_q(&c, 0.99);
-        fprintf(stderr, "%s, %d connections for %d s (at most %d connected at once): "
+        fprintf(stderr,
+                "%s, %d connections for %d s (at most %d connected at once): "
                 "/healthz %zu requests p50 %.2f ms p99 %.2f ms (%.2fx baseline); check-in %zu "
-                "p50 %.2f ms p99 %.2f ms (%.2fx); legitimate failures %d\n", attacks[a].name,
-                conns, secs, held, h.n, 1e3 * lat_q(&h, 0.5), 1e3 * ph, ph / base_h, c.n,
-                1e3 * lat_q(&c, 0.5), 1e3 * pcq, pcq / base_c, h.fails + c.fails);
+                "p50 %.2f ms p99 %.2f ms (%.2fx); legitimate failures %d\n",
+                attacks[a].name, conns, secs, held, h.n, 1e3 * lat_q(&h, 0.5), 1e3 * ph,
+                ph / base_h, c.n, 1e3 * lat_q(&c, 0.5), 1e3 * pcq, pcq / base_c, h.fails + c.fails);
         assert_int_equal(h.fails + c.fails, 0);
         assert_true(h.n > 10 && c.n > 10);
         assert_true(ph < 1.0 && pcq < 1.0);
