@@ -255,8 +255,24 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
     if (rc == FL_OK)
         rc = fl_dp_budget_check(&report, &budget, es, n, &proposed, NULL, fl__coord_pub_alloc(co), msg,
                                 sizeof(msg));
-    if (rc == FL_ERR_BUDGET)
+    if (rc == FL_ERR_BUDGET) {
         snprintf(why, why_len, "privacy budget exhausted: %s", msg);
+        /* Logged once per refusal streak (each check-in while exhausted re-checks). */
+        if (!p->budget_exhausted && !p->audit_off) {
+            fl_store_round *last = NULL;
+            int64_t num = 1;
+            if (fl_store_round_find(co->store, &last, p->id, 0) == FL_OK)
+                num = last->round_number + 1;
+            fl_store_free(co->store, last);
+            fl_status arc = fl_store_audit_append_refusal(co->store, NULL, p->id, num,
+                                                          report.epsilon_after, budget.delta);
+            if (arc == FL_OK)
+                fl__coord_audit_checkpoint(co);
+            else
+                fl__log(&co->logger, FL_LOG_WARN, "population %s: refusal not logged: %s",
+                        p->name, fl_store_errmsg(co->store));
+        }
+    }
     else if (rc != FL_OK && msg[0])
         snprintf(why, why_len, "privacy budget check failed: %s", msg);
     else if (rc == FL_OK)
@@ -280,39 +296,14 @@ void fl__coord_epsilon_refresh(fl_coord *co, struct fl__coord_pop *p) {
         return;
     }
     p->epsilon_budget = json_number_value(json_object_get(pr, "epsilon_budget"));
-    double delta = json_number_value(json_object_get(pr, "delta"));
-    fl_store_ledger_entry *le = NULL;
-    size_t n = 0;
-    fl_dp_accountant *acc = NULL;
-    char msg[256];
-    fl_status rc = fl_store_ledger_list(co->store, &le, &n, p->id);
-    if (rc == FL_OK)
-        rc = fl_dp_accountant_create(&acc, NULL, fl__coord_pub_alloc(co), msg, sizeof(msg));
-    for (size_t i = 0; rc == FL_OK && i < n; i++) {
-        fl_dp_ledger_entry e;
-        fl_dp_event ev;
-        fl_dp_ledger_entry_init(&e, le[i].mechanism);
-        e.q = le[i].sampling_rate;
-        e.noise_multiplier = le[i].noise_multiplier;
-        e.clip_norm = le[i].clip_norm;
-        e.steps = (uint64_t)le[i].steps;
-        e.participants = (uint64_t)le[i].participants;
-        rc = fl_dp_ledger_entry_parse_params(&e, le[i].params_json, msg, sizeof(msg));
-        if (rc == FL_OK)
-            rc = fl_dp_ledger_entry_to_event(&ev, &e, msg, sizeof(msg));
-        if (rc == FL_OK)
-            rc = fl_dp_accountant_compose(acc, &ev);
-    }
     double eps = 0;
-    if (rc == FL_OK && n > 0)
-        rc = fl_dp_accountant_epsilon(acc, &eps, NULL, delta);
+    fl_status rc = fl__coord_ledger_epsilon(co, p, json_number_value(json_object_get(pr, "delta")),
+                                            &eps);
     if (rc == FL_OK)
         p->epsilon_spent = eps;
     else
         fl__log(&co->logger, FL_LOG_DEBUG, "population %s: epsilon not computed: %s", p->name,
                 fl_status_str(rc));
-    fl_dp_accountant_destroy(acc);
-    fl_store_free(co->store, le);
 }
 
 /* ---- strategies ---- */
@@ -681,6 +672,17 @@ static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__
         if (rc == FL_OK)
             rc = fl_store_ledger_append(co->store, NULL, &le);
     }
+    /* The audit entry commits with the round: with the ledger entry just appended, the
+     * accountant's total is the one after this round. */
+    if (rc == FL_OK) {
+        enum fl__coord_round_state was = r->state;
+        r->state = FL__ROUND_COMPLETED;
+        rc = fl__coord_audit_round(co, p, r, count);
+        r->state = was;
+        if (rc != FL_OK)
+            fl__log(&co->logger, FL_LOG_ERROR, "round %lld: audit entry refused: %s",
+                    (long long)r->id, fl_store_errmsg(co->store));
+    }
     if (rc == FL_OK)
         rc = fl_store_commit(co->store);
     if (rc != FL_OK && fl_store_in_transaction(co->store))
@@ -780,5 +782,6 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     fl__log(&co->logger, FL_LOG_INFO,
             "round %lld of %s completed: %u client(s) in the sum, model version %lld",
             (long long)r->id, p->name, count, (long long)version);
+    fl__coord_audit_checkpoint(co);
     fl__coord_round_retire(co, p);
 }

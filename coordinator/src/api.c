@@ -618,6 +618,15 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
         "deadlines", "advertise_unix_ms", (json_int_t)dl[0], "share_unix_ms", (json_int_t)dl[1],
         "masked_unix_ms", (json_int_t)dl[2], "consistency_unix_ms", (json_int_t)dl[3],
         "unmask_unix_ms", (json_int_t)dl[4]);
+    /* The model's SHA-256 and size, so a device can check its cached copy or the download
+     * before it trains (docs/protocol.md section 4.2). */
+    struct fl__coord_blob *mb = NULL;
+    if (t && fl__coord_model_blob(co, p, pt->base_version, &mb) == FL_OK) {
+        json_t *mo = json_object_get(t, "model");
+        json_object_set_new(mo, "sha256", json_string(mb->sha_hex));
+        json_object_set_new(mo, "bytes", json_integer((json_int_t)mb->len));
+    }
+    fl__coord_blob_unref(mb);
     if (t && rp->buffered)
         json_object_set_new(t, "buffered",
                             json_pack("{s:i, s:I, s:f}", "buffer_size", (int)rp->buffer_k,
@@ -648,8 +657,8 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     }
     if (r->state == FL__ROUND_FORMING) {
         /* The secagg graph (num_clients) is fixed only when the round starts. */
-        int64_t left = (r->forming_deadline - fl__coord_now(co)) / 1000;
-        rep->retry_after_s = (int)(left > 1 ? (left < 30 ? left : 30) : 1);
+        /* Short: the round starts as soon as it fills, usually well before its deadline. */
+        rep->retry_after_s = 1;
         status = fl__coord_error(rep, 425, "phase_not_open", NULL,
                                  "round %lld is still forming; fetch the task when it starts",
                                  (long long)rid);
@@ -756,7 +765,9 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     }
     json_t *pr = json_object_get(p->config, "privacy");
     bool dp = strcmp(json_string_value(json_object_get(pr, "mode")), "none") != 0;
-    double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : DBL_MAX;
+    /* Without DP the store still wants a finite budget: a large one the audit log can
+     * state (epsilon 1e9, fixed point 1e18), never approached since such rounds spend 0. */
+    double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : 1e9;
     double delta = dp ? json_number_value(json_object_get(pr, "delta")) : 0.0;
     fl__coord_lock(co);
     if (fl__coord_pop_find(co, p->name)) {
@@ -770,6 +781,8 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                         regions_text);
     if (rc == FL_OK)
         rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_PAUSED);
+    if (rc == FL_OK)
+        rc = fl_store_audit_append_population(co->store, NULL, p->id);
     if (rc == FL_OK)
         rc = fl_store_commit(co->store);
     if (rc != FL_OK) {
@@ -794,6 +807,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     }
     co->pops[co->n_pops++] = p;
     fl__coord_epsilon_refresh(co, p);
+    fl__coord_audit_checkpoint(co);
     fl__log(&co->logger, FL_LOG_INFO, "population %s created", p->name);
     status = fl__coord_json(rep, 201, json_pack("{s:o, s:s}", "population",
                                                 fl__coord_pop_state_json(co, p),
@@ -828,6 +842,8 @@ static int admin_upload_model(fl_coord *co, struct fl__coord_req *rq, struct fl_
                                 "{\"source\":\"admin\"}");
     if (rc == FL_OK)
         rc = fl_store_tag_set(co->store, tag, ref.version);
+    if (rc == FL_OK && !p->audit_off)
+        rc = fl_store_audit_append_model(co->store, NULL, p->id, ref.version);
     if (rc == FL_OK)
         rc = fl_store_commit(co->store);
     if (rc != FL_OK) {
@@ -836,6 +852,7 @@ static int admin_upload_model(fl_coord *co, struct fl__coord_req *rq, struct fl_
         return store_fail(co, rep, rc);
     }
     p->model_version = ref.version;
+    fl__coord_audit_checkpoint(co);
     fl__log(&co->logger, FL_LOG_INFO, "population %s: model version %lld", p->name,
             (long long)ref.version);
     return fl__coord_json(rep, 201, json_pack("{s:I, s:s}", "version", (json_int_t)ref.version,
@@ -867,8 +884,37 @@ static json_t *round_json(fl_coord *co, const fl_store_round *r) {
     json_object_set_new(o, "ended_unix_ms", r->ended_at ? json_integer(r->ended_at) : json_null());
     json_object_set_new(o, "reason",
                         r->abandon_reason ? json_string(r->abandon_reason) : json_null());
+    json_object_set_new(o, "checked_in", json_integer((json_int_t)r->counts.checked_in));
+    json_object_set_new(o, "completed", json_integer((json_int_t)r->counts.completed));
+    json_object_set_new(o, "dropped", json_integer((json_int_t)r->counts.dropped));
+    /* Live figures of a round this process holds (current or last finished): selected,
+     * accepted per phase and dropped per phase. */
+    const struct fl__coord_round *mr = NULL;
     if (p && p->round && p->round->id == r->id)
-        json_object_set_new(o, "selected", json_integer((json_int_t)p->round->n));
+        mr = p->round;
+    else if (p && p->last && p->last->id == r->id)
+        mr = p->last;
+    if (mr) {
+        json_t *acc = json_object(), *drop = json_object();
+        for (int k = 0; k < FL__PH_COUNT; k++) {
+            int64_t a = 0, d = 0;
+            for (size_t i = 0; i < mr->n; i++) {
+                a += (mr->parts[i].posted >> k) & 1u;
+                d += mr->parts[i].dropped_at == k;
+            }
+            json_object_set_new(acc, fl__coord_phase_names[k], json_integer(a));
+            json_object_set_new(drop, fl__coord_phase_names[k], json_integer(d));
+        }
+        json_object_set_new(o, "phase_counts", acc);
+        json_object_set_new(o, "dropped_by_phase", drop);
+        if (mr == p->round)
+            json_object_set_new(o, "selected", json_integer((json_int_t)mr->n));
+        json_object_set_new(o, "participants", json_integer((json_int_t)mr->n));
+    } else {
+        json_object_set_new(o, "phase_counts", json_null());
+        json_object_set_new(o, "dropped_by_phase", json_null());
+        json_object_set_new(o, "participants", json_integer((json_int_t)r->counts.selected));
+    }
     return o;
 }
 

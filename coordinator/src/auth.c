@@ -57,6 +57,16 @@ void fl__coord_auth_cache_destroy(fl_coord *co) {
     co->auth = NULL;
 }
 
+void fl__coord_auth_cache_clear(fl_coord *co) {
+    struct fl__coord_auth_cache *c = co->auth;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    fl_memzero(c->slots, c->cap * sizeof(*c->slots));
+    c->used = 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
 static uint64_t id_hash(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;

@@ -39,7 +39,7 @@ static const char *resolve(const fl_coord_config_doc *doc, const char *path, cha
 static const char *const top_keys[] = {"listen", "port", "threads", "database",
                                        "admin_token_sha256", "admin_token_file",
                                        "signing_key_file", "tls", "limits", "max_long_poll_s",
-                                       "log_level", NULL};
+                                       "log_level", "audit", NULL};
 
 static bool known(const char *k, const char *const *keys) {
     for (size_t i = 0; keys[i]; i++)
@@ -226,6 +226,39 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
         LIM("max_connections", max_connections)
         LIM("connection_memory", connection_memory)
 #undef LIM
+    }
+    if ((v = json_object_get(o, "audit"))) {
+        static const char *const akeys[] = {"origin", "pseudonym_key_file", "retention_days",
+                                            NULL};
+        if (!json_is_object(v))
+            BAD(FL_ERR_FORMAT, "'audit' must be an object");
+        json_t *av;
+        json_object_foreach(v, key, av) {
+            if (!known(key, akeys))
+                BAD(FL_ERR_FORMAT, "unknown field 'audit.%.64s'", key);
+        }
+        if ((av = json_object_get(v, "origin"))) {
+            if (!json_is_string(av))
+                BAD(FL_ERR_FORMAT, "'audit.origin' must be a string");
+            cfg->audit_origin = json_string_value(av);
+        }
+        unsigned long long d = cfg->retention_days;
+        if (!get_uint(v, "retention_days", 36500, &d))
+            BAD(FL_ERR_FORMAT, "'audit.retention_days' must be an integer 0..36500");
+        cfg->retention_days = (unsigned)d;
+        if ((av = json_object_get(v, "pseudonym_key_file"))) {
+            if (!json_is_string(av))
+                BAD(FL_ERR_FORMAT, "'audit.pseudonym_key_file' must be a path string");
+            if (read_secret(&secret, resolve(doc, json_string_value(av), pbuf, sizeof(pbuf))) !=
+                FL_OK)
+                BAD(FL_ERR_IO, "cannot read audit.pseudonym_key_file %s", pbuf);
+            if (!fl__coord_unhex(cfg->pseudonym_key, 32, secret))
+                BAD(FL_ERR_FORMAT, "audit.pseudonym_key_file must hold 64 hex characters");
+            cfg->has_pseudonym_key = 1;
+            fl_memzero(secret, strlen(secret));
+            free(secret);
+            secret = NULL;
+        }
     }
     *out = doc;
     return FL_OK;

@@ -45,6 +45,11 @@ enum fl__coord_route {
     FL__R_SECAGG_RESULT,    /* GET /v1/rounds/{id}/secagg/{phase}/result */
     FL__R_UPDATE,           /* POST /v1/rounds/{id}/update */
     FL__R_STATUS,           /* GET /v1/rounds/{id}/status */
+    FL__R_AUDIT_CHECKPOINT, /* GET /v1/audit/checkpoint */
+    FL__R_AUDIT_INCLUSION,  /* GET /v1/audit/proof/inclusion */
+    FL__R_AUDIT_CONSISTENCY,/* GET /v1/audit/proof/consistency */
+    FL__R_ADMIN_AUDIT_BUNDLE, /* GET /v1/admin/audit/bundle */
+    FL__R_ADMIN_CLIENT_ERASE, /* POST /v1/admin/clients/{id}/erase */
     FL__R_COUNT
 };
 
@@ -211,6 +216,7 @@ struct fl__coord_round {
                                    rounds): the round must not be retired meanwhile */
     uint32_t survivors;         /* clients in the final sum */
     int64_t new_version;        /* model version produced (COMPLETED) */
+    bool extended;              /* its forming window was extended once (too few clients) */
     char reason[256];           /* why it was abandoned */
 };
 
@@ -235,6 +241,9 @@ struct fl__coord_pop {
     struct fl__coord_round *last;            /* the last finished round (results stay
                                                 fetchable until the next one ends) */
     bool budget_exhausted;                   /* the last budget check refused a round */
+    bool audit_off;                          /* created before the audit log with a budget
+                                                it cannot state (epsilon DBL_MAX): its
+                                                rounds are not logged */
     int64_t rounds_completed;                /* completed rounds seen by this process */
     /* server optimiser state (fedavgm/fedadam/fedyogi/fedadagrad), (dim) floats each */
     float *opt_m, *opt_v;
@@ -305,6 +314,12 @@ struct fl_coord {
     struct evp_md_st *sha256_md;       /* OpenSSL SHA-256 (SHA-NI/AVX2): big bodies */
     fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
     void *debug_user;
+
+    /* audit log (audit.c) */
+    char audit_origin[FL_STORE_AUDIT_ORIGIN_MAX + 1]; /* checkpoint origin (log name) */
+    uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]; /* HMAC key for erasures */
+    int64_t retention_ms;              /* retention sweep age; 0 = no sweeps */
+    int64_t next_sweep_at;             /* Unix ms of the next sweep */
 };
 
 int64_t fl__coord_now(const fl_coord *co);
@@ -450,6 +465,9 @@ bool fl__coord_pace_check(fl_coord *co, const char *client_id, int64_t now,
 void fl__coord_pace_set(fl_coord *co, const char *client_id, int64_t now, int retry_s);
 fl_status fl__coord_auth_cache_create(fl_coord *co);
 void fl__coord_auth_cache_destroy(fl_coord *co);
+/* Forgets every cached client (after an erasure or a retention sweep deleted some), so the
+ * next request of a deleted client is checked against storage (401). */
+void fl__coord_auth_cache_clear(fl_coord *co);
 
 /* ---- rounds (round.c) ---- */
 
@@ -565,6 +583,34 @@ void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t 
  * (200 = valid). */
 int fl__coord_fuzz_checkin(const uint8_t *b, size_t n);
 int fl__coord_fuzz_population(const uint8_t *b, size_t n);
+
+/* ---- audit log (audit.c) ---- */
+
+/* Sets the origin, pseudonym key and retention from cfg (seed: the signing seed, for the
+ * derived pseudonym key). Returns FL_OK or FL_ERR_MISUSE (bad origin; message in errmsg). */
+fl_status fl__coord_audit_setup(fl_coord *co, const fl_coord_config *cfg, const uint8_t seed[32],
+                                char *errmsg, size_t errmsg_len);
+/* Signs a checkpoint of the log as it is now (lock held, no transaction open). Failures are
+ * logged. */
+void fl__coord_audit_checkpoint(fl_coord *co);
+/* Appends the "round" entry of p's round r (COMPLETED with count clients in the sum, or
+ * ABANDONED) in the caller's transaction (lock held). */
+fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
+                                const struct fl__coord_round *r, uint32_t count);
+/* Records an ending round's counts (selected, dropped by phase) before it is abandoned, as
+ * its audit entry will state them (in the caller's transaction). */
+fl_status fl__coord_audit_abandon_counts(fl_coord *co, const struct fl__coord_round *r);
+/* Abandons a round a previous process left open ("coordinator restarted") and appends its
+ * "round" entry, in the caller's transaction: counts as stored, no secagg figures. */
+fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p,
+                                          int64_t round_id);
+/* Epsilon of p's ledger at delta through dp's RDP accountant (0 without entries). */
+fl_status fl__coord_ledger_epsilon(fl_coord *co, const struct fl__coord_pop *p, double delta,
+                                   double *eps);
+/* Retention sweep when due (lock held). */
+void fl__coord_audit_tick(fl_coord *co, int64_t now);
+/* Handlers of the audit endpoints. */
+int fl__coord_h_audit(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 
 /* ---- utilities (util.c) ---- */
 

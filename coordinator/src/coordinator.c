@@ -161,10 +161,13 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
      * extensions; NULL (no provider) falls back to libsodium. */
     co->sha256_md = EVP_MD_fetch(NULL, "SHA2-256", NULL);
     crypto_sign_seed_keypair(co->sign_pk, co->sign_sk, seed);
-    fl_memzero(seed, sizeof(seed));
     uint8_t h[32];
     fl__coord_sha256(h, co->sign_pk, 32);
     fl__coord_hex(co->key_id, h, 8);
+    rc = fl__coord_audit_setup(co, cfg, seed, errmsg, errmsg_len);
+    fl_memzero(seed, sizeof(seed));
+    if (rc != FL_OK)
+        goto out_fail;
 
     fl_store_config sc;
     fl_store_config_init(&sc);
@@ -191,6 +194,7 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
         snprintf(errmsg, errmsg_len, "loading populations: %s", fl__err_msg(&co->err));
         goto out_fail;
     }
+    fl__coord_audit_checkpoint(co); /* covers rounds abandoned at restart */
     fl__log(&co->logger, FL_LOG_INFO, "coordinator ready: %zu population(s), key id %s",
             co->n_pops, co->key_id);
     *out = co;
@@ -225,6 +229,7 @@ int64_t fl_coord_tick(fl_coord *co) {
     int64_t now = fl__coord_now(co);
     fl__coord_lock(co);
     fl__coord_tick_pops(co, now);
+    fl__coord_audit_tick(co, now);
     fl__coord_waiters_expire(co, fl__coord_mono_ms());
     fl__coord_unlock(co);
     return 100;
@@ -246,6 +251,7 @@ void fl_coord_stop(fl_coord *co) {
     for (size_t i = 0; i < co->n_pops; i++)
         if (co->pops[i]->round)
             fl__coord_round_abandon(co, co->pops[i], "coordinator shutting down");
+    fl__coord_audit_checkpoint(co); /* clean shutdown: the log is fully signed */
     fl__coord_unlock(co);
     fl__log(&co->logger, FL_LOG_INFO, "coordinator stopped");
 }
@@ -268,6 +274,7 @@ void fl_coord_destroy(fl_coord *co) {
     }
     free(co->tls_cert);
     fl_memzero(co->sign_sk, sizeof(co->sign_sk));
+    fl_memzero(co->pseudonym_key, sizeof(co->pseudonym_key));
     EVP_MD_free(co->sha256_md);
     pthread_mutex_destroy(&co->lock);
     free(co);

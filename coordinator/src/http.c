@@ -118,10 +118,12 @@ static const char *route_allow(enum fl__coord_route r) {
     switch (r) {
     case FL__R_HEALTHZ: case FL__R_READYZ: case FL__R_METRICS: case FL__R_TASK:
     case FL__R_MODEL: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_ROUNDS: case FL__R_ADMIN_ROUND:
-    case FL__R_SECAGG_RESULT: case FL__R_STATUS:
+    case FL__R_SECAGG_RESULT: case FL__R_STATUS: case FL__R_AUDIT_CHECKPOINT:
+    case FL__R_AUDIT_INCLUSION: case FL__R_AUDIT_CONSISTENCY: case FL__R_ADMIN_AUDIT_BUNDLE:
         return "GET";
     case FL__R_ENROLL: case FL__R_CHECKIN: case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP:
     case FL__R_ADMIN_POP_MODELS: case FL__R_SECAGG_POST: case FL__R_UPDATE:
+    case FL__R_ADMIN_CLIENT_ERASE:
         return "POST";
     case FL__R_ADMIN_POPS:
         return "GET, POST";
@@ -135,7 +137,9 @@ const char *fl__coord_route_name(enum fl__coord_route r) {
         "not_found", "healthz", "readyz", "metrics", "enroll", "checkin", "task", "model",
         "admin_populations", "admin_population", "admin_population_start",
         "admin_population_stop", "admin_population_models", "admin_population_rounds",
-        "admin_round", "secagg_post", "secagg_result", "update", "status"};
+        "admin_round", "secagg_post", "secagg_result", "update", "status",
+        "audit_checkpoint", "audit_inclusion", "audit_consistency", "admin_audit_bundle",
+        "admin_client_erase"};
     return (unsigned)r < FL__R_COUNT ? names[r] : "unknown";
 }
 
@@ -187,6 +191,16 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
         return FL__R_SECAGG_RESULT;
     if (k == 4 && SEG(1, "models"))
         return FL__R_MODEL;
+    if (k == 3 && SEG(1, "audit") && SEG(2, "checkpoint"))
+        return FL__R_AUDIT_CHECKPOINT;
+    if (k == 4 && SEG(1, "audit") && SEG(2, "proof") && SEG(3, "inclusion"))
+        return FL__R_AUDIT_INCLUSION;
+    if (k == 4 && SEG(1, "audit") && SEG(2, "proof") && SEG(3, "consistency"))
+        return FL__R_AUDIT_CONSISTENCY;
+    if (k == 4 && SEG(1, "admin") && SEG(2, "audit") && SEG(3, "bundle"))
+        return FL__R_ADMIN_AUDIT_BUNDLE;
+    if (k == 5 && SEG(1, "admin") && SEG(2, "clients") && SEG(4, "erase"))
+        return FL__R_ADMIN_CLIENT_ERASE;
     if (k >= 3 && SEG(1, "admin")) {
         if (SEG(2, "populations")) {
             if (k == 3)
@@ -221,6 +235,7 @@ static size_t route_cap(fl_coord *co, const struct fl__coord_req *rq, enum fl__c
     case FL__R_ADMIN_POPS: return co->limits.admin_json_bytes;
     case FL__R_ADMIN_POP_MODELS: return co->limits.model_bytes;
     case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP: return 1024;
+    case FL__R_ADMIN_CLIENT_ERASE: return 1024;
     default: return 0;
     }
 }
@@ -291,6 +306,9 @@ static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         return fl__coord_h_update(rq, rep);
     case FL__R_STATUS:
         return fl__coord_h_status(rq, rep);
+    case FL__R_AUDIT_CHECKPOINT: case FL__R_AUDIT_INCLUSION: case FL__R_AUDIT_CONSISTENCY:
+    case FL__R_ADMIN_AUDIT_BUNDLE: case FL__R_ADMIN_CLIENT_ERASE:
+        return fl__coord_h_audit(rq, rep);
     default:
         return fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
     }

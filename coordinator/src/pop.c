@@ -428,14 +428,27 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
      * round's was written when it started): record who was selected together with the
      * abandonment, in one transaction. A participant that cannot be recorded (client
      * erased meanwhile) is skipped; each call is a savepoint. */
-    bool own_tx = !fl_store_in_transaction(co->store) && !r->rp.buffered && r->n > 0 &&
-                  r->state == FL__ROUND_FORMING && fl_store_begin(co->store) == FL_OK;
-    for (size_t i = 0; own_tx && i < r->n; i++)
+    bool own_tx = !fl_store_in_transaction(co->store) && fl_store_begin(co->store) == FL_OK;
+    bool record = !r->rp.buffered && r->n > 0 && r->state == FL__ROUND_FORMING;
+    for (size_t i = 0; own_tx && record && i < r->n; i++)
         if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
                                      FL_STORE_PARTICIPANT_SELECTED) != FL_OK)
             fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s not recorded: %s",
                     (long long)r->id, r->parts[i].client_id, fl_store_errmsg(co->store));
+    if (own_tx && fl__coord_audit_abandon_counts(co, r) != FL_OK)
+        fl__log(&co->logger, FL_LOG_WARN, "round %lld: counts not recorded: %s",
+                (long long)r->id, fl_store_errmsg(co->store));
     fl_status rc = fl_store_round_abandon(co->store, r->id, reason);
+    if (rc == FL_OK && own_tx) {
+        /* The audit entry goes with the abandonment; a refused one (logged) does not keep
+         * the round from ending. */
+        enum fl__coord_round_state was = r->state;
+        r->state = FL__ROUND_ABANDONED;
+        if (fl__coord_audit_round(co, p, r, 0) != FL_OK)
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld: audit entry not logged: %s",
+                    (long long)r->id, fl_store_errmsg(co->store));
+        r->state = was;
+    }
     if (own_tx) {
         if (rc == FL_OK)
             rc = fl_store_commit(co->store);
@@ -455,6 +468,8 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
     r->state = FL__ROUND_ABANDONED;
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
     fl__coord_round_retire(co, p);
+    if (!fl_store_in_transaction(co->store))
+        fl__coord_audit_checkpoint(co);
 }
 
 json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p) {
@@ -509,6 +524,10 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     }
     p->id = sp->id;
     p->running = sp->state == FL_STORE_POPULATION_ACTIVE;
+    p->audit_off = !(sp->epsilon < 9e9);
+    if (p->audit_off)
+        fl__log(&co->logger, FL_LOG_WARN, "population %s: budget epsilon %g cannot be stated in "
+                "the audit log; its rounds are not logged", p->name, sp->epsilon);
     char tag[FL__COORD_NAME_MAX + 16];
     snprintf(tag, sizeof(tag), "population/%s", p->name);
     int64_t v = 0;
@@ -521,7 +540,14 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     fl_store_round *last = NULL;
     if (fl_store_round_find(co->store, &last, p->id, 0) == FL_OK) {
         if (last->state == FL_STORE_ROUND_OPEN || last->state == FL_STORE_ROUND_RUNNING) {
-            if (fl_store_round_abandon(co->store, last->id, "coordinator restarted") == FL_OK) {
+            bool tx = fl_store_begin(co->store) == FL_OK;
+            fl_status arc = fl__coord_audit_restart_abandon(co, p, last->id);
+            if (tx && (arc != FL_OK || fl_store_commit(co->store) != FL_OK)) {
+                if (fl_store_in_transaction(co->store))
+                    fl_store_rollback(co->store);
+                arc = arc == FL_OK ? FL_ERR_IO : arc;
+            }
+            if (arc == FL_OK) {
                 fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: coordinator "
                         "restarted", (long long)last->id, p->name);
                 atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
@@ -584,6 +610,15 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
         if (r->state == FL__ROUND_FORMING && now >= r->forming_deadline) {
             if ((int64_t)r->n >= p->sel.min_participants) {
                 fl__coord_round_run(co, p, now);
+            } else if (!r->extended && r->n > 0) {
+                /* Some clients came but too few: give the round one more forming window
+                 * before abandoning it (devices already selected keep their slot). */
+                r->extended = true;
+                r->forming_deadline = now + p->sel.forming_s * 1000;
+                fl__log(&co->logger, FL_LOG_INFO,
+                        "round %lld of %s: %zu < %lld clients at the forming deadline; "
+                        "forming extended once by %llds", (long long)r->id, p->name, r->n,
+                        (long long)p->sel.min_participants, (long long)p->sel.forming_s);
             } else {
                 char why[128];
                 snprintf(why, sizeof(why), "too few clients selected: %zu < %lld", r->n,

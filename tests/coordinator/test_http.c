@@ -698,11 +698,21 @@ static void test_forming_deadline_and_restart(void **state) {
     int64_t rid = json_integer_value(json_object_get(j, "round_id"));
     json_decref(j);
     resp_free(&r);
-    /* Forming window passes with 1 < min_participants (2): round abandoned. */
+    /* Forming window passes with 1 < min_participants (2): the window is extended once,
+     * then the round is abandoned. */
     f->now_ms += 61 * 1000;
     fl_coord_tick(f->co);
     char path[64];
     snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    r = http(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "forming");
+    assert_true(json_is_object(json_object_get(j, "phase_counts")));
+    assert_int_equal(json_integer_value(json_object_get(j, "participants")), 1);
+    json_decref(j);
+    resp_free(&r);
+    f->now_ms += 61 * 1000;
+    fl_coord_tick(f->co);
     r = http(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
     j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");

@@ -80,6 +80,15 @@ typedef struct fl_coord_config {
     unsigned max_long_poll_s;      /* cap on ?wait=, 0..60, default 30 */
     fl_coord_clock_fn clock;       /* NULL (default) = CLOCK_REALTIME */
     void *clock_user;              /* passed to clock */
+    /* audit log (docs/audit.md, docs/coordinator.md "Audit log") */
+    const char *audit_origin;      /* checkpoint origin (log name), 1..128 printable ASCII
+                                      without '+' and spaces; NULL (default) =
+                                      "flotilla-coordinator/<key id>"; copied */
+    uint8_t pseudonym_key[32];     /* HMAC-SHA256 key for client pseudonyms in erasures */
+    int has_pseudonym_key;         /* 0 (default) = derived from the signing seed */
+    unsigned retention_days;       /* retention sweep: clients not seen and participations
+                                      older than this many days are deleted (hourly);
+                                      0 (default) = no sweeps; at most 36500 */
 } fl_coord_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
