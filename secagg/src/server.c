@@ -22,7 +22,6 @@
 #define SH_SLOT (1 + FL__SA_SHARE_Y_BYTES) /* have-flag + y */
 
 struct fl__sa_srv_client {
-    uint8_t flags;                      /* C_* */
     uint8_t c_pk[32];                   /* encryption public key */
     uint8_t s_pk[32];                   /* masking public key */
     uint8_t commit[FL__SA_COMMIT_BYTES];/* commitment to b_u */
@@ -43,6 +42,8 @@ struct fl_secagg_server {
     fl_status fail_code;                /* sticky code once FAILED */
     uint32_t n, k, t;                   /* clients, degree, threshold */
     struct fl__sa_srv_client *cl;       /* (n) per-client state */
+    uint8_t *flags;                     /* (n) C_* per client; apart from cl so that the
+                                           neighbour scans (count_nbrs, prune) stay in cache */
     uint8_t *adv_active;                /* (n, 160) vk || cert || sig (active mode) */
     uint8_t *u3sig;                     /* (n, 64) consistency signatures (active mode) */
     uint8_t *u3;                        /* survivor bitmap (after masked input) */
@@ -94,7 +95,7 @@ static void free_sh(fl_secagg_server *s) {
 static uint32_t count_nbrs(const fl_secagg_server *s, uint32_t u, uint8_t want) {
     uint32_t c = 0;
     for (uint32_t j = 0; j < s->k; j++)
-        if ((s->cl[fl__sa_graph_neighbor(&s->graph, u, j)].flags & want) == want)
+        if ((s->flags[fl__sa_graph_neighbor(&s->graph, u, j)] & want) == want)
             c++;
     return c;
 }
@@ -134,10 +135,11 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
         goto out_fail;
     }
     s->cl = fl__calloc(&a, s->n, sizeof(*s->cl));
+    s->flags = fl__calloc(&a, s->n, 1);
     s->outq = fl__calloc(&a, s->n, sizeof(*s->outq));
     s->acc = fl__calloc(&a, c.dim, sizeof(uint32_t));
     s->scratch = fl__alloc(&a, FL__SA_MASK_CHUNK * 4);
-    if (!s->cl || !s->outq || !s->acc || !s->scratch)
+    if (!s->cl || !s->flags || !s->outq || !s->acc || !s->scratch)
         goto out_fail;
     if (c.active) {
         s->adv_active = fl__calloc(&a, s->n, 160);
@@ -164,6 +166,7 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
         free_sh(s);
         fl__free(&a, s->cl, (size_t)s->n * sizeof(*s->cl));
     }
+    fl__free(&a, s->flags, s->n);
     if (s->outq) {
         free_outq(s);
         fl__free(&a, s->outq, (size_t)s->n * sizeof(*s->outq));
@@ -248,7 +251,7 @@ static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__s
     }
     memcpy(s->cl[from].c_pk, p, 32);
     memcpy(s->cl[from].s_pk, p + 32, 32);
-    s->cl[from].flags |= C_ADV;
+    s->flags[from] |= C_ADV;
     return FL_OK;
 }
 
@@ -269,7 +272,7 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         fl__sa_read_u32(&scan, &to);
         fl__sa_read_bytes(&scan, &ct, FL__SA_SHARE_CT_BYTES);
         int32_t slot = fl__sa_graph_slot(&s->graph, from, to);
-        if (slot <= prev || !(s->cl[to].flags & C_U1))
+        if (slot <= prev || !(s->flags[to] & C_U1))
             return fl__err_set(&s->err, FL_ERR_PROTOCOL,
                                "SHARES: receiver list is not the sender's neighbours in U1");
         prev = slot;
@@ -288,7 +291,7 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     }
     memcpy(s->cl[from].commit, commit, FL__SA_COMMIT_BYTES);
     s->cl[from].ct = store;
-    s->cl[from].flags |= C_SHARES;
+    s->flags[from] |= C_SHARES;
     return FL_OK;
 }
 
@@ -320,7 +323,7 @@ static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_r
             acc[i] += v;
         }
     }
-    s->cl[from].flags |= C_U3;
+    s->flags[from] |= C_U3;
     return FL_OK;
 }
 
@@ -333,7 +336,7 @@ static fl_status recv_consistency(fl_secagg_server *s, uint32_t from, struct fl_
     if (s->crypto->ed25519_verify(sig, s->u3_stmt, s->u3_stmt_len, vk) != 0)
         return fl__err_set(&s->err, FL_ERR_CRYPTO, "CONSISTENCY_SIG: bad signature");
     memcpy(s->u3sig + (size_t)from * FL__SA_SIG_BYTES, sig, FL__SA_SIG_BYTES);
-    s->cl[from].flags |= C_SIGNED;
+    s->flags[from] |= C_SIGNED;
     return FL_OK;
 }
 
@@ -358,10 +361,10 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         fl__sa_read_u8(&scan, &kind);
         fl__sa_read_bytes(&scan, &y, FL__SA_SHARE_Y_BYTES);
         int32_t slot = v == from ? (int32_t)s->k : fl__sa_graph_slot(&s->graph, from, v);
-        if (slot <= prev || (v != from && !(s->cl[v].flags & C_U2)))
+        if (slot <= prev || (v != from && !(s->flags[v] & C_U2)))
             return fl__err_set(&s->err, FL_ERR_PROTOCOL,
                                "UNMASK_SHARES: entries are not the holder's U2 neighbours");
-        uint8_t want = (s->cl[v].flags & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
+        uint8_t want = (s->flags[v] & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
         if (kind != want)
             return fl__err_set(&s->err, FL_ERR_PROTOCOL, "UNMASK_SHARES: wrong share kind");
         if (y[0] > 1)
@@ -382,7 +385,7 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         slot[0] = 1;
         memcpy(slot + 1, y, FL__SA_SHARE_Y_BYTES);
     }
-    s->cl[from].flags |= C_UNMASK;
+    s->flags[from] |= C_UNMASK;
     return FL_OK;
 }
 
@@ -409,7 +412,7 @@ fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uin
                                    fl__sa_msg_limit(&s->cfg, type));
     if (st != FL_OK)
         return st;
-    uint8_t f = s->cl[from].flags;
+    uint8_t f = s->flags[from];
     if ((f & need[ph]) != need[ph])
         return fl__err_set(&s->err, FL_ERR_PROTOCOL,
                            "receive: client %u is not part of this phase", from);
@@ -452,14 +455,14 @@ static uint32_t prune(fl_secagg_server *s, uint8_t have) {
     while (changed) {
         changed = 0;
         for (uint32_t u = 0; u < s->n; u++)
-            if ((s->cl[u].flags & have) && count_nbrs(s, u, have) + 1 < s->t) {
-                s->cl[u].flags &= (uint8_t)~have;
+            if ((s->flags[u] & have) && count_nbrs(s, u, have) + 1 < s->t) {
+                s->flags[u] &= (uint8_t)~have;
                 changed = 1;
             }
     }
     uint32_t m = 0;
     for (uint32_t u = 0; u < s->n; u++)
-        if (s->cl[u].flags & have)
+        if (s->flags[u] & have)
             m++;
     return m;
 }
@@ -474,7 +477,7 @@ static fl_status abort_few(fl_secagg_server *s, const char *what, uint32_t have,
 static fl_status build_keys(fl_secagg_server *s) {
     size_t adv = s->cfg.active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
     for (uint32_t u = 0; u < s->n; u++) {
-        if (!(s->cl[u].flags & C_U1))
+        if (!(s->flags[u] & C_U1))
             continue;
         uint32_t cnt = count_nbrs(s, u, C_U1);
         size_t body = 56 + (size_t)cnt * (4 + adv);
@@ -496,7 +499,7 @@ static fl_status build_keys(fl_secagg_server *s) {
         p += 56;
         for (uint32_t j = 0; j < s->k; j++) {
             uint32_t v = fl__sa_graph_neighbor(&s->graph, u, j);
-            if (!(s->cl[v].flags & C_U1))
+            if (!(s->flags[v] & C_U1))
                 continue;
             fl__put_u32le(p, v);
             memcpy(p + 4, s->cl[v].c_pk, 32);
@@ -512,7 +515,7 @@ static fl_status build_keys(fl_secagg_server *s) {
 
 static fl_status build_ciphertexts(fl_secagg_server *s) {
     for (uint32_t w = 0; w < s->n; w++) {
-        if (!(s->cl[w].flags & C_U2))
+        if (!(s->flags[w] & C_U2))
             continue;
         uint32_t cnt = count_nbrs(s, w, C_U2);
         size_t body = 4 + (size_t)cnt * (4 + FL__SA_SHARE_CT_BYTES);
@@ -526,7 +529,7 @@ static fl_status build_ciphertexts(fl_secagg_server *s) {
         p += 4;
         for (uint32_t j = 0; j < s->k; j++) {
             uint32_t u = fl__sa_graph_neighbor(&s->graph, w, j);
-            if (!(s->cl[u].flags & C_U2))
+            if (!(s->flags[u] & C_U2))
                 continue;
             int32_t slot = fl__sa_graph_slot(&s->graph, u, w);
             fl__put_u32le(p, u);
@@ -543,7 +546,7 @@ static fl_status build_ciphertexts(fl_secagg_server *s) {
 static fl_status build_bitmap_msgs(fl_secagg_server *s, fl_secagg_msg_type type, uint8_t to) {
     size_t bl = bm_bytes(s);
     for (uint32_t u = 0; u < s->n; u++) {
-        if (!(s->cl[u].flags & to))
+        if (!(s->flags[u] & to))
             continue;
         uint32_t cnt = 0;
         if (type == FL_SECAGG_MSG_UNMASK_REQ && s->cfg.active)
@@ -564,7 +567,7 @@ static fl_status build_bitmap_msgs(fl_secagg_server *s, fl_secagg_msg_type type,
             p += 4;
             for (uint32_t j = 0; cnt && j < s->k; j++) {
                 uint32_t v = fl__sa_graph_neighbor(&s->graph, u, j);
-                if (!(s->cl[v].flags & C_SIGNED))
+                if (!(s->flags[v] & C_SIGNED))
                     continue;
                 fl__put_u32le(p, v);
                 memcpy(p + 4, s->u3sig + (size_t)v * FL__SA_SIG_BYTES, FL__SA_SIG_BYTES);
@@ -581,7 +584,7 @@ static fl_status build_bitmap_msgs(fl_secagg_server *s, fl_secagg_msg_type type,
  * U2 \ U3 that has a neighbour in U3 (neighbours only). */
 static fl_status check_reconstructible(fl_secagg_server *s, uint8_t holder, const char *when) {
     for (uint32_t v = 0; v < s->n; v++) {
-        uint8_t f = s->cl[v].flags;
+        uint8_t f = s->flags[v];
         if (!(f & C_U2))
             continue;
         uint32_t h = count_nbrs(s, v, holder);
@@ -599,7 +602,7 @@ static fl_status check_reconstructible(fl_secagg_server *s, uint8_t holder, cons
 /* Allocates the unmask share tables of every client whose secret will be rebuilt. */
 static fl_status alloc_share_tables(fl_secagg_server *s) {
     for (uint32_t v = 0; v < s->n; v++) {
-        uint8_t f = s->cl[v].flags;
+        uint8_t f = s->flags[v];
         if (!(f & C_U2) || s->cl[v].sh)
             continue;
         if (!(f & C_U3) && count_nbrs(s, v, C_U3) == 0)
@@ -614,7 +617,7 @@ static fl_status alloc_share_tables(fl_secagg_server *s) {
 static uint32_t count_flag(const fl_secagg_server *s, uint8_t f) {
     uint32_t m = 0;
     for (uint32_t u = 0; u < s->n; u++)
-        if ((s->cl[u].flags & f) == f)
+        if ((s->flags[u] & f) == f)
             m++;
     return m;
 }
@@ -696,7 +699,7 @@ static fl_status um_check(fl_secagg_server *s, uint32_t v, int kind, const uint8
  * surviving neighbour w, the pairwise mask w added for v, -sign(w, v) PRG(s_wv). */
 static fl_status um_remove(fl_secagg_server *s, uint32_t v, const uint8_t secret[32]) {
     const struct fl__sa_crypto *cr = s->crypto;
-    if (s->cl[v].flags & C_U3) {
+    if (s->flags[v] & C_U3) {
         if (fl__sa_mask_apply(s->acc, s->cfg.dim, secret, -1, cr, s->scratch) != 0)
             return server_fail(s, FL_ERR_CRYPTO, "self-mask expansion failed");
         return FL_OK;
@@ -705,7 +708,7 @@ static fl_status um_remove(fl_secagg_server *s, uint32_t v, const uint8_t secret
     fl_status st = FL_OK;
     for (uint32_t j = 0; j < s->k && st == FL_OK; j++) {
         uint32_t w = fl__sa_graph_neighbor(&s->graph, v, j);
-        if (!(s->cl[w].flags & C_U3))
+        if (!(s->flags[w] & C_U3))
             continue;
         int sign_w = w < v ? +1 : -1; /* what w added */
         if (fl__sa_derive_pair_key(seed, cr, "mask", secret, s->cl[w].s_pk, s->round_id, v,
@@ -723,7 +726,7 @@ static fl_status um_group(fl_secagg_server *s, struct um_work *w, size_t m) {
                                (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE);
     for (size_t i = 0; i < m; i++) {
         uint32_t v = w->who[i];
-        int kind = (s->cl[v].flags & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
+        int kind = (s->flags[v] & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
         fl_status st;
         if (w->jobs[i].rc != 0) {
             char msg[128];
@@ -804,8 +807,8 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
     switch (s->phase) {
     case FL_SECAGG_PHASE_ADVERTISE:
         for (uint32_t u = 0; u < s->n; u++)
-            if (s->cl[u].flags & C_ADV)
-                s->cl[u].flags |= C_U1;
+            if (s->flags[u] & C_ADV)
+                s->flags[u] |= C_U1;
         m = prune(s, C_U1);
         if (m < s->t)
             return abort_few(s, "after advertise keys", m, s->t);
@@ -815,10 +818,10 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
         break;
     case FL_SECAGG_PHASE_SHARE_KEYS:
         for (uint32_t u = 0; u < s->n; u++)
-            if ((s->cl[u].flags & (C_U1 | C_SHARES)) == (C_U1 | C_SHARES))
-                s->cl[u].flags |= C_U2;
+            if ((s->flags[u] & (C_U1 | C_SHARES)) == (C_U1 | C_SHARES))
+                s->flags[u] |= C_U2;
             else
-                s->cl[u].flags &= (uint8_t)~C_U2;
+                s->flags[u] &= (uint8_t)~C_U2;
         m = prune(s, C_U2);
         if (m < s->t)
             return abort_few(s, "after share keys", m, s->t);
@@ -839,7 +842,7 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
                 goto out_nomem;
         }
         for (uint32_t u = 0; u < s->n; u++)
-            if (s->cl[u].flags & C_U3)
+            if (s->flags[u] & C_U3)
                 fl__sa_bit_set(s->u3, u);
         if (s->cfg.active) {
             if (!s->u3_stmt) {
@@ -853,8 +856,8 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
             next = FL_SECAGG_PHASE_CONSISTENCY;
         } else {
             for (uint32_t u = 0; u < s->n; u++)
-                if (s->cl[u].flags & C_U3)
-                    s->cl[u].flags |= C_ASKED;
+                if (s->flags[u] & C_U3)
+                    s->flags[u] |= C_ASKED;
             if (alloc_share_tables(s) != FL_OK ||
                 build_bitmap_msgs(s, FL_SECAGG_MSG_UNMASK_REQ, C_ASKED) != FL_OK)
                 goto out_nomem;
@@ -865,10 +868,10 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
     case FL_SECAGG_PHASE_CONSISTENCY:
         /* Ask only signers that will see >= t - 1 neighbour signatures. */
         for (uint32_t u = 0; u < s->n; u++)
-            if ((s->cl[u].flags & C_SIGNED) && count_nbrs(s, u, C_SIGNED) + 1 >= s->t)
-                s->cl[u].flags |= C_ASKED;
+            if ((s->flags[u] & C_SIGNED) && count_nbrs(s, u, C_SIGNED) + 1 >= s->t)
+                s->flags[u] |= C_ASKED;
             else
-                s->cl[u].flags &= (uint8_t)~C_ASKED;
+                s->flags[u] &= (uint8_t)~C_ASKED;
         m = count_flag(s, C_ASKED);
         if (m < s->t)
             return abort_few(s, "after consistency check", m, s->t);

@@ -327,27 +327,31 @@ out_wipe:
  * multiplications) per share. Only the sum over y_i touches secrets, with constant-time
  * field operations; every branch depends on x, k or the window position. */
 
+/* Multiplies *d by the public factor f (< 2^32), gathering factors into the 64-bit *pend
+ * until the next one would overflow it: one field multiplication per 64 bits of factors
+ * (indices of a 1000-client round are 10-bit numbers, so ~6 factors per multiplication). */
+static inline void sa_gather(struct sa_fe *d, uint64_t *pend, uint64_t f) {
+    uint64_t prod;
+    if (__builtin_mul_overflow(*pend, f, &prod)) {
+        sa_fe_mul_small(d, d, *pend);
+        prod = f;
+    }
+    *pend = prod;
+}
+
 /* D = x_i * prod_{j != i} (x_j - x_i) mod p, from public indices (distinct, nonzero). */
 static void sa_lagrange_den(struct sa_fe *d, const struct fl__sa_share *sh, size_t k, size_t i) {
     uint64_t xi = sh[i].x, pend = xi;
-    int neg = 0, have = 1;
+    int neg = 0;
     sa_fe_from_u32(d, 1);
     for (size_t j = 0; j < k; j++) {
         if (j == i)
             continue;
         uint64_t xj = sh[j].x;
-        uint64_t f = xj > xi ? xj - xi : xi - xj; /* < 2^32 */
         neg ^= xj < xi;
-        if (have) { /* pair factors: one 64-bit multiplier per two indices */
-            sa_fe_mul_small(d, d, pend * f);
-            have = 0;
-        } else {
-            pend = f;
-            have = 1;
-        }
+        sa_gather(d, &pend, xj > xi ? xj - xi : xi - xj);
     }
-    if (have)
-        sa_fe_mul_small(d, d, pend);
+    sa_fe_mul_small(d, d, pend);
     if (neg) {
         struct sa_fe zero = {{0}};
         sa_fe_sub(d, &zero, d);
@@ -356,12 +360,11 @@ static void sa_lagrange_den(struct sa_fe *d, const struct fl__sa_share *sh, size
 
 /* P = prod_j x_j mod p. */
 static void sa_lagrange_num(struct sa_fe *pr, const struct fl__sa_share *sh, size_t k) {
+    uint64_t pend = 1;
     sa_fe_from_u32(pr, 1);
-    size_t j = 0;
-    for (; j + 1 < k; j += 2)
-        sa_fe_mul_small(pr, pr, (uint64_t)sh[j].x * sh[j + 1].x);
-    if (j < k)
-        sa_fe_mul_small(pr, pr, sh[j].x);
+    for (size_t j = 0; j < k; j++)
+        sa_gather(pr, &pend, sh[j].x);
+    sa_fe_mul_small(pr, pr, pend);
 }
 
 /* In place: d[i] = d[i]^-1 for i < m (all nonzero, public), with pre as scratch. */
