@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <spawn.h>
 #include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +83,8 @@ static void *rel_tick_main(void *arg) {
     return NULL;
 }
 
-void rel_inproc_start(struct fx *f, const fl_coord_limits *lim, unsigned threads) {
+void rel_inproc_start(struct fx *f, const fl_coord_limits *lim, unsigned threads,
+                      unsigned max_long_poll_s) {
     fl_coord_config cfg;
     fl_coord_config_init(&cfg);
     cfg.port = 0;
@@ -94,6 +98,8 @@ void rel_inproc_start(struct fx *f, const fl_coord_limits *lim, unsigned threads
     memset(cfg.signing_seed, 7, sizeof(cfg.signing_seed));
     if (lim)
         cfg.limits = *lim;
+    if (max_long_poll_s)
+        cfg.max_long_poll_s = max_long_poll_s;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK)
         fprintf(stderr, "create: %s\n", err);
@@ -113,6 +119,66 @@ void rel_inproc_stop(struct fx *f) {
     fl_coord_stop(f->co);
     fl_coord_destroy(f->co);
     f->co = NULL;
+}
+
+/* ---- the real executable ---- */
+
+extern char **environ;
+
+void rel_proc_start(struct fx *f, const char *exe, const char *extra_json) {
+    char path[256], hex[65];
+    uint8_t h[32];
+    snprintf(path, sizeof(path), "%s/signing.key", f->dir);
+    FILE *kf = fopen(path, "w");
+    assert_non_null(kf);
+    fprintf(kf, "%s\n", "0707070707070707070707070707070707070707070707070707070707070707");
+    fclose(kf);
+    chmod(path, 0600);
+    crypto_hash_sha256(h, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
+    sodium_bin2hex(hex, sizeof(hex), h, 32);
+    snprintf(f->conf, sizeof(f->conf), "%s/coordinator.conf.json", f->dir);
+    FILE *cf = fopen(f->conf, "w");
+    assert_non_null(cf);
+    fprintf(cf,
+            "{\"listen\":\"127.0.0.1\",\"port\":0,\"threads\":2,\"database\":\"%s\","
+            "\"admin_token_sha256\":\"%s\",\"signing_key_file\":\"signing.key\","
+            "\"log_level\":\"info\"%s%s}\n",
+            f->db, hex, extra_json ? "," : "", extra_json ? extra_json : "");
+    fclose(cf);
+    snprintf(f->log, sizeof(f->log), "%s/serve.log", f->dir);
+    unlink(f->log);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, f->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)exe, "serve", "--config", f->conf, NULL};
+    int rc = posix_spawn(&f->child, exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    f->port = 0;
+    for (int i = 0; i < 400 && !f->port; i++) {
+        int st;
+        if (waitpid(f->child, &st, WNOHANG) == f->child) {
+            fprintf(stderr, "flotilla-coordinator exited early (status %d); log %s\n", st, f->log);
+            f->child = 0;
+            fail();
+        }
+        FILE *lf = fopen(f->log, "r");
+        char line[1024];
+        while (lf && !f->port && fgets(line, sizeof(line), lf)) {
+            const char *p = strstr(line, "listening on 127.0.0.1:");
+            if (p)
+                f->port = (unsigned)strtoul(p + strlen("listening on 127.0.0.1:"), NULL, 10);
+        }
+        if (lf)
+            fclose(lf);
+        if (!f->port)
+            rel_sleep_ms(50);
+    }
+    assert_true(f->port > 0);
+    struct resp r = http_req(f, "GET", "/readyz", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
 }
 
 /* ---- HTTP ---- */

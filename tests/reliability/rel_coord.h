@@ -33,12 +33,20 @@ void rel_sleep_ms(long ms);
 
 /* ---- in-process coordinator with chosen limits ---- */
 
-/* Starts an in-process coordinator for f (from fx_new()) with lim (NULL = defaults) and
- * `threads` HTTP threads, on the real clock (deadlines run in wall time), with its own
- * ticker thread. */
-void rel_inproc_start(struct fx *f, const fl_coord_limits *lim, unsigned threads);
+/* Starts an in-process coordinator for f (from fx_new()) with lim (NULL = defaults),
+ * `threads` HTTP threads and a long-poll cap of max_long_poll_s (0 = the default), on the
+ * real clock (deadlines run in wall time), with its own ticker thread. */
+void rel_inproc_start(struct fx *f, const fl_coord_limits *lim, unsigned threads,
+                      unsigned max_long_poll_s);
 /* Stops the ticker and destroys the coordinator (fx_free still removes the files). */
 void rel_inproc_stop(struct fx *f);
+
+/* ---- the real executable with chosen settings ---- */
+
+/* As the test kit's fx_proc_start (same database, admin token, signing key, 2 threads),
+ * with extra top-level config fields (e.g. "\"limits\":{\"per_ip_connections\":0}"), or
+ * NULL. fx_free stops it. */
+void rel_proc_start(struct fx *f, const char *exe, const char *extra_json);
 
 /* ---- HTTP that tolerates a dead peer ---- */
 

@@ -107,7 +107,7 @@ static void test_abuse(void **state) {
     fl_coord_config_init(&cfg);
     fl_coord_limits lim = cfg.limits;
     lim.connection_timeout_s = 3;
-    rel_inproc_start(f, &lim, 2);
+    rel_inproc_start(f, &lim, 2, 0);
     char *tok[2];
     struct popcfg pc = {"ab", 4, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
     setup_population(f, &pc, tok, 2);
@@ -356,7 +356,7 @@ static void test_body_caps(void **state) {
     fl_coord_config_init(&cfg);
     lim = cfg.limits;
     lim.model_bytes = 20000; /* small, so the test sends little */
-    rel_inproc_start(f, &lim, 2);
+    rel_inproc_start(f, &lim, 2, 1);
     /* A plain population of 3: its round runs once all 3 are selected. */
     char *tok[3];
     struct popcfg pc = {"cap", 3, 3, false, 0, "none", NULL, NULL, 0, 32, NULL};
@@ -433,11 +433,52 @@ static void test_body_caps(void **state) {
     snprintf(tokkey, sizeof(tokkey), "%s\r\nIdempotency-Key: %s", c[0].tok, c[0].pid);
     struct cap_case up = {"update", path, tokkey, "application/octet-stream", "x", "", cap, 400};
     check_cap(f, &up, &checked);
+    /* The secagg posts of a running round (advertise open): 4 KiB; share 256 x k + 4 KiB;
+     * masked 8 x vector length + 4 KiB; unmask 128 x (k + 1) + 4 KiB. At cap-1 and cap the
+     * open phase's garbage gets 400 from the decoder, a later phase 425 (not open yet). */
+    char *ts[3];
+    struct popcfg ps = {"capsa", 3, 3, true, 2, "none", NULL, NULL, 0, 32, NULL};
+    setup_population(f, &ps, ts, 3);
+    struct tc e[3];
+    memset(e, 0, sizeof(e));
+    for (int i = 0; i < 3; i++)
+        e[i].tok = ts[i];
+    int64_t sid;
+    checkin_all(f, e, 3, &sid);
+    fetch_tasks(f, e, 3, sid);
+    size_t k = e[0].task.k, vl = e[0].task.vec_len;
+    static const char *const ph[4] = {"advertise", "share", "masked", "unmask"};
+    size_t pcap[4] = {4096, 256 * k + 4096, 8 * vl + 4096, 128 * (k + 1) + 4096};
+    char tk[256];
+    snprintf(tk, sizeof(tk), "%s\r\nIdempotency-Key: %s", e[0].tok, e[0].pid);
+    for (int i = 0; i < 4; i++) {
+        char sp[128];
+        snprintf(sp, sizeof(sp), "/v1/rounds/%lld/secagg/%s", (long long)sid, ph[i]);
+        struct cap_case sc = {ph[i], sp, tk,      "application/octet-stream",
+                              "x",   "", pcap[i], i == 0 ? 400 : 425};
+        check_cap(f, &sc, &checked);
+    }
+    /* Long polls: ?wait= is 0-60 (61: 400), and capped by max_long_poll_s (1 s here). */
+    char rp[128];
+    snprintf(rp, sizeof(rp), "/v1/rounds/%lld/secagg/advertise/result?wait=61", (long long)sid);
+    r = http_req(f, "GET", rp, e[0].tok, NULL, NULL, 0, e[0].pid);
+    assert_error(&r, 400, "invalid_parameter");
+    resp_free(&r);
+    snprintf(rp, sizeof(rp), "/v1/rounds/%lld/secagg/advertise/result?wait=60", (long long)sid);
+    double t0 = rel_mono_s();
+    r = http_req(f, "GET", rp, e[0].tok, NULL, NULL, 0, e[0].pid);
+    double waited = rel_mono_s() - t0;
+    assert_int_equal(r.status, 204);
+    resp_free(&r);
+    assert_true(waited >= 0.8 && waited < 5.0);
+    clients_free(e, 3);
     fprintf(stderr,
-            "body caps: %d checks (cap-1, cap, cap+1 for enroll %zu, check-in %zu, "
-            "admin JSON %zu, start 1024, model upload %zu, update %zu): all as expected\n",
+            "body caps: %d checks (cap-1, cap, cap+1 for enroll %zu, check-in %zu, admin JSON "
+            "%zu, start 1024, model upload %zu, update %zu, secagg advertise %zu, share %zu, "
+            "masked %zu, unmask %zu): all as expected; ?wait=61 400, ?wait=60 capped by "
+            "max_long_poll_s 1: 204 after %.2f s\n",
             checked, lim.enroll_bytes, lim.checkin_bytes, lim.admin_json_bytes, lim.model_bytes,
-            cap);
+            cap, pcap[0], pcap[1], pcap[2], pcap[3], waited);
     free(etok);
     clients_free(c, 3);
     rel_inproc_stop(f);
@@ -475,7 +516,7 @@ static void test_conn_limits(void **state) {
     fl_coord_limits lim = cfg.limits;
     lim.connection_timeout_s = 2;
     lim.per_ip_connections = 8;
-    rel_inproc_start(f, &lim, 2);
+    rel_inproc_start(f, &lim, 2, 0);
     int st, fds[64];
     /* Timeout: idle 1 s (limit - 1) then a request: served; the idle connection is closed
      * about 2 s after its last activity. */
@@ -541,7 +582,7 @@ static void test_conn_limits(void **state) {
     lim.per_ip_connections = 0;
     lim.max_connections = 16;
     unsigned threads = (unsigned)rel_envl("FL_REL_HTTP_THREADS", 2);
-    rel_inproc_start(f, &lim, threads);
+    rel_inproc_start(f, &lim, threads, 0);
     limit = (int)lim.max_connections;
     int first_refused = 0;
     int nopen = 0;

@@ -264,7 +264,13 @@ static void test_slow(void **state) {
     int secs = (int)rel_envl("FL_REL_SLOW_S", lng ? 20 : 6);
     int conns = (int)rel_envl("FL_REL_SLOW_CONNS", lng ? 400 : 200);
     struct fx *f = *state;
-    fx_proc_start(f, FL_COORD_EXE);
+    /* FL_REL_SLOW_PER_IP: the per-IP limit (default 64; 0 = off, so one address can hold
+     * every slow connection it opens). */
+    long per_ip = rel_envl("FL_REL_SLOW_PER_IP", 64);
+    char extra[96];
+    snprintf(extra, sizeof(extra), "\"limits\":{\"per_ip_connections\":%ld}", per_ip);
+    rel_proc_start(f, FL_COORD_EXE, extra);
+    fprintf(stderr, "per-IP connection limit %ld%s\n", per_ip, per_ip ? "" : " (off)");
     char *tok[1];
     struct popcfg pc = {"slow", 1000, 1, false, 0, "none", NULL, NULL, 0, 32, NULL};
     setup_population(f, &pc, tok, 1);
