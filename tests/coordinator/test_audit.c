@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -54,6 +55,19 @@ static char *bundle_verified(struct fx *f) {
     assert_int_equal(rc, FL_OK);
     assert_true(v.ok);
     fl_store_audit_bundle_close(b);
+#ifdef FL_AUDIT_EXE
+    /* The auditor's tool agrees (exit 0 = verified). */
+    char file[200], cmd[800];
+    snprintf(file, sizeof(file), "%s/bundle.jsonl", f->dir);
+    FILE *fp = fopen(file, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(r.body, 1, r.len, fp), r.len);
+    fclose(fp);
+    snprintf(cmd, sizeof(cmd), "'%s' verify '%s' --key '%s' > /dev/null", FL_AUDIT_EXE, file,
+             vkey);
+    assert_int_equal(system(cmd), 0);
+    unlink(file);
+#endif
     char *text = malloc(r.len + 1);
     memcpy(text, r.body, r.len);
     text[r.len] = '\0';
