@@ -36,8 +36,7 @@ fl_status fl__coord_audit_setup(fl_coord *co, const fl_coord_config *cfg, const 
         }
         memcpy(co->audit_origin, cfg->audit_origin, n + 1);
     } else {
-        snprintf(co->audit_origin, sizeof(co->audit_origin), "flotilla-coordinator/%s",
-                 co->key_id);
+        snprintf(co->audit_origin, sizeof(co->audit_origin), "flotilla-coordinator/%s", co->key_id);
     }
     if (cfg->has_pseudonym_key) {
         memcpy(co->pseudonym_key, cfg->pseudonym_key, sizeof(co->pseudonym_key));
@@ -45,8 +44,8 @@ fl_status fl__coord_audit_setup(fl_coord *co, const fl_coord_config *cfg, const 
         /* Derived: HMAC-SHA256(signing seed, label). Stable with a stable signing key, and
          * not the key itself. */
         static const char label[] = "flotilla/v1/audit-pseudonym-key";
-        crypto_auth_hmacsha256(co->pseudonym_key, (const unsigned char *)label,
-                               sizeof(label) - 1, seed);
+        crypto_auth_hmacsha256(co->pseudonym_key, (const unsigned char *)label, sizeof(label) - 1,
+                               seed);
     }
     if (cfg->retention_days > 36500) {
         snprintf(errmsg, errmsg_len, "config.retention_days: at most 36500");
@@ -159,8 +158,8 @@ static int64_t dropouts(const struct fl__coord_round *r, bool completed,
             continue;
         if (!completed && pt->dropped_at < 0)
             continue;
-        int ph = pt->dropped_at >= 0 && pt->dropped_at < FL__PH_COUNT ? pt->dropped_at
-                                                                       : FL__PH_MASKED;
+        int ph =
+            pt->dropped_at >= 0 && pt->dropped_at < FL__PH_COUNT ? pt->dropped_at : FL__PH_MASKED;
         by_phase[ph]++;
         dropped++;
     }
@@ -226,8 +225,7 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
     return rc;
 }
 
-fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p,
-                                          int64_t round_id) {
+fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p, int64_t round_id) {
     fl_store_audit_round_info info;
     double eps = 0;
     fl_store_audit_round_info_init(&info);
@@ -358,16 +356,15 @@ static int h_inclusion(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
     fl__coord_b64(leaf, sizeof(leaf), e->leaf_hash, 32);
     int st = fl__coord_json(rep, 200,
                             json_pack("{s:I, s:I, s:s, s:s, s:o}", "index", (json_int_t)index,
-                                      "tree_size", (json_int_t)size, "entry", e->json,
-                                      "leaf_hash", leaf, "proof", proof_json(proof, count)));
+                                      "tree_size", (json_int_t)size, "entry", e->json, "leaf_hash",
+                                      leaf, "proof", proof_json(proof, count)));
     fl_store_free(co->store, e);
     return st;
 }
 
 static int h_consistency(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     int64_t first, second;
-    if (!query_int(rq, rep, "first", true, &first) ||
-        !query_int(rq, rep, "second", false, &second))
+    if (!query_int(rq, rep, "first", true, &first) || !query_int(rq, rep, "second", false, &second))
         return rep->status;
     uint8_t proof[FL_STORE_AUDIT_PROOF_MAX][32];
     size_t count = 0;
@@ -435,8 +432,9 @@ static int h_erase(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_repl
     fl_store_audit_pseudonym(pseudo, co->pseudonym_key, cid);
     fl__log(&co->logger, FL_LOG_INFO, "client erased (pseudonym %s, audit entry %lld)", pseudo,
             (long long)seq);
-    return fl__coord_json(rep, 200, json_pack("{s:s, s:s, s:I}", "status", "erased", "pseudonym",
-                                              pseudo, "audit_index", (json_int_t)seq));
+    return fl__coord_json(rep, 200,
+                          json_pack("{s:s, s:s, s:I}", "status", "erased", "pseudonym", pseudo,
+                                    "audit_index", (json_int_t)seq));
 }
 
 int fl__coord_h_audit(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
@@ -447,12 +445,23 @@ int fl__coord_h_audit(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     int st;
     fl__coord_lock(co);
     switch (rq->route) {
-    case FL__R_AUDIT_CHECKPOINT: st = h_checkpoint(co, rep); break;
-    case FL__R_AUDIT_INCLUSION: st = h_inclusion(co, rq, rep); break;
-    case FL__R_AUDIT_CONSISTENCY: st = h_consistency(co, rq, rep); break;
-    case FL__R_ADMIN_AUDIT_BUNDLE: st = h_bundle(co, rep); break;
-    case FL__R_ADMIN_CLIENT_ERASE: st = h_erase(co, rq, rep); break;
-    default: st = fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
+    case FL__R_AUDIT_CHECKPOINT:
+        st = h_checkpoint(co, rep);
+        break;
+    case FL__R_AUDIT_INCLUSION:
+        st = h_inclusion(co, rq, rep);
+        break;
+    case FL__R_AUDIT_CONSISTENCY:
+        st = h_consistency(co, rq, rep);
+        break;
+    case FL__R_ADMIN_AUDIT_BUNDLE:
+        st = h_bundle(co, rep);
+        break;
+    case FL__R_ADMIN_CLIENT_ERASE:
+        st = h_erase(co, rq, rep);
+        break;
+    default:
+        st = fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
     }
     fl__coord_unlock(co);
     return st;

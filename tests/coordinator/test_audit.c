@@ -4,9 +4,9 @@
  * public endpoints verify against signed checkpoints; a budget refusal is logged; an
  * erasure is logged under the pseudonym and the client's data is gone; the retention sweep
  * runs on the timer. The task's model object carries sha256 and bytes. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +24,9 @@
 
 static void unb64(uint8_t out[32], const char *s) {
     size_t n = 0;
-    assert_int_equal(sodium_base642bin(out, 32, s, strlen(s), NULL, &n, NULL,
-                                       sodium_base64_VARIANT_ORIGINAL),
-                     0);
+    assert_int_equal(
+        sodium_base642bin(out, 32, s, strlen(s), NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL),
+        0);
     assert_int_equal(n, 32);
 }
 
@@ -41,8 +41,7 @@ static void expected_vkey(struct fx *f, char *vkey, size_t n) {
 
 /* Fetches the bundle and verifies it with the trusted key; returns its text. */
 static char *bundle_verified(struct fx *f) {
-    struct resp r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0,
-                             NULL);
+    struct resp r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0, NULL);
     assert_int_equal(r.status, 200);
     char vkey[256];
     expected_vkey(f, vkey, sizeof(vkey));
@@ -63,8 +62,7 @@ static char *bundle_verified(struct fx *f) {
     assert_non_null(fp);
     assert_int_equal(fwrite(r.body, 1, r.len, fp), r.len);
     fclose(fp);
-    snprintf(cmd, sizeof(cmd), "'%s' verify '%s' --key '%s' > /dev/null", FL_AUDIT_EXE, file,
-             vkey);
+    snprintf(cmd, sizeof(cmd), "'%s' verify '%s' --key '%s' > /dev/null", FL_AUDIT_EXE, file, vkey);
     assert_int_equal(system(cmd), 0);
     unlink(file);
 #endif
@@ -96,8 +94,8 @@ static void proofs_verify(struct fx *f, const char *bundle) {
     resp_free(&r);
     char path[160];
     for (int64_t i = 0; i < size; i++) {
-        snprintf(path, sizeof(path), "/v1/audit/proof/inclusion?index=%lld&size=%lld",
-                 (long long)i, (long long)size);
+        snprintf(path, sizeof(path), "/v1/audit/proof/inclusion?index=%lld&size=%lld", (long long)i,
+                 (long long)size);
         r = http_req(f, "GET", path, NULL, NULL, NULL, 0, NULL);
         assert_int_equal(r.status, 200);
         json_t *j = body_json(&r);
@@ -111,14 +109,13 @@ static void proofs_verify(struct fx *f, const char *bundle) {
         size_t n = json_array_size(pa);
         for (size_t k = 0; k < n; k++)
             unb64(proof[k], json_string_value(json_array_get(pa, k)));
-        assert_int_equal(fl_store_audit_verify_inclusion(leaf, i, size, (const uint8_t(*)[32])proof,
-                                                         n, root),
-                         FL_OK);
+        assert_int_equal(
+            fl_store_audit_verify_inclusion(leaf, i, size, (const uint8_t(*)[32])proof, n, root),
+            FL_OK);
         if (n > 0) { /* a flipped proof byte is refused */
             proof[0][0] ^= 1;
-            assert_int_not_equal(fl_store_audit_verify_inclusion(leaf, i, size,
-                                                                 (const uint8_t(*)[32])proof, n,
-                                                                 root),
+            assert_int_not_equal(fl_store_audit_verify_inclusion(
+                                     leaf, i, size, (const uint8_t(*)[32])proof, n, root),
                                  FL_OK);
         }
         json_decref(j);
@@ -148,9 +145,9 @@ static void proofs_verify(struct fx *f, const char *bundle) {
         size_t n = json_array_size(pa);
         for (size_t k = 0; k < n; k++)
             unb64(proof[k], json_string_value(json_array_get(pa, k)));
-        assert_int_equal(fl_store_audit_verify_consistency(m, size, (const uint8_t(*)[32])proof,
-                                                           n, r1, root),
-                         FL_OK);
+        assert_int_equal(
+            fl_store_audit_verify_consistency(m, size, (const uint8_t(*)[32])proof, n, r1, root),
+            FL_OK);
         json_decref(j);
         resp_free(&r);
         checked++;
