@@ -94,6 +94,69 @@ out:
     return rc;
 }
 
+/* acc[i] += sum_j sign_j src_j[i] for m (1..FL__SA_MASK_FUSE) sources src_j = src + j *
+ * stride, with neg[j] = 0 (add) or 0xFFFFFFFF (subtract): (v ^ neg) - neg is v or -v, so
+ * the loop is branch-free and vectorizes; M is a constant in each instantiation. */
+#define FL__SA_FUSE_LOOP(M)                                                                   \
+    for (size_t i = 0; i < n; i++) {                                                          \
+        uint32_t sum = 0;                                                                     \
+        for (size_t j = 0; j < (M); j++) {                                                    \
+            uint32_t v;                                                                       \
+            FL__SA_LOAD_LE(v, src + j * stride + 4 * i);                                      \
+            sum += (v ^ neg[j]) - neg[j];                                                     \
+        }                                                                                     \
+        acc[i] += sum;                                                                        \
+    }
+
+static void fuse_apply(uint32_t *restrict acc, const uint8_t *restrict src, size_t stride,
+                       const uint32_t neg[FL__SA_MASK_FUSE], size_t m, size_t n) {
+    _Static_assert(FL__SA_MASK_FUSE == 4, "fuse_apply has cases for 1..4 sources");
+    switch (m) {
+    case 1:
+        FL__SA_FUSE_LOOP(1)
+        break;
+    case 2:
+        FL__SA_FUSE_LOOP(2)
+        break;
+    case 3:
+        FL__SA_FUSE_LOOP(3)
+        break;
+    default:
+        FL__SA_FUSE_LOOP(4)
+        break;
+    }
+}
+
+int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32],
+                           const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                           uint8_t *scratch) {
+    uint8_t s[FL__SA_MASK_FUSE][32];
+    uint32_t neg[FL__SA_MASK_FUSE] = {0};
+    const size_t stride = (size_t)FL__SA_MASK_CHUNK * 4;
+    int rc = -1;
+    if (m == 0)
+        return 0;
+    if (m > FL__SA_MASK_FUSE)
+        return -1;
+    for (size_t j = 0; j < m; j++) {
+        memcpy(s[j], seeds[j], 32);
+        neg[j] = signs[j] > 0 ? 0u : 0xFFFFFFFFu;
+    }
+    for (size_t off = 0; off < dim; off += FL__SA_MASK_CHUNK) {
+        size_t len = dim - off < FL__SA_MASK_CHUNK ? dim - off : FL__SA_MASK_CHUNK;
+        for (size_t j = 0; j < m; j++) {
+            if (crypto->prg(scratch + j * stride, len * 4, s[j]) != 0)
+                goto out;
+            iv_add(s[j] + 16, (FL__SA_MASK_CHUNK * 4) / 16);
+        }
+        fuse_apply(acc + off, scratch, stride, neg, m, len);
+    }
+    rc = 0;
+out:
+    fl_memzero(s, sizeof(s));
+    return rc;
+}
+
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
                     uint32_t u, const uint8_t b[32]) {
     static const char label[] = "flotilla-secagg-b-v1";

@@ -87,6 +87,17 @@ int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
 int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
                       const struct fl__sa_crypto *crypto, uint8_t *scratch);
 
+/* Masks applied per pass over acc by fl__sa_mask_apply_many. */
+#define FL__SA_MASK_FUSE 4
+
+/* acc[i] += sum_j signs[j] * PRG(seeds[j])[i] (mod 2^32) for j < m <= FL__SA_MASK_FUSE:
+ * fl__sa_mask_apply for m masks with one pass over acc per chunk instead of m. scratch has
+ * FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK bytes and is NOT wiped (it is rewritten by the
+ * next call; the caller wipes it when it is done). 0 or -1. */
+int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32],
+                           const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                           uint8_t *scratch);
+
 /* SHA-256 commitment to the self-mask seed: H("flotilla-secagg-b-v1" || round || u || b). */
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
                     uint32_t u, const uint8_t b[32]);

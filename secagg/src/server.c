@@ -20,6 +20,7 @@
 #define C_UNMASK 0x80u /* UNMASK_SHARES received */
 
 #define SH_SLOT (1 + FL__SA_SHARE_Y_BYTES) /* have-flag + y */
+#define SCRATCH_BYTES ((size_t)FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK)
 
 struct fl__sa_srv_client {
     uint8_t c_pk[32];                   /* encryption public key */
@@ -53,7 +54,7 @@ struct fl_secagg_server {
     uint32_t pending;                   /* expected messages not yet received */
     uint32_t *acc;                      /* (d) accumulator mod 2^32, reduced at the end */
     uint32_t count;                     /* inputs in the sum */
-    uint8_t *scratch;                   /* 4 * FL__SA_MASK_CHUNK bytes */
+    uint8_t *scratch;                   /* SCRATCH_BYTES: FL__SA_MASK_FUSE expansion chunks */
 };
 
 static fl_status server_fail(fl_secagg_server *s, fl_status code, const char *msg) {
@@ -138,7 +139,7 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
     s->flags = fl__calloc(&a, s->n, 1);
     s->outq = fl__calloc(&a, s->n, sizeof(*s->outq));
     s->acc = fl__calloc(&a, c.dim, sizeof(uint32_t));
-    s->scratch = fl__alloc(&a, FL__SA_MASK_CHUNK * 4);
+    s->scratch = fl__alloc(&a, SCRATCH_BYTES);
     if (!s->cl || !s->flags || !s->outq || !s->acc || !s->scratch)
         goto out_fail;
     if (c.active) {
@@ -179,7 +180,7 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
         fl_memzero(s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
         fl__free(&a, s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
     }
-    fl__free(&a, s->scratch, FL__SA_MASK_CHUNK * 4);
+    fl__free(&a, s->scratch, SCRATCH_BYTES);
     fl__sa_graph_free(&s->graph, &a);
     fl_memzero(s, sizeof(*s));
     fl__free(&a, s, sizeof(*s));
@@ -639,6 +640,9 @@ struct um_work {
     uint8_t *secrets;             /* (group, 32) */
     uint32_t *who;                /* (group) client of each job */
     void *scratch;                /* UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE bytes */
+    uint8_t seeds[FL__SA_MASK_FUSE][32]; /* masks waiting to be removed together */
+    int signs[FL__SA_MASK_FUSE];  /* their signs in the sum (-1: subtract) */
+    size_t queued;                /* masks in seeds */
     size_t bytes;                 /* size of the single allocation */
     void *block;                  /* the allocation */
 };
@@ -695,15 +699,29 @@ static fl_status um_check(fl_secagg_server *s, uint32_t v, int kind, const uint8
     return server_fail(s, FL_ERR_PROTOCOL, m);
 }
 
+/* Removes the queued masks in one pass over the accumulator per chunk. */
+static fl_status um_flush(fl_secagg_server *s, struct um_work *w) {
+    int rc = fl__sa_mask_apply_many(s->acc, s->cfg.dim, (const uint8_t(*)[32])w->seeds,
+                                    w->signs, w->queued, s->crypto, s->scratch);
+    fl_memzero(w->seeds, sizeof(w->seeds));
+    w->queued = 0;
+    return rc == 0 ? FL_OK : server_fail(s, FL_ERR_CRYPTO, "mask removal failed");
+}
+
+/* Queues sign * PRG(seed) for removal; flushes when FL__SA_MASK_FUSE are waiting. */
+static fl_status um_queue(fl_secagg_server *s, struct um_work *w, const uint8_t seed[32],
+                          int sign) {
+    memcpy(w->seeds[w->queued], seed, 32);
+    w->signs[w->queued] = sign;
+    return ++w->queued == FL__SA_MASK_FUSE ? um_flush(s, w) : FL_OK;
+}
+
 /* Removes v's masks with its rebuilt secret: -PRG(b_v) if v is in U3; otherwise, for each
  * surviving neighbour w, the pairwise mask w added for v, -sign(w, v) PRG(s_wv). */
-static fl_status um_remove(fl_secagg_server *s, uint32_t v, const uint8_t secret[32]) {
-    const struct fl__sa_crypto *cr = s->crypto;
-    if (s->flags[v] & C_U3) {
-        if (fl__sa_mask_apply(s->acc, s->cfg.dim, secret, -1, cr, s->scratch) != 0)
-            return server_fail(s, FL_ERR_CRYPTO, "self-mask expansion failed");
-        return FL_OK;
-    }
+static fl_status um_remove(fl_secagg_server *s, struct um_work *uw, uint32_t v,
+                           const uint8_t secret[32]) {
+    if (s->flags[v] & C_U3)
+        return um_queue(s, uw, secret, -1);
     uint8_t seed[32];
     fl_status st = FL_OK;
     for (uint32_t j = 0; j < s->k && st == FL_OK; j++) {
@@ -711,10 +729,11 @@ static fl_status um_remove(fl_secagg_server *s, uint32_t v, const uint8_t secret
         if (!(s->flags[w] & C_U3))
             continue;
         int sign_w = w < v ? +1 : -1; /* what w added */
-        if (fl__sa_derive_pair_key(seed, cr, "mask", secret, s->cl[w].s_pk, s->round_id, v,
-                                   w) != 0 ||
-            fl__sa_mask_apply(s->acc, s->cfg.dim, seed, -sign_w, cr, s->scratch) != 0)
+        if (fl__sa_derive_pair_key(seed, s->crypto, "mask", secret, s->cl[w].s_pk,
+                                   s->round_id, v, w) != 0)
             st = server_fail(s, FL_ERR_CRYPTO, "pairwise mask removal failed");
+        else
+            st = um_queue(s, uw, seed, -sign_w);
     }
     fl_memzero(seed, sizeof(seed));
     return st;
@@ -734,7 +753,7 @@ static fl_status um_group(fl_secagg_server *s, struct um_work *w, size_t m) {
             return server_fail(s, FL_ERR_PROTOCOL, msg);
         }
         if ((st = um_check(s, v, kind, w->jobs[i].secret)) != FL_OK ||
-            (st = um_remove(s, v, w->jobs[i].secret)) != FL_OK)
+            (st = um_remove(s, w, v, w->jobs[i].secret)) != FL_OK)
             return st;
     }
     return FL_OK;
@@ -783,7 +802,11 @@ static fl_status unmask(fl_secagg_server *s) {
     }
     if (st == FL_OK && m)
         st = um_group(s, &w, m);
+    if (st == FL_OK && w.queued)
+        st = um_flush(s, &w);
     um_free(s, &w);
+    fl_memzero(w.seeds, sizeof(w.seeds)); /* left queued by a failure */
+    fl_memzero(s->scratch, SCRATCH_BYTES); /* keystream of the last masks */
     if (st != FL_OK)
         return st;
     uint32_t mask = fl__sa_bitmask(s->cfg.bits);
