@@ -310,6 +310,97 @@ out:
 
 /* ---- update pipeline ---- */
 
+/* ---- streaming central encoder ----
+ * fl_dp_central_encode needs, next to the float input, a d-double workspace and a d-int64
+ * output: 20 bytes per parameter on top of the 4-byte delta and the 4-byte wire vector, which
+ * made the encode the peak of the whole round (6 x 4d). The same mechanism is run here
+ * straight from the float delta into the wire words: the clip-and-scale factor is applied on
+ * the fly and each rounded coordinate is reduced mod 2^b as it is produced, so the encode
+ * needs only the delta and the output vector (2 x 4d with 32-bit words).
+ *
+ * It is the dp library's algorithm step for step (dp/src/central.c and lattice.c): x_i =
+ * delta_i * f with f = min(1, c / ||delta||) / gamma, |x_i| < 2^61, q_i = floor(x_i) +
+ * [u < x_i - floor(x_i)] with u a 53-bit uniform from the dp rng, the whole vector redrawn
+ * until sum q_i^2 <= B (at most 1000 draws). B, the exact integer norm bound the privacy
+ * analysis rests on, is not recomputed here: it is read back from fl_dp_central_info_get,
+ * which reports sqrt(B) as a double. For B < 2^50 the integer whose square root is that
+ * double is unique and is recovered exactly; larger bounds (huge weights or clip/gamma) make
+ * the caller fall back to fl_dp_central_encode. */
+
+#define CENTRAL_STREAM_MAX_BOUND (UINT64_C(1) << 50) /* B recoverable exactly below this */
+#define CENTRAL_ROUND_TRIES 1000                     /* as FL__DP_ROUND_TRIES */
+#define CENTRAL_RAND_WORDS 512                       /* uniforms drawn per rng call (4 KiB) */
+
+/* Recovers B from the reported l2 bound; false when it is not exactly recoverable. */
+static bool central_bound(uint64_t *bound, const fl_dp_central_params *p, size_t d) {
+    fl_dp_central_info info;
+    if (fl_dp_central_info_get(&info, p, d) != FL_OK || !(info.l2_bound >= 0))
+        return false;
+    double sq = info.l2_bound * info.l2_bound;
+    if (!(sq < (double)CENTRAL_STREAM_MAX_BOUND))
+        return false;
+    int64_t guess = (int64_t)llround(sq);
+    int found = 0;
+    for (int64_t b = guess - 2; b <= guess + 2; b++)
+        if (b >= 0 && sqrt((double)b) == info.l2_bound) {
+            *bound = (uint64_t)b;
+            found++;
+        }
+    return found == 1;
+}
+
+/* Encodes delta (d floats, not modified) into vec (d words of wb bytes, each reduced with
+ * mask). Returns FL_OK, FL_ERR_RANGE (non-finite delta, or values too large for gamma),
+ * FL_ERR_AGAIN (every draw over the bound), FL_ERR_UNSUPPORTED (bound not recoverable: use
+ * fl_dp_central_encode), or the rng's error. */
+static fl_status central_encode_stream(fl_dp_rng *rng, void *vec, size_t wb, uint64_t mask,
+                                       const float *delta, size_t d,
+                                       const fl_dp_central_params *p) {
+    uint64_t bound = 0;
+    if (!central_bound(&bound, p, d))
+        return FL_ERR_UNSUPPORTED;
+    double norm;
+    if (fl_dp_l2_norm(&norm, delta, d) != FL_OK)
+        return FL_ERR_RANGE;
+    double f = (norm > p->clip ? p->clip / norm : 1.0) / p->granularity;
+    for (size_t i = 0; i < d; i++)
+        if (!(fabs((double)delta[i] * f) < 0x1p61))
+            return FL_ERR_RANGE;
+    uint64_t u[CENTRAL_RAND_WORDS];
+    fl_status rc = FL_ERR_AGAIN;
+    for (int attempt = 0; attempt < CENTRAL_ROUND_TRIES && rc == FL_ERR_AGAIN; attempt++) {
+        uint64_t ss = 0;
+        int over = 0;
+        size_t avail = 0;
+        for (size_t i = 0; i < d && !over; i++) {
+            if (avail == 0) {
+                rc = fl_dp_rng_bytes(rng, (uint8_t *)u, sizeof(u));
+                if (rc != FL_OK)
+                    goto out;
+                rc = FL_ERR_AGAIN;
+                avail = CENTRAL_RAND_WORDS;
+            }
+            double x = (double)delta[i] * f;
+            double fl = floor(x);
+            double un = (double)(u[--avail] >> 11) * 0x1p-53;
+            int64_t q = (int64_t)fl + (un < x - fl);
+            uint64_t a = q < 0 ? (uint64_t)0 - (uint64_t)q : (uint64_t)q;
+            /* ss <= B < 2^50 before the add and a^2 <= 2^52 after the test: no overflow. */
+            over = a > (UINT64_C(1) << 26) || (ss += a * a) > bound;
+            uint64_t v = (uint64_t)q & mask; /* two's complement mod 2^b */
+            if (wb == 4)
+                ((uint32_t *)vec)[i] = (uint32_t)v;
+            else
+                ((uint64_t *)vec)[i] = v;
+        }
+        if (!over)
+            rc = FL_OK;
+    }
+out:
+    fl_memzero(u, sizeof(u));
+    return rc;
+}
+
 /* Builds the vector of docs/protocol.md 5.1 from the task and the trained/global tensors.
  *
  * none/central: clip (flat, or per layer), multiply by the weight w, then
@@ -318,9 +409,11 @@ out:
  * distributed: fl_dp_distributed_encode with the task's exact per-device variance, n_min and
  * rotation seed (clip, pad to d', rotate, round, add the device's discrete Gaussian noise,
  * reduce mod 2^b); w is 1. In every mode the weight is appended as the last word.
- * Randomness (rounding, noise) comes from the OS CSPRNG through a dp rng. Peak memory is
- * about d floats + d int64 (or d' words) + the output, after the caller's model copies are
- * released through src->release. */
+ * Randomness (rounding, noise) comes from the OS CSPRNG through a dp rng. Peak memory, after
+ * the caller's model copies are released through src->release: none/central, the d-float
+ * delta + the output (2 x 4d with 32-bit words; central_encode_stream); distributed, the
+ * delta + the dp encoder's d'-int64 output and d'-double workspace (4d + 16d'), the delta
+ * being freed before the output is allocated. */
 fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_bytes,
                                   const struct fl__client_task *t,
                                   const struct fl__client_update_src *src, uint64_t examples,
@@ -420,15 +513,38 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
                          t->modulus_bits);
         goto out;
     }
-    vec = fl__alloc_array(a, L, wb);
-    enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
-    if (!vec || !enc) {
-        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
-        goto out;
-    }
     rc = fl_dp_rng_create_os(&rng, ea);
     if (rc != FL_OK) {
         fl__err_set(err, rc, "could not open the OS random source");
+        goto out;
+    }
+    fl_dp_central_params cp;
+    fl_dp_central_params_init(&cp);
+    cp.clip = (double)w * bound;
+    cp.granularity = t->granularity;
+    cp.beta = t->beta;
+    if (t->dp_mode != FL__DP_DISTRIBUTED) {
+        /* none/central: straight into the wire words, no d-sized workspace (see above). */
+        vec = fl__alloc_array(a, L, wb);
+        if (!vec) {
+            rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+            goto out;
+        }
+        rc = central_encode_stream(rng, vec, wb, mask, delta, d, &cp);
+        if (rc != FL_OK && rc != FL_ERR_UNSUPPORTED) {
+            fl__err_set(err, rc, "quantization failed (%s)",
+                        rc == FL_ERR_RANGE ? "values too large for the granularity"
+                                           : fl_status_str(rc));
+            goto out;
+        }
+        if (rc == FL_OK)
+            goto weight;
+    }
+    /* Distributed mode, or a central bound too large to stream: the dp library's encoders,
+     * which need the (L - 1)-word int64 output plus their own double workspace. */
+    enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
+    if (!enc) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
         goto out;
     }
     if (t->dp_mode == FL__DP_DISTRIBUTED) {
@@ -449,18 +565,25 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
             goto out;
         }
     } else {
-        fl_dp_central_params p;
-        fl_dp_central_params_init(&p);
-        p.clip = (double)w * bound;
-        p.granularity = t->granularity;
-        p.beta = t->beta;
-        rc = fl_dp_central_encode(rng, (int64_t *)enc, delta, d, &p, NULL, ea);
+        rc = fl_dp_central_encode(rng, (int64_t *)enc, delta, d, &cp, NULL, ea);
         if (rc != FL_OK) {
             fl__err_set(err, rc, "quantization failed (%s)",
                         rc == FL_ERR_RANGE ? "values too large for the granularity"
                                            : fl_status_str(rc));
             goto out;
         }
+    }
+    if (t->dp_mode == FL__DP_DISTRIBUTED) {
+        /* The float delta is spent (the dp library clipped and rotated its own copy; the
+         * observer gets NULL in this mode): free it before the wire vector exists, so the
+         * encoder's workspace and the vector are never live together with it. */
+        fl_memzero(delta, d * sizeof(float));
+        fl__free(a, delta, d * sizeof(float));
+        delta = NULL;
+    }
+    if (!vec && !(vec = fl__alloc_array(a, L, wb))) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+        goto out;
     }
     /* Reduce modulo 2^b (two's complement of the int64 in central mode). */
     for (size_t k = 0; k + 1 < L; k++) {
@@ -470,6 +593,7 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
         else
             ((uint64_t *)vec)[k] = v;
     }
+weight:
     if (wb == 4)
         ((uint32_t *)vec)[L - 1] = (uint32_t)w;
     else

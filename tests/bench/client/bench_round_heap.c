@@ -15,7 +15,8 @@
  * Both clocks are faked (the coordinator's and the devices'), so pace steering and deadlines
  * cost no wall time.
  *
- * usage: bench_round_heap [--d N]... [--secagg N] [--privacy none|central] [--json]
+ * usage: bench_round_heap [--d N]... [--secagg N] [--privacy none|central|distributed] [--json]
+ * (distributed DP runs with secure aggregation only, so it needs --secagg)
  * (default: --d 10000 --d 100000 --d 1000000, plain uploads, central DP). An executable:
  * exits on setup failures. */
 #include <stdio.h>
@@ -271,6 +272,10 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
                  "{\"mode\":\"central\",\"clip_norm\":1.0,\"modulus_bits\":32,"
                  "\"noise_multiplier\":1.0,\"delta\":1e-5,\"population_size\":1000,"
                  "\"epsilon_budget\":1e6}");
+    else if (!strcmp(privacy, "distributed"))
+        snprintf(priv, sizeof(priv),
+                 "{\"mode\":\"distributed\",\"clip_norm\":1.0,\"noise_multiplier\":1.0,"
+                 "\"delta\":1e-5,\"population_size\":1000,\"epsilon_budget\":1e6}");
     else
         snprintf(priv, sizeof(priv), "{\"mode\":\"none\"}");
     snprintf(pop, sizeof(pop),
@@ -438,14 +443,16 @@ int main(int argc, char **argv) {
             privacy = v;
         else {
             fprintf(stderr, "usage: bench_round_heap [--d N]... [--secagg DEVICES] "
-                            "[--privacy none|central] [--json]\n");
+                            "[--privacy none|central|distributed] [--json]\n");
             return 2;
         }
     }
     if (n_dev < 1 || n_dev > MAX_DEVICES)
         die("--secagg wants 2..16 devices", NULL);
-    if (strcmp(privacy, "none") && strcmp(privacy, "central"))
-        die("--privacy: none or central", NULL);
+    if (strcmp(privacy, "none") && strcmp(privacy, "central") && strcmp(privacy, "distributed"))
+        die("--privacy: none, central or distributed", NULL);
+    if (!strcmp(privacy, "distributed") && n_dev < 2)
+        die("--privacy distributed needs --secagg (2..16 devices)", NULL);
     if (!nd) {
         ds[nd++] = 10000;
         ds[nd++] = 100000;
