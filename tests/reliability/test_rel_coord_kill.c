@@ -375,6 +375,10 @@ static void check_final(struct sweep *s) {
                   " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != 0)",
                   (long long)pid),
             0);
+        /* No stray model version: the upload plus one per completed round. */
+        assert_int_equal(
+            rel_q(db, "SELECT count(*) FROM models WHERE population_id = %lld", (long long)pid),
+            1 + nc);
         /* The lineage: each completed round trains on the previous completed version. */
         assert_int_equal(
             rel_q(db,
