@@ -607,12 +607,104 @@ static void test_conn_limits(void **state) {
     assert_int_equal(first_refused, limit + 1);
 }
 
+/* ---- header memory and check-in pacing ---- */
+
+static const char checkin_ok_plain[] =
+    "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+    "\"idle\":true}}";
+
+/* Status of GET /healthz with one X-Pad header of n bytes: 200 served, else refused. */
+static int header_probe(unsigned port, size_t n) {
+    size_t cap = n + 128;
+    char *req = malloc(cap);
+    assert_non_null(req);
+    int h = snprintf(req, cap,
+                     "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "X-Pad: ");
+    memset(req + h, 'p', n);
+    memcpy(req + h + n, "\r\n\r\n", 4);
+    int st = rel_raw(port, req, (size_t)h + n + 4, 6000, NULL, 0);
+    free(req);
+    return st;
+}
+
+/* limits.connection_memory (default 32 KiB) holds a connection's request line, headers and
+ * buffers: the largest header block served is found by bisection; one byte more is refused,
+ * and a block of the whole limit is refused. */
+static void test_header_memory(void **state) {
+    (void)state;
+    struct fx *f = fx_new();
+    rel_inproc_start(f, NULL, 2, 0);
+    fl_coord_config cfg;
+    fl_coord_config_init(&cfg);
+    size_t lim = cfg.limits.connection_memory;
+    size_t lo = 64, hi = lim; /* lo served, hi refused */
+    assert_int_equal(header_probe(f->port, lo), 200);
+    int sthi = header_probe(f->port, hi);
+    assert_true(sthi != 200);
+    for (int i = 0; i < 20 && hi - lo > 1; i++) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (header_probe(f->port, mid) == 200)
+            lo = mid;
+        else
+            hi = mid;
+        assert_int_equal(rel_healthz(f->port), 200);
+    }
+    int above = header_probe(f->port, lo + 1);
+    assert_int_equal(header_probe(f->port, lo), 200);
+    assert_true(above != 200);
+    assert_true(lo >= lim / 4 && lo < lim);
+    fprintf(stderr,
+            "connection memory %zu: a header value of %zu bytes served, %zu refused "
+            "(%d); the whole limit refused (%d)\n",
+            lim, lo, lo + 1, above, sthi);
+    rel_inproc_stop(f);
+    fx_free(f);
+}
+
+/* Pacing (docs/protocol.md section 8): a device told retry_after_s = R that checks in again
+ * before 90% of R gets 429 and changes nothing; at 90% of R it is served. */
+static void test_rate_limit(void **state) {
+    struct fx *f = *state; /* the test kit's fixture: injected clock */
+    char *tok[2];
+    struct popcfg pc = {"pace", 1, 1, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    setup_population(f, &pc, tok, 2);
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    c[0].tok = tok[0];
+    c[1].tok = tok[1];
+    int64_t rid;
+    checkin_all(f, c, 1, &rid); /* device 0 fills the round (target 1): it runs */
+    struct resp r = http_json(f, "POST", "/v1/checkin", c[1].tok, checkin_ok_plain);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    int64_t retry = json_integer_value(json_object_get(j, "retry_after_s"));
+    json_decref(j);
+    resp_free(&r);
+    assert_true(retry >= 1);
+    int64_t until = retry * 900; /* ms after the answer */
+    fx_advance(f, until - 1);
+    r = http_json(f, "POST", "/v1/checkin", c[1].tok, checkin_ok_plain);
+    assert_error(&r, 429, "rate_limited");
+    resp_free(&r);
+    fx_advance(f, 1);
+    r = http_json(f, "POST", "/v1/checkin", c[1].tok, checkin_ok_plain);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    fprintf(stderr, "pacing: retry_after_s %lld; check-in at 90%% - 1 ms: 429; at 90%%: 200\n",
+            (long long)retry);
+    clients_free(c, 2);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_abuse),
         cmocka_unit_test(test_body_caps),
         cmocka_unit_test(test_conn_limits),
+        cmocka_unit_test(test_header_memory),
+        cmocka_unit_test_setup_teardown(test_rate_limit, fx_setup, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
