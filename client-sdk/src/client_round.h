@@ -69,9 +69,10 @@ struct fl__client_update_src {
 };
 
 /* Observer of the update pipeline (tests only): sees the clipped, weighted float delta
- * (d floats, before quantization; NULL in distributed mode, where the dp library clips
+ * (d floats, before quantization; in distributed mode the raw delta, as the dp library clips
  * internally) and the final integer vector (len words of word_bytes, weight last) of one
- * device. Never called in production builds unless a test installs it. */
+ * device. Never called in production builds unless a test installs it; with one installed,
+ * distributed mode keeps the delta alive until the vector is built (more peak memory). */
 typedef void (*fl__client_update_observer)(void *user, int64_t round_id, const float *delta,
                                            size_t d, const void *words, size_t len,
                                            size_t word_bytes);

@@ -573,10 +573,10 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
             goto out;
         }
     }
-    if (t->dp_mode == FL__DP_DISTRIBUTED) {
-        /* The float delta is spent (the dp library clipped and rotated its own copy; the
-         * observer gets NULL in this mode): free it before the wire vector exists, so the
-         * encoder's workspace and the vector are never live together with it. */
+    if (t->dp_mode == FL__DP_DISTRIBUTED && !obs) {
+        /* The float delta is spent (the dp library clipped and rotated its own copy): free it
+         * before the wire vector exists, so the vector is never live together with it and the
+         * encoder's buffers. Only a test's observer still wants it. */
         fl_memzero(delta, d * sizeof(float));
         fl__free(a, delta, d * sizeof(float));
         delta = NULL;
