@@ -75,6 +75,14 @@ static void free_outq(fl_secagg_server *s) {
         fl__sa_buf_free(&s->outq[i], &s->alloc);
 }
 
+/* Empties the outgoing queue but keeps the buffers: the next phase's messages reuse them
+ * (fl__sa_buf_reserve), sparing n allocations (and fresh-page faults) per phase. The
+ * messages are public (keys, ciphertexts, bitmaps), so nothing needs wiping. */
+static void reset_outq(fl_secagg_server *s) {
+    for (uint32_t i = 0; i < s->n; i++)
+        s->outq[i].len = 0;
+}
+
 static void free_ct(fl_secagg_server *s) {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->cl[i].ct) {
@@ -826,7 +834,10 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
     fl_status st = FL_OK;
     fl_secagg_phase next = s->phase;
     uint32_t m;
-    free_outq(s);
+    if (s->phase == FL_SECAGG_PHASE_UNMASK)
+        free_outq(s); /* no phase after this one sends anything */
+    else
+        reset_outq(s);
     switch (s->phase) {
     case FL_SECAGG_PHASE_ADVERTISE:
         for (uint32_t u = 0; u < s->n; u++)

@@ -210,12 +210,73 @@ static void test_garbage_shares(void **state) {
     assert_true(ok > 0 && bad > 0);
 }
 
+/* combine_many: every job gives what combine gives alone, whatever the inversion window
+ * (stack window, windows smaller than a job, windows spanning several jobs) and with
+ * invalid jobs (duplicate x, k = 0, NULL shares, y >= p) mixed in. */
+static void test_combine_many(void **state) {
+    (void)state;
+    const struct fl__sa_crypto *c = sodium();
+    enum { JOBS = 12, MAXK = 70 };
+    static struct fl__sa_share sh[JOBS][MAXK];
+    static uint8_t secrets[JOBS][32], out[JOBS][32], one[32];
+    static uint8_t scratch[200 * FL__SA_SHAMIR_SCRATCH_PER_SHARE];
+    static const size_t ks[JOBS] = {1, 17, 2, 64, 33, 65, 3, 70, 5, 31, 32, 9};
+    struct fl__sa_combine_job jobs[JOBS];
+    uint32_t xs[MAXK];
+    for (size_t j = 0; j < JOBS; j++) {
+        for (size_t i = 0; i < ks[j]; i++)
+            xs[i] = (uint32_t)(j * 977u + i * 131u + 1u + (j == 3 ? 0xFFFF0000u : 0u));
+        assert_int_equal(c->random(secrets[j], 32), 0);
+        assert_int_equal(fl__sa_shamir_split(sh[j], xs, ks[j], ks[j], secrets[j], c), 0);
+    }
+    /* Window sizes in shares: stack default, 33 (< the largest job), 200. */
+    static const size_t scr[] = {0, 33 * FL__SA_SHAMIR_SCRATCH_PER_SHARE, sizeof(scratch)};
+    for (size_t w = 0; w < 3; w++) {
+        for (size_t j = 0; j < JOBS; j++)
+            jobs[j] = (struct fl__sa_combine_job){out[j], sh[j], ks[j], 7};
+        memset(out, 0x77, sizeof(out));
+        fl__sa_shamir_combine_many(jobs, JOBS, scr[w] ? scratch : NULL, scr[w]);
+        for (size_t j = 0; j < JOBS; j++) {
+            assert_int_equal(jobs[j].rc, 0);
+            assert_memory_equal(out[j], secrets[j], 32);
+            assert_int_equal(fl__sa_shamir_combine(one, sh[j], ks[j]), 0);
+            assert_memory_equal(one, secrets[j], 32);
+        }
+    }
+    /* Bad jobs fail alone (output wiped); the others still reconstruct. */
+    struct fl__sa_share dup[3] = {sh[1][0], sh[1][1], sh[1][0]};
+    struct fl__sa_share big[2] = {sh[2][0], sh[2][1]};
+    big[1].y[0] = 2; /* y >= p */
+    for (size_t w = 0; w < 3; w++) {
+        for (size_t j = 0; j < JOBS; j++)
+            jobs[j] = (struct fl__sa_combine_job){out[j], sh[j], ks[j], 7};
+        jobs[1].shares = dup;
+        jobs[1].k = 3;
+        jobs[2].shares = big;
+        jobs[4].k = 0;
+        jobs[6].shares = NULL;
+        memset(out, 0x77, sizeof(out));
+        fl__sa_shamir_combine_many(jobs, JOBS, scr[w] ? scratch : NULL, scr[w]);
+        for (size_t j = 0; j < JOBS; j++) {
+            if (j == 1 || j == 2 || j == 4 || j == 6) {
+                assert_int_equal(jobs[j].rc, -1);
+                for (size_t i = 0; i < 32; i++)
+                    assert_int_equal(out[j][i], 0);
+            } else {
+                assert_int_equal(jobs[j].rc, 0);
+                assert_memory_equal(out[j], secrets[j], 32);
+            }
+        }
+    }
+    fl__sa_shamir_combine_many(jobs, 0, NULL, 0); /* no jobs: nothing to do */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_t_of_n),        cmocka_unit_test(test_order_does_not_matter),
         cmocka_unit_test(test_tampered_share),    cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_random_failure_wipes), cmocka_unit_test(test_backends),
-        cmocka_unit_test(test_garbage_shares),
+        cmocka_unit_test(test_garbage_shares),    cmocka_unit_test(test_combine_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
