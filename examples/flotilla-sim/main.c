@@ -33,6 +33,7 @@
 
 #include "flotilla/client.h"
 #include "flotilla/coordinator.h"
+#include "flotilla/storage.h"
 #include "sim_transport.h"
 
 #define EXIT_SKIP 77
@@ -59,6 +60,8 @@ struct opts {
     const char *data;
     const char *url, *admin_token, *key_hex, *population;
     const char *summary;
+    const char *db;            /* coordinator database to keep (NULL: temporary, deleted) */
+    const char *audit_bundle;  /* export the run's audit bundle here after the run */
     int deadline_s, masked_s, forming_s;
     double rest_s;             /* a device rests up to this long after each round */
     int max_retry_s;           /* pace steering: the longest retry the server hands out */
@@ -91,6 +94,8 @@ static void usage(void) {
             "  --rest-s S          after a round a device is away for uniform [0, S) s (10)\n"
             "  --max-retry-s S     pace steering: longest retry_after_s (5)\n"
             "  --seed S (1); --summary-json FILE; --min-accuracy A (exit 1 below)\n"
+            "  --db PATH           in-process coordinator's database, kept (temporary)\n"
+            "  --audit-bundle FILE export the audit log of the run's database (see docs/audit.md)\n"
             "  --timeout-s S (3600); --coord-threads N (4); --verbose\n");
 }
 
@@ -140,6 +145,8 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--rest-s")) o->rest_s = strtod(v, NULL);
         else if (OPT("--max-retry-s")) o->max_retry_s = (int)strtol(v, NULL, 10);
         else if (OPT("--summary-json")) o->summary = v;
+        else if (OPT("--db")) o->db = v;
+        else if (OPT("--audit-bundle")) o->audit_bundle = v;
         else if (OPT("--min-accuracy")) o->min_accuracy = strtod(v, NULL);
         else if (OPT("--timeout-s")) o->timeout_s = (int)strtol(v, NULL, 10);
         else if (OPT("--coord-threads")) o->coord_threads = (int)strtol(v, NULL, 10);
@@ -154,6 +161,10 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         o->alpha < 0 || o->dropout < 0 || o->dropout >= 1 || o->slow < 0 || o->slow > 1 ||
         (strcmp(o->dp, "none") && strcmp(o->dp, "central") && strcmp(o->dp, "distributed"))) {
         fprintf(stderr, "bad option values\n");
+        return false;
+    }
+    if (o->url && (o->db || o->audit_bundle)) {
+        fprintf(stderr, "--db and --audit-bundle need the in-process coordinator (no --url)\n");
         return false;
     }
     if (o->url && !o->key_hex) {
@@ -685,7 +696,7 @@ int main(int argc, char **argv) {
         return 1;
 
     /* Coordinator. */
-    char dir[] = "/tmp/flotilla-sim-XXXXXX", db[128] = "";
+    char dir[] = "/tmp/flotilla-sim-XXXXXX", db[1024] = "";
     if (o->url) {
         snprintf(s->base, sizeof(s->base), "%s", o->url);
         if (strlen(o->key_hex) != 64 || sodium_hex2bin(s->pk, 32, o->key_hex, 64, NULL, NULL,
@@ -698,7 +709,15 @@ int main(int argc, char **argv) {
             perror("mkdtemp");
             return 1;
         }
-        snprintf(db, sizeof(db), "%s/coord.db", dir);
+        if (o->db) {
+            rmdir(dir);
+            if (access(o->db, F_OK) == 0) {
+                fprintf(stderr, "--db %s exists: give a new path\n", o->db);
+                return 2;
+            }
+            snprintf(db, sizeof(db), "%s", o->db);
+        } else
+            snprintf(db, sizeof(db), "%s/coord.db", dir);
         fl_coord_config cc;
         fl_coord_config_init(&cc);
         cc.port = 0;
@@ -939,7 +958,41 @@ int main(int argc, char **argv) {
         fl_client_curl_destroy(s->devs[i].curl);
         fl_client_store_close(s->devs[i].store);
     }
-    if (db[0]) {
+    /* Audit: the log the coordinator appended to its database, exported as a bundle. */
+    int64_t audit_entries = -1;
+    const char *audit_state = "none";
+    if (db[0] && o->audit_bundle) {
+        fl_store *st = NULL;
+        fl_store_config stc;
+        fl_store_config_init(&stc);
+        stc.create_if_missing = 0;
+        unlink(o->audit_bundle);
+        if (fl_store_open(&st, db, &stc) != FL_OK ||
+            fl_store_audit_size(st, &audit_entries) != FL_OK) {
+            fprintf(stderr, "audit: cannot read %s: %s\n", db, fl_store_errmsg(st));
+            audit_state = "error";
+        } else if (audit_entries == 0) {
+            audit_state = "no_entries";
+            printf("audit: the coordinator appended no audit entries to %s (not integrated "
+                   "yet); no bundle written\n", o->db ? db : "its database");
+        } else {
+            fl_status arc = fl_store_audit_export_file(st, o->audit_bundle);
+            if (arc == FL_OK) {
+                audit_state = "exported";
+                printf("audit: %lld entries; bundle written to %s\n", (long long)audit_entries,
+                       o->audit_bundle);
+            } else if (arc == FL_ERR_NOT_FOUND) {
+                audit_state = "no_checkpoint";
+                printf("audit: %lld entries but no signed checkpoint; no bundle written\n",
+                       (long long)audit_entries);
+            } else {
+                audit_state = "error";
+                fprintf(stderr, "audit: export failed: %s\n", fl_store_errmsg(st));
+            }
+        }
+        fl_store_close(st);
+    }
+    if (db[0] && !o->db) {
         static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
         for (int i = 0; i < 4; i++) {
             snprintf(path, sizeof(path), "%s%s", db, tails[i]);
@@ -961,11 +1014,12 @@ int main(int argc, char **argv) {
                     "{\"rounds\":%d,\"rounds_abandoned\":%d,\"clients\":%d,\"per_round\":%d,"
                     "\"alpha\":%g,\"secagg\":%s,\"dp\":\"%s\",\"noise_multiplier\":%g,"
                     "\"final_accuracy\":%.6f,\"epsilon\":%.6f,\"delta\":%g,"
-                    "\"dropouts_injected\":%lld,\"wall_time_s\":%.3f}\n",
+                    "\"dropouts_injected\":%lld,\"wall_time_s\":%.3f,"
+                    "\"strategy\":\"%s\",\"audit_entries\":%lld,\"audit\":\"%s\"}\n",
                     completed, abandoned, o->clients, o->per_round, o->alpha,
                     o->secagg ? "true" : "false", o->dp, o->noise, acc, eps,
                     strcmp(o->dp, "none") ? o->delta : 0.0, (long long)atomic_load(&s->injected),
-                    wall);
+                    wall, o->strategy, (long long)audit_entries, audit_state);
             fclose(f);
         }
     }
