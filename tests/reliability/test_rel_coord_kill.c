@@ -32,16 +32,23 @@
  * kills and >= 24 completed rounds of 50 devices. FL_REL_KILLS, FL_REL_KILL_CLIENTS,
  * FL_REL_KILL_ROUNDS (completed rounds per population) and FL_REL_KILL_BUDGET_S override;
  * FL_RELIABILITY_SEED replays the kill points. */
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+
+#include <sodium.h>
 
 #include <sqlite3.h>
 
 #include "coord_testkit.h"
 #include "flotilla/dp.h"
 #include "flotilla/secagg.h"
+#include "flotilla/storage.h"
 #include "rel_coord.h"
+
+extern char **environ;
 
 #ifndef FL_COORD_EXE
 #error "FL_COORD_EXE (path of flotilla-coordinator) is set by CMake"
@@ -80,6 +87,8 @@ struct sweep {
     int kind_abandoned[3]; /* by kind: round found abandoned (or not yet created) */
     double restart_s_sum;
     int restarts;
+    int startup_kills; /* kills of a restarting process, before it was ready */
+    int audit_checks;  /* "checkpoint never ahead of the log" checks passed */
 };
 
 /* ---- kills ---- */
@@ -417,14 +426,24 @@ static void check_final(struct sweep *s) {
             (long long)rel_q(db, "SELECT count(*) FROM rounds WHERE state = 3"),
             (long long)rel_q(db, "SELECT count(*) FROM privacy_ledger"),
             (long long)rel_q(db, "SELECT count(*) FROM audit_entries"));
-    /* The audit log: checked when the coordinator writes one. Today it does not (the
-     * storage API exists, coordinator/src never appends), reported in docs/reliability.md. */
+    /* The audit log: one "round" entry per ended round (completed or abandoned), never two;
+     * then the whole log is verified offline below (check_audit). */
     int64_t audit = rel_q(db, "SELECT count(*) FROM audit_entries");
-    if (audit > 0)
-        assert_true(rel_q(db, "SELECT coalesce(max(tree_size), 0) FROM audit_checkpoints") <=
-                    audit);
-    else
+    if (audit > 0) {
+        assert_int_equal(rel_q(db, "SELECT count(*) FROM rounds r WHERE r.state IN (2, 3) AND"
+                                   " (SELECT count(*) FROM audit_entries a WHERE a.type = "
+                                   "'round' AND json_extract(CAST(a.data AS TEXT), "
+                                   "'$.round_id') = r.id) != 1"),
+                         0);
+        assert_int_equal(rel_q(db, "SELECT count(*) FROM rounds r WHERE r.state = 2 AND "
+                                   "(SELECT json_extract(CAST(a.data AS TEXT), '$.outcome') "
+                                   "FROM audit_entries a WHERE a.type = 'round' AND "
+                                   "json_extract(CAST(a.data AS TEXT), '$.round_id') = r.id) "
+                                   "!= 'completed'"),
+                         0);
+    } else {
         fprintf(stderr, "audit log: not written by the coordinator (0 entries): not checked\n");
+    }
     rel_db_close(db);
 }
 
@@ -479,6 +498,92 @@ static void check_ledger_epsilon(struct sweep *s) {
             s->completed[1], sigma, l2, (double)s->n / 1000.0, eps, m);
     assert_true(isfinite(m));
     assert_true(fabs(m - eps) <= 1e-5 * fabs(eps) + 1e-9);
+}
+
+/* The audit log as a whole, with storage's offline verifier: a bundle exported from the
+ * final database verifies under the coordinator's key (every checkpoint signature, the
+ * Merkle roots, consistency between checkpoints, each entry's rules), and after the
+ * graceful stop the last checkpoint covers the whole log. Returns the entry count. */
+static int64_t check_audit(struct sweep *s) {
+    fl_store *st = NULL;
+    assert_int_equal(fl_store_open(&st, s->f->db, NULL), FL_OK);
+    int64_t size = 0;
+    assert_int_equal(fl_store_audit_size(st, &size), FL_OK);
+    if (size == 0) {
+        fl_store_close(st);
+        return 0;
+    }
+    fl_store_audit_checkpoint *cp = NULL;
+    assert_int_equal(fl_store_audit_checkpoint_latest(st, &cp), FL_OK);
+    assert_int_equal(cp->tree_size, size);
+    uint8_t root[FL_STORE_AUDIT_HASH_BYTES];
+    assert_int_equal(fl_store_audit_root(st, root, cp->tree_size), FL_OK);
+    assert_memory_equal(root, cp->root, sizeof(root));
+    fl_store_free(st, cp);
+    uint8_t *bundle = NULL;
+    size_t blen = 0;
+    assert_int_equal(fl_store_audit_export(st, &bundle, &blen), FL_OK);
+    /* The coordinator's key: the fixed test seed 0x07.. (coord_testkit's signing.key). */
+    uint8_t seed[32], pk[32], sk[64], h[32];
+    memset(seed, 7, sizeof(seed));
+    crypto_sign_seed_keypair(pk, sk, seed);
+    crypto_hash_sha256(h, pk, sizeof(pk));
+    char kid[17], origin[64], vkey[256];
+    sodium_bin2hex(kid, sizeof(kid), h, 8);
+    snprintf(origin, sizeof(origin), "flotilla-coordinator/%s", kid);
+    assert_int_equal(fl_store_audit_vkey(vkey, sizeof(vkey), origin, pk), FL_OK);
+    fl_store_audit_bundle *b = NULL;
+    assert_int_equal(fl_store_audit_bundle_open(&b, bundle, blen, NULL), FL_OK);
+    fl_store_audit_verdict v;
+    memset(&v, 0, sizeof(v));
+    fl_status rc = fl_store_audit_bundle_verify(b, vkey, &v);
+    if (rc != FL_OK)
+        fprintf(stderr, "audit bundle: %s\n", fl_store_audit_bundle_errmsg(b));
+    assert_int_equal(rc, FL_OK);
+    assert_true(v.ok);
+    assert_int_equal(v.entries, size);
+    fl_store_audit_bundle_close(b);
+    fl_store_free(st, bundle);
+    fl_store_close(st);
+    sodium_memzero(sk, sizeof(sk));
+    return size;
+}
+
+/* After a kill: the last signed checkpoint is never ahead of the log the dead process left
+ * (the log may be ahead of it: checkpoints are signed after the commit). */
+static void check_audit_not_behind(struct sweep *s) {
+    sqlite3 *db = rel_db_open(s->f->db);
+    assert_non_null(db);
+    int64_t entries = rel_q(db, "SELECT count(*) FROM audit_entries");
+    int64_t cp = rel_q(db, "SELECT coalesce(max(tree_size), 0) FROM audit_checkpoints");
+    rel_db_close(db);
+    if (cp > entries)
+        fprintf(stderr, "audit: checkpoint of %lld entries, log of %lld\n", (long long)cp,
+                (long long)entries);
+    assert_true(cp <= entries);
+    s->audit_checks++;
+}
+
+/* Starts the coordinator on the same config and SIGKILLs it after delay_us, before it is
+ * ready or while it opens the store and abandons the open rounds. */
+static void kill_during_startup(struct sweep *s, long delay_us) {
+    struct fx *f = s->f;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)FL_COORD_EXE, "serve", "--config", f->conf, NULL};
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, FL_COORD_EXE, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        ;
+    s->startup_kills++;
 }
 
 /* ---- the sweep ---- */
@@ -615,6 +720,14 @@ static void test_kill_sweep(void **state) {
             fprintf(stderr, "kill %d (attempt %ld, request %ld): %s\n", s->kills, attempts, k, why);
         assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
         s->db_checks_ok++;
+        check_audit_not_behind(s);
+        if (rel_next(&s->rng) % 8 == 0) {
+            /* Kill the restarting process too (0-40 ms after its start), then check again. */
+            kill_during_startup(s, (long)(rel_next(&s->rng) % 40000));
+            assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
+            s->db_checks_ok++;
+            check_audit_not_behind(s);
+        }
         char q[128];
         snprintf(q, sizeof(q), "SELECT state FROM rounds WHERE id = %lld", (long long)rid);
         int64_t before = rid ? db_int(s->f, q) : -1;
@@ -644,6 +757,12 @@ static void test_kill_sweep(void **state) {
     assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
     s->db_checks_ok++;
     check_final(s);
+    int64_t audit_entries = check_audit(s);
+    fprintf(stderr,
+            "audit log: %lld entries, bundle verified under the coordinator's key, last "
+            "checkpoint covers the whole log; checkpoint never ahead of the log after %d "
+            "kills\n",
+            (long long)audit_entries, s->audit_checks);
     fprintf(stderr,
             "kill sweep: %ld attempts in %.1f s%s: %d kills (%d before a request, %d during "
             "one, %d inside the committing request); kills by part of the round: check-in %d, "
@@ -654,10 +773,12 @@ static void test_kill_sweep(void **state) {
     fprintf(stderr,
             "kill sweep: integrity_check + foreign_key_check passed %d/%d; rounds completed: "
             "kx %d (%d committed just before a kill), kd %d (%d); abandoned after a kill: kx "
-            "%d, kd %d; half-committed 0; models exact (kx) %d/%d; restart mean %.3f s\n",
-            s->db_checks_ok, s->kills + 1, s->completed[0], s->completed_after_kill[0],
-            s->completed[1], s->completed_after_kill[1], s->abandoned[0], s->abandoned[1],
-            s->completed[0], s->completed[0], s->restart_s_sum / s->restarts);
+            "%d, kd %d; half-committed 0; models exact (kx) %d/%d; restart mean %.3f s; %d "
+            "restarting processes killed too\n",
+            s->db_checks_ok, s->kills + 1 + s->startup_kills, s->completed[0],
+            s->completed_after_kill[0], s->completed[1], s->completed_after_kill[1],
+            s->abandoned[0], s->abandoned[1], s->completed[0], s->completed[0],
+            s->restart_s_sum / s->restarts, s->startup_kills);
     fprintf(stderr,
             "kill sweep: round found committed / abandoned after the restart: kills "
             "before a request %d / %d, during one %d / %d, inside the committing request %d / "
