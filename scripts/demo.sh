@@ -111,6 +111,7 @@ eps=$(field epsilon)
 delta=$(field delta)
 sim_wall=$(field wall_time_s)
 audit_state=$(field audit)
+budget_out=$(field budget_exhausted)
 audit_entries=$(field audit_entries)
 
 # Audit: verify the bundle exported from the run's database. Until the coordinator appends
@@ -145,7 +146,8 @@ printf 'setting          %s clients, %s per round, Fashion-MNIST Dirichlet(0.5),
 printf '                 %s, SecAgg+ on, DP %s\n' \
     "$([ "$strategy" = fedavgm ] && echo "FedAvgM (server momentum 0.9)" || echo "$strategy")" \
     "$([ "$dp" = on ] && echo "central (noise $noise, budget epsilon $budget at delta 1e-5)" || echo off)"
-printf 'rounds           %s of %s completed\n' "$done_rounds" "$rounds"
+printf 'rounds           %s of %s completed%s\n' "$done_rounds" "$rounds" \
+    "$([ "$budget_out" = true ] && echo " (then the accountant refused the next round: budget spent)")"
 printf 'final accuracy   %s on the Fashion-MNIST test set\n' \
     "$(awk -v a="$acc" 'BEGIN { printf "%.2f%%", 100 * a }')"
 if [ "$dp" = on ]; then
@@ -170,7 +172,7 @@ printf 'wall time        %s s total (simulation %s s); files in %s\n' "$wall" "$
 
 if [ -n "$summary" ]; then
     cat >"$summary" <<EOF
-{"rounds":$done_rounds,"rounds_requested":$rounds,"clients":$clients,"per_round":$per_round,"dp":"$([ "$dp" = on ] && echo central || echo none)","noise_multiplier":$([ "$dp" = on ] && echo "$noise" || echo 0),"strategy":"$strategy","final_accuracy":$acc,"epsilon":$eps,"delta":$delta,"audit_verdict":"$verdict","audit_entries":$audit_entries,"audit_bundle":$([ "$audit_state" = exported ] && echo "\"$out/audit-bundle.jsonl\"" || echo null),"audit_report":$([ -n "$report" ] && echo "\"$report\"" || echo null),"wall_time_s":$wall,"sim_wall_time_s":$sim_wall,"out_dir":"$out"}
+{"rounds":$done_rounds,"rounds_requested":$rounds,"clients":$clients,"per_round":$per_round,"dp":"$([ "$dp" = on ] && echo central || echo none)","noise_multiplier":$([ "$dp" = on ] && echo "$noise" || echo 0),"strategy":"$strategy","final_accuracy":$acc,"epsilon":$eps,"delta":$delta,"budget_exhausted":${budget_out:-false},"audit_verdict":"$verdict","audit_entries":$audit_entries,"audit_bundle":$([ "$audit_state" = exported ] && echo "\"$out/audit-bundle.jsonl\"" || echo null),"audit_report":$([ -n "$report" ] && echo "\"$report\"" || echo null),"wall_time_s":$wall,"sim_wall_time_s":$sim_wall,"out_dir":"$out"}
 EOF
     echo "summary written to $summary"
 fi

@@ -591,6 +591,20 @@ static double metrics_epsilon(const struct sim *s) {
     return eps;
 }
 
+/* Rounds the coordinator refused for the privacy budget, from /metrics, or -1. */
+static long long metrics_budget_refusals(const struct sim *s) {
+    struct buf b = {0};
+    long long n = -1;
+    static const char key[] = "\nflotilla_rounds_refused_budget_total ";
+    if (http(s->base, "GET", "/metrics", NULL, NULL, NULL, 0, &b) == 200 && b.p) {
+        const char *p = strstr(b.p, key);
+        if (p)
+            n = strtoll(p + strlen(key), NULL, 10);
+    }
+    free(b.p);
+    return n;
+}
+
 /* Accuracy of model version v on the test set, or -1. */
 static double evaluate(const struct sim *s, const char *token, int64_t v, const float *x,
                        const int32_t *y, size_t n) {
@@ -889,8 +903,11 @@ int main(int argc, char **argv) {
     int64_t last_reported = 0;
     double acc = -1, eps = -1, t_rounds = mono_s();
     char token[FL_CLIENT_TOKEN_MAX_CHARS + 1] = "";
+    bool budget_out = false; /* the accountant refused a round: no further round will run */
     while (completed < o->rounds && mono_s() - t_start < o->timeout_s) {
         sleep_ms(250);
+        /* Checked before the round list, so the rounds that ended first are reported. */
+        bool refused = strcmp(o->dp, "none") != 0 && metrics_budget_refusals(s) > 0;
         if (!token[0])
             for (int i = 0; i < o->clients && !token[0]; i++)
                 if (fl_client_token(s->devs[i].c, token, sizeof(token)) != FL_OK)
@@ -935,6 +952,13 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         json_decref(j);
+        if (refused && completed < o->rounds) {
+            budget_out = true;
+            printf("privacy budget exhausted: the coordinator refused the next round "
+                   "(epsilon %.3f of %g); stopping after %d rounds\n", eps, o->epsilon,
+                   completed);
+            break;
+        }
     }
     double wall = mono_s() - t_start;
 
@@ -1015,11 +1039,13 @@ int main(int argc, char **argv) {
                     "\"alpha\":%g,\"secagg\":%s,\"dp\":\"%s\",\"noise_multiplier\":%g,"
                     "\"final_accuracy\":%.6f,\"epsilon\":%.6f,\"delta\":%g,"
                     "\"dropouts_injected\":%lld,\"wall_time_s\":%.3f,"
-                    "\"strategy\":\"%s\",\"audit_entries\":%lld,\"audit\":\"%s\"}\n",
+                    "\"strategy\":\"%s\",\"budget_exhausted\":%s,\"audit_entries\":%lld,"
+                    "\"audit\":\"%s\"}\n",
                     completed, abandoned, o->clients, o->per_round, o->alpha,
                     o->secagg ? "true" : "false", o->dp, o->noise, acc, eps,
                     strcmp(o->dp, "none") ? o->delta : 0.0, (long long)atomic_load(&s->injected),
-                    wall, o->strategy, (long long)audit_entries, audit_state);
+                    wall, o->strategy, budget_out ? "true" : "false", (long long)audit_entries,
+                    audit_state);
             fclose(f);
         }
     }
@@ -1027,7 +1053,8 @@ int main(int argc, char **argv) {
     free(xte);
     free(yte);
     free(model);
-    int rc = completed >= o->rounds ? 0 : 1;
+    /* Stopping at the privacy budget is the accountant doing its job, not a failure. */
+    int rc = completed >= o->rounds || budget_out ? 0 : 1;
     if (o->min_accuracy > 0 && !(acc >= o->min_accuracy)) {
         fprintf(stderr, "final accuracy %.4f is below --min-accuracy %.4f\n", acc,
                 o->min_accuracy);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Writes docs/benchmarks.md from run_all.sh's results directory: the machine, then one
+# section per benchmark that ran (its command, exit status, time, and its own output, which
+# holds the in-run references and ratios). Benchmarks that did not run are listed with the
+# command that runs them.
+#   write_benchmarks_md.sh RESULTS_DIR DOC
+set -uo pipefail
+res=$1 doc=$2
+{
+    echo "# Benchmarks"
+    echo
+    echo "Written by \`tests/bench/run_all.sh\` ($(date -u '+%Y-%m-%d %H:%M UTC')). Every"
+    echo "benchmark measures its references in the same run (raw SQLite, OpenSSL, NumPy, PyTorch,"
+    echo "Flower, ...): compare ratios within a section, not absolute times across machines or"
+    echo "runs. The machine is a shared 2-core VM on which other engineers build and benchmark"
+    echo "at the same time; the load average below is from the end of the run."
+    echo
+    echo "Run it all (about 15-20 minutes): \`bash tests/bench/run_all.sh\`; one part:"
+    echo "\`bash tests/bench/run_all.sh --only dp_accountant,storage_audit\`."
+    echo
+    echo "## Machine"
+    echo
+    echo '```'
+    lscpu 2>/dev/null | grep -E '^(Architecture|CPU\(s\)|Model name|Thread|Core|Socket|L2|L3|Flags)' |
+        sed 's/^\(Flags: *\)\(.\{0,120\}\).*/\1\2 .../'
+    free -h 2>/dev/null | head -2
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "kernel: $(uname -sr)"
+    echo '```'
+    ran=() missing=()
+    for st in "$res"/*.status; do
+        [ -e "$st" ] || continue
+        ran+=("$(basename "$st" .status)")
+    done
+    for name in "${ran[@]}"; do
+        read -r rc secs cmd <"$res/$name.status"
+        echo
+        echo "## $name"
+        echo
+        echo "\`$cmd\` — exit $rc$([ "$rc" = 124 ] && echo " (time limit)"), ${secs} s"
+        echo
+        echo '```'
+        grep -v '^\s*$' "$res/$name.txt" | tail -n 60
+        echo '```'
+    done
+} >"$doc"
+echo "wrote $doc"
