@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 usage() {
     cat <<'EOF'
 usage: bash scripts/demo.sh [options] [-- flotilla-sim options]
-  --rounds N          completed rounds (48: the most that fit the epsilon 8 budget)
+  --rounds N          rounds to run (48); with DP the run ends earlier if the accountant
+                      refuses a round because the epsilon budget is spent
   --clients N         simulated devices (1000)
   --per-round K       clients per round (100)
   --dp on|off         central DP with the accountant enforcing epsilon 8 at delta 1e-5 (on)
@@ -87,7 +88,7 @@ rm -f "$out/coord.db" "$out/coord.db-wal" "$out/coord.db-shm" "$out/sim-summary.
 
 sim_args=(--clients "$clients" --per-round "$per_round" --rounds "$rounds" --alpha 0.5
           --model 784-128-10 --secagg on --strategy "$strategy" --momentum 0.9
-          --epochs 2 --lr 0.05 --batch 16
+          --epochs 2 --lr 0.05 --batch 16 --timeout-s 900
           --db "$out/coord.db" --audit-bundle "$out/audit-bundle.jsonl"
           --summary-json "$out/sim-summary.json")
 if [ "$dp" = on ]; then
