@@ -801,7 +801,7 @@ int main(int argc, char **argv) {
     snprintf(etok, sizeof(etok), "%s", et);
     json_decref(j);
     free(b.p);
-    char path[256];
+    char path[1100]; /* also reused below for "<db>-journal" */
     snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", o->population);
     b = (struct buf){0};
     if (http(s->base, "POST", path, o->admin_token, "application/octet-stream", model, mlen,
