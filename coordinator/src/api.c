@@ -918,6 +918,218 @@ static json_t *round_json(fl_coord *co, const fl_store_round *r) {
     return o;
 }
 
+/* ---- configuration changes ---- */
+
+/* Appends a "config_changed" audit entry for population p with configuration cfg (lock
+ * held, inside the caller's transaction). The hashed configuration is the stored form
+ * (enrollment token hash included) plus "state" ("active" or "paused"), so a start or a
+ * stop changes the hash as well. Populations whose budget the log cannot state
+ * (audit_off) are not logged. */
+static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_t *cfg,
+                              bool running) {
+    if (p->audit_off)
+        return FL_OK;
+    char hex[65];
+    fl__coord_hex(hex, p->enroll_hash, 32);
+    json_t *stored = json_deep_copy(cfg);
+    json_t *regs = json_deep_copy(json_object_get(cfg, "allowed_regions"));
+    if (!stored || !regs) {
+        json_decref(stored);
+        json_decref(regs);
+        return FL_ERR_NOMEM;
+    }
+    json_object_set_new(stored, "enrollment_token_sha256", json_string(hex));
+    json_object_set_new(stored, "state", json_string(running ? "active" : "paused"));
+    bool any = false;
+    size_t i;
+    json_t *r;
+    json_array_foreach(regs, i, r) any |= json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
+    if (any)
+        json_array_clear(regs);
+    char *cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
+    char *regions_text = json_dumps(regs, JSON_COMPACT);
+    json_decref(stored);
+    json_decref(regs);
+    json_t *pr = json_object_get(cfg, "privacy");
+    bool dp = strcmp(json_string_value(json_object_get(pr, "mode")), "none") != 0;
+    double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : 1e9;
+    double delta = dp ? json_number_value(json_object_get(pr, "delta")) : 0.0;
+    fl_status rc = cfg_text && regions_text
+                       ? fl_store_audit_append_config(co->store, NULL, p->id, cfg_text, eps,
+                                                      delta, regions_text)
+                       : FL_ERR_NOMEM;
+    free(cfg_text);
+    free(regions_text);
+    return rc;
+}
+
+/* Start or stop (lock held): the state and its config_changed entry in one transaction. */
+static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct fl__coord_pop *p,
+                             bool run) {
+    if (p->running != run) {
+        fl_status rc = fl_store_begin(co->store);
+        if (rc == FL_OK)
+            rc = fl_store_population_set_state(co->store, p->id,
+                                               run ? FL_STORE_POPULATION_ACTIVE
+                                                   : FL_STORE_POPULATION_PAUSED);
+        if (rc == FL_OK)
+            rc = audit_config(co, p, p->config, run);
+        if (rc == FL_OK)
+            rc = fl_store_commit(co->store);
+        if (rc != FL_OK) {
+            if (fl_store_in_transaction(co->store))
+                fl_store_rollback(co->store);
+            return store_fail(co, rep, rc);
+        }
+        p->running = run;
+        if (!run && p->round)
+            fl__coord_round_abandon(co, p, "stopped by admin");
+        fl__coord_audit_checkpoint(co);
+        fl__log(&co->logger, FL_LOG_INFO, "population %s %s", p->name,
+                run ? "started" : "stopped");
+    }
+    return fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+}
+
+/* PATCH /v1/admin/populations/{name} (lock held): changes the mutable settings of a
+ * population (docs/protocol.md section 8): selection.*, deadlines_s.*, allowed_regions and,
+ * with DP, privacy.epsilon_budget, which may only go down and never below the epsilon
+ * already spent. The merged configuration is validated exactly like a creation; on success
+ * it replaces the population's settings and a config_changed audit entry is appended in one
+ * transaction (all or nothing). A forming or running round keeps the settings it started
+ * with; the next round uses the new ones. */
+static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                       struct fl__coord_pop *p) {
+    static const char *const sel_keys[] = {"target",      "over_selection", "min_participants",
+                                           "min_examples", "forming_s",     "jitter_s",
+                                           "min_retry_s", "max_retry_s",    "round_interval_s",
+                                           "require",     NULL};
+    json_t *body = fl__coord_parse_body(rq, rep);
+    if (!body)
+        return rep->status;
+    int status = 0;
+    json_t *cfg = NULL;
+    struct fl__coord_pop *tmp = NULL;
+    const char *key;
+    json_t *v;
+    char field[96];
+    if (json_object_size(body) == 0) {
+        status = fl__coord_error(rep, 400, "invalid_field", NULL, "nothing to change");
+        goto out;
+    }
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "allowed_regions") == 0)
+            continue;
+        bool sel = strcmp(key, "selection") == 0, dl = strcmp(key, "deadlines_s") == 0,
+             pr = strcmp(key, "privacy") == 0;
+        if (!sel && !dl && !pr) {
+            status = fl__coord_error(rep, 400, "invalid_field", key,
+                                     "'%.32s' cannot be changed (mutable: selection, "
+                                     "deadlines_s, allowed_regions, privacy.epsilon_budget)",
+                                     key);
+            goto out;
+        }
+        if (!json_is_object(v)) {
+            status = fl__coord_error(rep, 400, "invalid_field", key, "'%.32s' must be an object",
+                                     key);
+            goto out;
+        }
+        const char *k2;
+        json_t *v2;
+        json_object_foreach(v, k2, v2) {
+            bool ok = false;
+            if (sel)
+                for (int i = 0; sel_keys[i]; i++)
+                    ok |= strcmp(k2, sel_keys[i]) == 0;
+            if (dl)
+                for (int i = 0; i < FL__PH_COUNT; i++)
+                    ok |= strcmp(k2, fl__coord_phase_names[i]) == 0;
+            if (pr)
+                ok = strcmp(k2, "epsilon_budget") == 0;
+            if (!ok) {
+                snprintf(field, sizeof(field), "%.32s.%.48s", key, k2);
+                status = fl__coord_error(rep, 400, "invalid_field", field,
+                                         "'%s' cannot be changed", field);
+                goto out;
+            }
+        }
+    }
+    json_t *pr_old = json_object_get(p->config, "privacy");
+    bool dp = strcmp(json_string_value(json_object_get(pr_old, "mode")), "none") != 0;
+    json_t *eb = json_object_get(json_object_get(body, "privacy"), "epsilon_budget");
+    if (eb) {
+        double old = json_number_value(json_object_get(pr_old, "epsilon_budget"));
+        if (!dp) {
+            status = fl__coord_error(rep, 400, "invalid_field", "privacy.epsilon_budget",
+                                     "the population has no differential privacy");
+            goto out;
+        }
+        if (!json_is_number(eb) || !(json_number_value(eb) <= old)) {
+            status = fl__coord_error(rep, 400, "invalid_field", "privacy.epsilon_budget",
+                                     "'privacy.epsilon_budget' can only be lowered (now %g)",
+                                     old);
+            goto out;
+        }
+        fl__coord_epsilon_refresh(co, p);
+        if (json_number_value(eb) < p->epsilon_spent) {
+            status = fl__coord_error(rep, 409, "conflict", "privacy.epsilon_budget",
+                                     "epsilon %g is already spent", p->epsilon_spent);
+            goto out;
+        }
+    }
+    cfg = json_deep_copy(p->config);
+    tmp = calloc(1, sizeof(*tmp));
+    if (!cfg || !tmp) {
+        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "allowed_regions") == 0)
+            json_object_set(cfg, key, v);
+        else
+            json_object_update(json_object_get(cfg, key), v);
+    }
+    if (!fl__coord_pop_parse(co, tmp, cfg, rep)) {
+        status = rep->status;
+        goto out;
+    }
+    fl_status rc = fl_store_begin(co->store);
+    if (rc == FL_OK)
+        rc = audit_config(co, p, cfg, p->running);
+    if (rc == FL_OK)
+        rc = fl_store_commit(co->store);
+    if (rc != FL_OK) {
+        if (fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+        status = store_fail(co, rep, rc);
+        goto out;
+    }
+    /* Swap the parsed settings in; tmp takes the old ones and frees them. */
+    json_t *oc = p->config;
+    p->config = tmp->config;
+    tmp->config = oc;
+    char **orr = p->regions;
+    size_t on = p->n_regions;
+    p->regions = tmp->regions;
+    p->n_regions = tmp->n_regions;
+    tmp->regions = orr;
+    tmp->n_regions = on;
+    p->any_region = tmp->any_region;
+    p->sel = tmp->sel;
+    memcpy(p->deadlines_s, tmp->deadlines_s, sizeof(p->deadlines_s));
+    p->budget_exhausted = false; /* the next round start checks the budget again */
+    fl__coord_epsilon_refresh(co, p);
+    fl__coord_audit_checkpoint(co);
+    fl__log(&co->logger, FL_LOG_INFO, "population %s: configuration changed", p->name);
+    status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+out:
+    fl__coord_pop_free(co, tmp);
+    if (cfg)
+        json_decref(cfg);
+    json_decref(body);
+    return status;
+}
+
 int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
     if (!fl__coord_auth_admin(rq, rep))
@@ -964,7 +1176,10 @@ int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_status rc;
     switch (rq->route) {
     case FL__R_ADMIN_POP:
-        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        if (strcmp(rq->method, "PATCH") == 0)
+            status = admin_patch(co, rq, rep, p);
+        else
+            status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
         break;
     case FL__R_ADMIN_POP_START:
         if (p->model_version == 0) {
@@ -972,30 +1187,10 @@ int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                      "upload a model version before starting");
             break;
         }
-        if (!p->running) {
-            rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_ACTIVE);
-            if (rc != FL_OK) {
-                status = store_fail(co, rep, rc);
-                break;
-            }
-            p->running = true;
-            fl__log(&co->logger, FL_LOG_INFO, "population %s started", p->name);
-        }
-        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        status = admin_set_running(co, rep, p, true);
         break;
     case FL__R_ADMIN_POP_STOP:
-        if (p->running) {
-            rc = fl_store_population_set_state(co->store, p->id, FL_STORE_POPULATION_PAUSED);
-            if (rc != FL_OK) {
-                status = store_fail(co, rep, rc);
-                break;
-            }
-            p->running = false;
-            if (p->round)
-                fl__coord_round_abandon(co, p, "stopped by admin");
-            fl__log(&co->logger, FL_LOG_INFO, "population %s stopped", p->name);
-        }
-        status = fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
+        status = admin_set_running(co, rep, p, false);
         break;
     case FL__R_ADMIN_POP_MODELS:
         status = admin_upload_model(co, rq, rep, p);

@@ -117,7 +117,7 @@ bool fl__coord_auth_admin(const struct fl__coord_req *rq, struct fl__coord_reply
 static const char *route_allow(enum fl__coord_route r) {
     switch (r) {
     case FL__R_HEALTHZ: case FL__R_READYZ: case FL__R_METRICS: case FL__R_TASK:
-    case FL__R_MODEL: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_ROUNDS: case FL__R_ADMIN_ROUND:
+    case FL__R_MODEL: case FL__R_ADMIN_POP_ROUNDS: case FL__R_ADMIN_ROUND:
     case FL__R_SECAGG_RESULT: case FL__R_STATUS: case FL__R_AUDIT_CHECKPOINT:
     case FL__R_AUDIT_INCLUSION: case FL__R_AUDIT_CONSISTENCY: case FL__R_ADMIN_AUDIT_BUNDLE:
         return "GET";
@@ -127,6 +127,8 @@ static const char *route_allow(enum fl__coord_route r) {
         return "POST";
     case FL__R_ADMIN_POPS:
         return "GET, POST";
+    case FL__R_ADMIN_POP:
+        return "GET, PATCH";
     default:
         return NULL;
     }
@@ -225,6 +227,8 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
 
 static size_t route_cap(fl_coord *co, const struct fl__coord_req *rq, enum fl__coord_route r,
                         const char *method) {
+    if (strcmp(method, "PATCH") == 0 && r == FL__R_ADMIN_POP)
+        return co->limits.admin_json_bytes;
     if (strcmp(method, "POST") != 0)
         return 0;
     switch (r) {

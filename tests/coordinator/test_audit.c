@@ -269,6 +269,128 @@ static void test_refusal_logged(void **state) {
         free(tok[i]);
 }
 
+/* Counts the lines of the bundle with "type":"<type>". */
+static int count_type(const char *bundle, const char *type) {
+    char k[64];
+    snprintf(k, sizeof(k), "\"type\":\"%s\"", type);
+    int n = 0;
+    for (const char *p = bundle; (p = strstr(p, k)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static long patch(struct fx *f, const char *json) {
+    struct resp r = http_json(f, "PATCH", "/v1/admin/populations/cfg", ADMIN_TOKEN, json);
+    long st = r.status;
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "PATCH %s -> %ld %s\n", json, st, r.body ? r.body : "");
+    resp_free(&r);
+    return st;
+}
+
+/* Configuration changes: PATCH validates like creation and applies all or nothing; start,
+ * stop and every accepted change append a config_changed entry (none for a refused one);
+ * the budget can only go down; the bundle verifies with the new terms in it. */
+static void test_config_changes_logged(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {"cfg", 4, 3, true, 0, "central", NULL, NULL, 10.0, 32, NULL};
+    char *tok[1];
+    setup_population(f, &pc, tok, 1); /* created (paused), model, started */
+    /* Accepted: selection, deadlines and regions in one change. */
+    assert_int_equal(patch(f, "{\"selection\":{\"target\":6,\"min_participants\":4},"
+                              "\"deadlines_s\":{\"masked\":90},"
+                              "\"allowed_regions\":[\"EU\",\"US\"]}"),
+                     200);
+    struct resp r = http_req(f, "GET", "/v1/admin/populations/cfg", ADMIN_TOKEN, NULL, NULL, 0,
+                             NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    json_t *cfg = json_object_get(j, "config");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "selection"),
+                                                        "target")),
+                     6);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "deadlines_s"),
+                                                        "masked")),
+                     90);
+    assert_int_equal(json_array_size(json_object_get(cfg, "allowed_regions")), 2);
+    json_decref(j);
+    resp_free(&r);
+    /* Refused, nothing applied or logged: immutable fields, bad values (validated like a
+     * creation), a budget increase, no-op bodies, a region outside the new list. */
+    assert_int_equal(patch(f, "{\"name\":\"other\"}"), 400);
+    assert_int_equal(patch(f, "{\"strategy\":{\"name\":\"fedadam\"}}"), 400);
+    assert_int_equal(patch(f, "{\"privacy\":{\"noise_multiplier\":0.1}}"), 400);
+    assert_int_equal(patch(f, "{\"selection\":{\"min_participants\":10}}"), 400); /* > target */
+    assert_int_equal(patch(f, "{\"selection\":{\"target\":0}}"), 400);
+    assert_int_equal(patch(f, "{\"deadlines_s\":{\"share\":0}}"), 400);
+    assert_int_equal(patch(f, "{\"allowed_regions\":[]}"), 400);
+    assert_int_equal(patch(f, "{\"privacy\":{\"epsilon_budget\":20}}"), 400);
+    assert_int_equal(patch(f, "{}"), 400);
+    assert_int_equal(patch(f, "[1]"), 400);
+    r = http_json(f, "PUT", "/v1/admin/populations/cfg", ADMIN_TOKEN, "{}");
+    assert_int_equal(r.status, 405);
+    resp_free(&r);
+    r = http_json(f, "PATCH", "/v1/admin/populations/cfg", NULL, "{\"selection\":{}}");
+    assert_int_equal(r.status, 401);
+    resp_free(&r);
+    r = http_json(f, "PATCH", "/v1/admin/populations/nope", ADMIN_TOKEN,
+                  "{\"selection\":{\"target\":5}}");
+    assert_int_equal(r.status, 404);
+    resp_free(&r);
+    /* The refused min_participants left the population as it was. */
+    r = http_req(f, "GET", "/v1/admin/populations/cfg", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    cfg = json_object_get(j, "config");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "selection"),
+                                                        "min_participants")),
+                     4);
+    json_decref(j);
+    resp_free(&r);
+    /* Accepted: the budget lowered. A device from a region no longer allowed is refused. */
+    assert_int_equal(patch(f, "{\"privacy\":{\"epsilon_budget\":5}}"), 200);
+    assert_int_equal(patch(f, "{\"allowed_regions\":[\"US\"]}"), 200);
+    const char *eu = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                     "\"unmetered\":true,\"idle\":true}}";
+    r = http_json(f, "POST", "/v1/checkin", tok[0], eu);
+    assert_int_not_equal(r.status, 500);
+    assert_null(r.body ? strstr(r.body, "\"selected\"") : NULL);
+    resp_free(&r);
+    /* Stop and start again: two more entries. */
+    r = http_json(f, "POST", "/v1/admin/populations/cfg/stop", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/cfg/stop", ADMIN_TOKEN, NULL); /* no-op */
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/cfg/start", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+
+    char *bundle = bundle_verified(f);
+    /* start, 3 changes, stop, start */
+    assert_int_equal(count_type(bundle, "population_created"), 1);
+    assert_int_equal(count_type(bundle, "config_changed"), 6);
+    /* The last one states the lowered budget and the new region list. */
+    const char *last = bundle, *p = bundle;
+    while ((p = strstr(p, "\"type\":\"config_changed\"")) != NULL)
+        last = p++;
+    const char *ls = last;
+    while (ls > bundle && ls[-1] != '\n')
+        ls--;
+    json_t *e = json_loadb(ls, strcspn(ls, "\n"), 0, NULL);
+    assert_non_null(e);
+    json_t *ent = json_object_get(e, "entry") ? json_object_get(e, "entry") : e;
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "%.*s\n", (int)strcspn(ls, "\n"), ls);
+    char *txt = json_dumps(ent, JSON_COMPACT);
+    assert_non_null(strstr(txt, "\"epsilon_e9\":5000000000"));
+    assert_non_null(strstr(txt, "\"allowed_regions\":[\"US\"]"));
+    free(txt);
+    json_decref(e);
+    free(bundle);
+    free(tok[0]);
+}
+
 /* Erasure: logged under the pseudonym (derived key), the client's rows and token gone. */
 static void test_erasure(void **state) {
     struct fx *f = *state;
@@ -372,6 +494,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_round_logged_and_verified, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_refusal_logged, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_erasure, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_config_changes_logged, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_retention_sweep, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
