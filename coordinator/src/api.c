@@ -943,7 +943,8 @@ static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_
     bool any = false;
     size_t i;
     json_t *r;
-    json_array_foreach(regs, i, r) any |= json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
+    json_array_foreach(regs, i, r) any |=
+        json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
     if (any)
         json_array_clear(regs);
     char *cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
@@ -955,8 +956,8 @@ static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_
     double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : 1e9;
     double delta = dp ? json_number_value(json_object_get(pr, "delta")) : 0.0;
     fl_status rc = cfg_text && regions_text
-                       ? fl_store_audit_append_config(co->store, NULL, p->id, cfg_text, eps,
-                                                      delta, regions_text)
+                       ? fl_store_audit_append_config(co->store, NULL, p->id, cfg_text, eps, delta,
+                                                      regions_text)
                        : FL_ERR_NOMEM;
     free(cfg_text);
     free(regions_text);
@@ -969,9 +970,8 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
     if (p->running != run) {
         fl_status rc = fl_store_begin(co->store);
         if (rc == FL_OK)
-            rc = fl_store_population_set_state(co->store, p->id,
-                                               run ? FL_STORE_POPULATION_ACTIVE
-                                                   : FL_STORE_POPULATION_PAUSED);
+            rc = fl_store_population_set_state(
+                co->store, p->id, run ? FL_STORE_POPULATION_ACTIVE : FL_STORE_POPULATION_PAUSED);
         if (rc == FL_OK)
             rc = audit_config(co, p, p->config, run);
         if (rc == FL_OK)
@@ -985,8 +985,7 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
         if (!run && p->round)
             fl__coord_round_abandon(co, p, "stopped by admin");
         fl__coord_audit_checkpoint(co);
-        fl__log(&co->logger, FL_LOG_INFO, "population %s %s", p->name,
-                run ? "started" : "stopped");
+        fl__log(&co->logger, FL_LOG_INFO, "population %s %s", p->name, run ? "started" : "stopped");
     }
     return fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
 }
@@ -1000,10 +999,10 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
  * with; the next round uses the new ones. */
 static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
                        struct fl__coord_pop *p) {
-    static const char *const sel_keys[] = {"target",      "over_selection", "min_participants",
-                                           "min_examples", "forming_s",     "jitter_s",
-                                           "min_retry_s", "max_retry_s",    "round_interval_s",
-                                           "require",     NULL};
+    static const char *const sel_keys[] = {
+        "target",   "over_selection", "min_participants", "min_examples",     "forming_s",
+        "jitter_s", "min_retry_s",    "max_retry_s",      "round_interval_s", "require",
+        NULL};
     json_t *body = fl__coord_parse_body(rq, rep);
     if (!body)
         return rep->status;
@@ -1030,8 +1029,8 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
             goto out;
         }
         if (!json_is_object(v)) {
-            status = fl__coord_error(rep, 400, "invalid_field", key, "'%.32s' must be an object",
-                                     key);
+            status =
+                fl__coord_error(rep, 400, "invalid_field", key, "'%.32s' must be an object", key);
             goto out;
         }
         const char *k2;
@@ -1048,8 +1047,8 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
                 ok = strcmp(k2, "epsilon_budget") == 0;
             if (!ok) {
                 snprintf(field, sizeof(field), "%.32s.%.48s", key, k2);
-                status = fl__coord_error(rep, 400, "invalid_field", field,
-                                         "'%s' cannot be changed", field);
+                status = fl__coord_error(rep, 400, "invalid_field", field, "'%s' cannot be changed",
+                                         field);
                 goto out;
             }
         }
@@ -1066,8 +1065,7 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
         }
         if (!json_is_number(eb) || !(json_number_value(eb) <= old)) {
             status = fl__coord_error(rep, 400, "invalid_field", "privacy.epsilon_budget",
-                                     "'privacy.epsilon_budget' can only be lowered (now %g)",
-                                     old);
+                                     "'privacy.epsilon_budget' can only be lowered (now %g)", old);
             goto out;
         }
         fl__coord_epsilon_refresh(co, p);

@@ -301,17 +301,15 @@ static void test_config_changes_logged(void **state) {
                               "\"deadlines_s\":{\"masked\":90},"
                               "\"allowed_regions\":[\"EU\",\"US\"]}"),
                      200);
-    struct resp r = http_req(f, "GET", "/v1/admin/populations/cfg", ADMIN_TOKEN, NULL, NULL, 0,
-                             NULL);
+    struct resp r =
+        http_req(f, "GET", "/v1/admin/populations/cfg", ADMIN_TOKEN, NULL, NULL, 0, NULL);
     assert_int_equal(r.status, 200);
     json_t *j = body_json(&r);
     json_t *cfg = json_object_get(j, "config");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "selection"),
-                                                        "target")),
-                     6);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "deadlines_s"),
-                                                        "masked")),
-                     90);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(cfg, "selection"), "target")), 6);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(cfg, "deadlines_s"), "masked")), 90);
     assert_int_equal(json_array_size(json_object_get(cfg, "allowed_regions")), 2);
     json_decref(j);
     resp_free(&r);
@@ -341,9 +339,9 @@ static void test_config_changes_logged(void **state) {
     r = http_req(f, "GET", "/v1/admin/populations/cfg", ADMIN_TOKEN, NULL, NULL, 0, NULL);
     j = body_json(&r);
     cfg = json_object_get(j, "config");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(cfg, "selection"),
-                                                        "min_participants")),
-                     4);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(cfg, "selection"), "min_participants")),
+        4);
     json_decref(j);
     resp_free(&r);
     /* Accepted: the budget lowered. A device from a region no longer allowed is refused. */

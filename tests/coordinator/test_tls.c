@@ -227,8 +227,8 @@ static void test_https_enroll_checkin(void **st) {
 
     /* Device side with the public key pinned too: enrollment, then check-in (selected). */
     const char *en = "{\"population\":\"tls\",\"region\":\"EU\"}";
-    assert_int_equal(req(&e, "https", TRUST_PIN, "POST", "/v1/enroll", etok, "application/json",
-                         en, strlen(en), &status, &body),
+    assert_int_equal(req(&e, "https", TRUST_PIN, "POST", "/v1/enroll", etok, "application/json", en,
+                         strlen(en), &status, &body),
                      CURLE_OK);
     assert_int_equal(status, 201);
     assert_non_null(json_str(body, "client_token", ctok, sizeof(ctok)));
@@ -245,16 +245,14 @@ static void test_https_enroll_checkin(void **st) {
     free(body);
 
     /* Plain http to the TLS port: no HTTP answer. */
-    CURLcode prc = req(&e, "http", TRUST_CA, "GET", "/readyz", NULL, NULL, NULL, 0, &status,
-                       NULL);
+    CURLcode prc = req(&e, "http", TRUST_CA, "GET", "/readyz", NULL, NULL, NULL, 0, &status, NULL);
     assert_true(prc != CURLE_OK || (status != 200 && status != 503));
     assert_true(status != 200);
     /* A client that trusts only the system CAs, or pins another key, refuses the server. */
     prc = req(&e, "https", TRUST_SYSTEM, "GET", "/readyz", NULL, NULL, NULL, 0, &status, NULL);
     assert_true(prc == CURLE_PEER_FAILED_VERIFICATION || prc == CURLE_SSL_CACERT_BADFILE ||
                 prc == CURLE_SSL_CONNECT_ERROR);
-    prc = req(&e, "https", TRUST_WRONG_PIN, "GET", "/readyz", NULL, NULL, NULL, 0, &status,
-              NULL);
+    prc = req(&e, "https", TRUST_WRONG_PIN, "GET", "/readyz", NULL, NULL, NULL, 0, &status, NULL);
     assert_int_equal(prc, CURLE_SSL_PINNEDPUBKEYNOTMATCH);
     /* And the right one still works after the failures. */
     assert_int_equal(

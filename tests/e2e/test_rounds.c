@@ -40,8 +40,8 @@ static int n_dev = 50;
 /* ---- world ---- */
 
 struct vdev {
-    const char *phase;   /* POST path fragment it vanishes before this round, or NULL */
-    bool masked_ok;      /* its masked input reached the server this round */
+    const char *phase; /* POST path fragment it vanishes before this round, or NULL */
+    bool masked_ok;    /* its masked input reached the server this round */
 };
 
 struct world {
@@ -49,12 +49,12 @@ struct world {
     uint8_t *model;
     size_t mlen;
     char etok[256];
-    struct sdev *d;     /* (n) devices */
-    struct vdev *v;     /* (n) per-device round state */
+    struct sdev *d; /* (n) devices */
+    struct vdev *v; /* (n) per-device round state */
     int n;
-    int min;            /* the population's min_participants (n_min of distributed DP) */
-    int round;          /* the round being driven, 1-based */
-    char cap[65536];    /* what the last device received this round (its task's DP block) */
+    int min;         /* the population's min_participants (n_min of distributed DP) */
+    int round;       /* the round being driven, 1-based */
+    char cap[65536]; /* what the last device received this round (its task's DP block) */
     size_t cap_len;
 };
 
@@ -88,8 +88,8 @@ static enum sim_ft_action vanish_at(void *user, const fl_client_request *req, in
 
 static void observe(void *user, const fl_client_request *req, int status) {
     struct vdev *v = user;
-    if (strcmp(req->method, "POST") == 0 && strstr(req->path, "/secagg/masked") &&
-        status >= 200 && status < 300)
+    if (strcmp(req->method, "POST") == 0 && strstr(req->path, "/secagg/masked") && status >= 200 &&
+        status < 300)
         v->masked_ok = true;
 }
 
@@ -318,8 +318,8 @@ static void check_round(struct world *w, int r, const char *mode) {
         if (dist)
             want = sqrt((double)count) * captured_number(w, "client_sigma") *
                    captured_number(w, "granularity") / count;
-        fprintf(stderr, "  %s round %d: %u inputs, noise sd %.5f, expected %.5f (x%.2f)\n",
-                mode, r, count, sd, want, sd / want);
+        fprintf(stderr, "  %s round %d: %u inputs, noise sd %.5f, expected %.5f (x%.2f)\n", mode, r,
+                count, sd, want, sd / want);
         assert_true(sd >= 0.6 * want && sd <= 1.8 * want);
     } else {
         fprintf(stderr, "  none round %d: %u inputs, sum exact\n", r, count);
