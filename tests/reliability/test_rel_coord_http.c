@@ -99,8 +99,8 @@ static char *rep(char c, size_t n) {
 }
 
 static void test_abuse(void **state) {
-    (void)state;
-    struct fx *f = fx_new();
+    struct fx **slot = *state; /* fx_slot_teardown frees it if a check fails */
+    struct fx *f = *slot = fx_new();
     /* A 3 s idle timeout: a request left incomplete (half-closed by the client) is dropped
      * by it, within the 6 s each probe waits. */
     fl_coord_config cfg;
@@ -296,6 +296,7 @@ static void test_abuse(void **state) {
     free(tok[0]);
     free(tok[1]);
     fx_free(f);
+    *slot = NULL;
 }
 
 /* ---- body caps ---- */
@@ -349,8 +350,8 @@ static void check_cap(struct fx *f, const struct cap_case *c, int *checked) {
 }
 
 static void test_body_caps(void **state) {
-    (void)state;
-    struct fx *f = fx_new();
+    struct fx **slot = *state; /* fx_slot_teardown frees it if a check fails */
+    struct fx *f = *slot = fx_new();
     fl_coord_limits lim;
     fl_coord_config cfg;
     fl_coord_config_init(&cfg);
@@ -483,6 +484,7 @@ static void test_body_caps(void **state) {
     clients_free(c, 3);
     rel_inproc_stop(f);
     fx_free(f);
+    *slot = NULL;
 }
 
 /* ---- connection limits ---- */
@@ -508,11 +510,11 @@ static int open_served(unsigned port, int *status) {
 }
 
 static void test_conn_limits(void **state) {
-    (void)state;
+    struct fx **slot = *state; /* fx_slot_teardown frees it if a check fails */
     fl_coord_config cfg;
     fl_coord_config_init(&cfg);
     /* Connection timeout: 2 s. Per-IP limit: 8 (all our connections come from 127.0.0.1). */
-    struct fx *f = fx_new();
+    struct fx *f = *slot = fx_new();
     fl_coord_limits lim = cfg.limits;
     lim.connection_timeout_s = 2;
     lim.per_ip_connections = 8;
@@ -575,9 +577,10 @@ static void test_conn_limits(void **state) {
     assert_int_equal(rel_healthz(f->port), 200); /* slots are freed on close */
     rel_inproc_stop(f);
     fx_free(f);
+    *slot = NULL;
 
     /* Total limit 16 (the smallest allowed), per-IP limit off. */
-    f = fx_new();
+    f = *slot = fx_new();
     lim = cfg.limits;
     lim.per_ip_connections = 0;
     lim.max_connections = 16;
@@ -603,6 +606,7 @@ static void test_conn_limits(void **state) {
     assert_int_equal(rel_healthz(f->port), 200);
     rel_inproc_stop(f);
     fx_free(f);
+    *slot = NULL;
     /* limit-1 and limit served, limit+1 refused. */
     assert_int_equal(first_refused, limit + 1);
 }
@@ -632,8 +636,8 @@ static int header_probe(unsigned port, size_t n) {
  * buffers: the largest header block served is found by bisection; one byte more is refused,
  * and a block of the whole limit is refused. */
 static void test_header_memory(void **state) {
-    (void)state;
-    struct fx *f = fx_new();
+    struct fx **slot = *state; /* fx_slot_teardown frees it if a check fails */
+    struct fx *f = *slot = fx_new();
     rel_inproc_start(f, NULL, 2, 0);
     fl_coord_config cfg;
     fl_coord_config_init(&cfg);
@@ -660,6 +664,7 @@ static void test_header_memory(void **state) {
             lim, lo, lo + 1, above, sthi);
     rel_inproc_stop(f);
     fx_free(f);
+    *slot = NULL;
 }
 
 /* Pacing (docs/protocol.md section 8): a device told retry_after_s = R that checks in again
@@ -697,13 +702,30 @@ static void test_rate_limit(void **state) {
     clients_free(c, 2);
 }
 
+/* Each test keeps its fixture in a slot that teardown releases, so a failed check still
+ * stops the coordinator and removes the files. */
+static int fx_slot_setup(void **state) {
+    *state = calloc(1, sizeof(struct fx *));
+    return *state ? 0 : -1;
+}
+
+static int fx_slot_teardown(void **state) {
+    struct fx **slot = *state;
+    if (*slot) {
+        rel_inproc_stop(*slot);
+        fx_free(*slot);
+    }
+    free(slot);
+    return 0;
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_abuse),
-        cmocka_unit_test(test_body_caps),
-        cmocka_unit_test(test_conn_limits),
-        cmocka_unit_test(test_header_memory),
+        cmocka_unit_test_setup_teardown(test_abuse, fx_slot_setup, fx_slot_teardown),
+        cmocka_unit_test_setup_teardown(test_body_caps, fx_slot_setup, fx_slot_teardown),
+        cmocka_unit_test_setup_teardown(test_conn_limits, fx_slot_setup, fx_slot_teardown),
+        cmocka_unit_test_setup_teardown(test_header_memory, fx_slot_setup, fx_slot_teardown),
         cmocka_unit_test_setup_teardown(test_rate_limit, fx_setup, fx_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
