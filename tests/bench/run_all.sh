@@ -59,6 +59,7 @@ steps=(
 "core_safetensors|120|$B/core/core_bench_safetensors_load --size-mb 64 --reps 3 --dir $out"
 )
 
+printf '%s\n' "${steps[@]}" | sed "s|$root/||g" >"$out/_steps"
 selected() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 for s in "${steps[@]}"; do
     IFS='|' read -r name limit cmd <<<"$s"
@@ -70,4 +71,4 @@ for s in "${steps[@]}"; do
     echo "$rc $(( $(date +%s) - t0 )) $cmd" >"$out/$name.status"
     echo "   exit $rc, $(( $(date +%s) - t0 )) s"
 done
-bash "$root/tests/bench/report/write_benchmarks_md.sh" "$out" "$doc"
+bash "$root/tests/bench/report/write_benchmarks_md.sh" "$out" "$doc" "$root"

@@ -3,9 +3,9 @@
 # section per benchmark that ran (its command, exit status, time, and its own output, which
 # holds the in-run references and ratios). Benchmarks that did not run are listed with the
 # command that runs them.
-#   write_benchmarks_md.sh RESULTS_DIR DOC
+#   write_benchmarks_md.sh RESULTS_DIR DOC [ROOT]   (ROOT is stripped from paths)
 set -uo pipefail
-res=$1 doc=$2
+res=$1 doc=$2 root=${3:-/nonexistent}
 {
     echo "# Benchmarks"
     echo
@@ -37,11 +37,29 @@ res=$1 doc=$2
         echo
         echo "## $name"
         echo
-        echo "\`$cmd\` — exit $rc$([ "$rc" = 124 ] && echo " (time limit)"), ${secs} s"
+        echo "\`${cmd//$root\//}\` — exit $rc$([ "$rc" = 124 ] && echo " (time limit)"), ${secs} s"
         echo
         echo '```'
-        grep -v '^\s*$' "$res/$name.txt" | tail -n 60
+        # Without colour codes and the Python frameworks' own log chatter (Flower, Ray).
+        sed 's/\x1b\[[0-9;]*m//g' "$res/$name.txt" | grep -v '^\s*$' |
+            grep -v -E '^(INFO|WARNING|DEBUG) |^\t|warnings\.warn|Warning: |INFO worker\.py|deprecated feature|in future versions of Flower' |
+            grep -v "$(printf '^\t')" | tail -n 60 | sed "s|$root/||g"
         echo '```'
     done
+    if [ -f "$res/_steps" ]; then
+        first=1
+        while IFS='|' read -r name limit cmd; do
+            [ -e "$res/$name.status" ] && continue
+            if [ $first = 1 ]; then
+                echo
+                echo "## Not run in this pass"
+                echo
+                echo "Run with \`bash tests/bench/run_all.sh --only NAME\` (commands as run_all.sh runs them):"
+                echo
+                first=0
+            fi
+            echo "* \`$name\` (limit ${limit} s): \`$cmd\`"
+        done <"$res/_steps"
+    fi
 } >"$doc"
 echo "wrote $doc"
