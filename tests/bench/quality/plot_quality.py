@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 LINE = re.compile(r"^round +(\d+) \(id \d+\): participants +(\d+) of +(\d+) selected, "
                   r"dropouts +(\d+), test accuracy ([0-9.]+), epsilon ([-0-9.]+), ([0-9.]+) s")
 LABEL = {"fedavg": "FedAvg", "fedavgm": "FedAvgM (momentum 0.9)",
-         "fedadam": "FedAdam (server lr 0.01)", "fedprox": "FedProx (mu 0.01)"}
+         "fedadam": "FedAdam (server lr 0.01)", "fedprox": "FedProx (mu 0.01)",
+         "flower_fedavg": "Flower 1.42 FedAvg (PyTorch client)"}
 
 
 def label(c):
@@ -34,13 +35,14 @@ def main():
         rows = [tuple(float(x) for x in m.groups()) for m in map(LINE.match, open(log)) if m]
         if rows:
             runs[c] = rows
-    order = [c for c in ["fedavg", "fedavgm", "fedadam", "fedprox"] if c in runs] + \
+    order = [c for c in ["fedavg", "flower_fedavg", "fedavgm", "fedadam", "fedprox"]
+             if c in runs] + \
         sorted(c for c in runs if c.startswith("dp"))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for c in order:
         r = runs[c]
         ax.plot([x[0] for x in r], [x[4] for x in r], label=label(c),
-                linestyle="--" if c.startswith("dp") else "-")
+                linestyle="--" if c.startswith("dp") else ":" if c.startswith("flower") else "-")
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
     ax.set_title("Fashion-MNIST, 1,000 clients, 100/round, Dirichlet 0.5, SecAgg+")
