@@ -3,6 +3,7 @@
 # 6,000 training and 2,000 test images, FedAvg, SecAgg+ and central DP with little noise
 # (z = 0.3, budget 1000: a cohort of 13 cannot learn under real DP noise).
 #   test_demo_e2e.sh SOURCE_DIR BUILD_DIR DEMO_LEDGER_EPSILON
+# Then a second run with budget 40 must be stopped by the coordinator's accountant.
 # Checks: the command line (--help, bad flags rejected with exit 2), the run completes its
 # rounds, accuracy rises above a floor and above round 1's, the epsilon reported equals the
 # DP accountant's recomputation from the run's privacy ledger, the audit verdict (verified
@@ -90,4 +91,17 @@ case "$verdict" in
         echo "ok: no audit entries yet, and the demo says so (coordinator integration pending)" ;;
     *) fail "audit verdict '$verdict'" ;;
 esac
+# ---- the budget: the coordinator's accountant stops the run before epsilon 40 ----
+summary2=$work/summary2.json
+bash "$demo" --bin-dir "$bin" --out "$work/run2" --rounds 10 --clients 20 --per-round 10 \
+    --dp on --noise 0.3 --epsilon 40 --strategy fedavg --summary-json "$summary2" -- \
+    --train-examples 6000 --test-examples 2000 --rest-s 1 --forming-s 1 \
+    --timeout-s 150 >"$work/out2" 2>&1 || fail "budget run exited $?"
+get2() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p" "$summary2"; }
+r2=$(get2 rounds) e2=$(get2 epsilon)
+[ "$(get2 budget_exhausted)" = true ] || fail "budget run: budget_exhausted is not true"
+grep -q "privacy budget exhausted" "$work/out2" || fail "budget run: not said"
+awk -v r="$r2" -v e="$e2" 'BEGIN { exit !(r >= 1 && r < 10 && e > 0 && e <= 40) }' ||
+    fail "budget run: $r2 rounds, epsilon $e2 (want < 10 rounds, epsilon <= 40)"
+echo "ok: the accountant refused round $((r2 + 1)) at epsilon $e2 of 40"
 echo "PASS"
