@@ -109,7 +109,10 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
     double pop_size = rp->dp != FL__DP_NONE
                           ? (double)json_integer_value(json_object_get(pr, "population_size"))
                           : 1.0;
-    rp->q = (double)p->sel.target / pop_size;
+    /* Charge what can actually take part: over-selection admits up to
+     * ceil(target * over_selection) devices per round, not just the target. */
+    double cap = ceil((double)p->sel.target * p->sel.over_selection);
+    rp->q = cap / pop_size;
     if (rp->q > 1.0)
         rp->q = 1.0;
     fl__coord_random(rp->rotation_seed, sizeof(rp->rotation_seed));

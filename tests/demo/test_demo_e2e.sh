@@ -72,7 +72,7 @@ re=$(echo "$line" | awk '{print $2}')
 echo "ledger: $line"
 awk -v a="$eps" -v b="$re" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b + 1e-6) }' ||
     fail "epsilon reported $eps != recomputed $re"
-[ "$(echo "$line" | awk '{print $6}')" = 0.5 ] || fail "sampling rate is not 10/20"
+[ "$(echo "$line" | awk '{print $6}')" = 0.65 ] || fail "sampling rate is not ceil(10 * 1.3)/20"
 [ "$(echo "$line" | awk '{print $8}')" = 0.3 ] || fail "noise multiplier is not 0.3"
 echo "ok: epsilon $eps = accountant over the ledger ($re)"
 
