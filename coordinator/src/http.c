@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -402,6 +403,17 @@ static void reply_clear(struct fl__coord_reply *rep) {
 
 /* First call for a request: route it and refuse what can be refused before reading the
  * body (method, size cap, missing Content-Length). Returns true when a reply was queued. */
+/* Counts Content-Length headers: MHD's lookup returns only the first, and two framings of
+ * one request are how smuggling through a proxy starts (RFC 9112 6.3). */
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value) {
+    (void)kind;
+    (void)value;
+    if (key && strcasecmp(key, "Content-Length") == 0)
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
 static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connection *conn,
                          const char *method, struct fl__coord_reply *rep) {
     if (!method_allowed(ctx->route, method)) {
@@ -413,6 +425,18 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
     unsigned long long len = 0;
+    int n_cl = 0;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_content_length, &n_cl);
+    if (n_cl > 1) {
+        fl__coord_error(rep, 400, "invalid_parameter", "Content-Length",
+                        "more than one Content-Length header");
+        return true;
+    }
+    if (cl && te) {
+        fl__coord_error(rep, 400, "invalid_parameter", "Transfer-Encoding",
+                        "Content-Length together with Transfer-Encoding");
+        return true;
+    }
     if (cl) {
         char *end = NULL;
         len = strtoull(cl, &end, 10);
