@@ -153,8 +153,12 @@ void fl__sa_add_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t 
 void fl__sa_sub_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t n);
 
 /* Bitmap helpers (bit i of byte i / 8, LSB first). */
-static inline int fl__sa_bit_get(const uint8_t *bm, uint32_t i) { return (bm[i >> 3] >> (i & 7)) & 1; }
-static inline void fl__sa_bit_set(uint8_t *bm, uint32_t i) { bm[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static inline int fl__sa_bit_get(const uint8_t *bm, uint32_t i) {
+    return (bm[i >> 3] >> (i & 7)) & 1;
+}
+static inline void fl__sa_bit_set(uint8_t *bm, uint32_t i) {
+    bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
 static inline size_t fl__sa_bitmap_bytes(uint32_t n) { return ((size_t)n + 7u) / 8u; }
 
 #endif /* FLOTILLA_SECAGG_INTERNAL_H */

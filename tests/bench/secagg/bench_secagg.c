@@ -121,9 +121,10 @@ static void gen_input(uint32_t *x, uint32_t d, uint32_t i, uint32_t bits) {
 /* The insecure baseline's inner loop, written to vectorize as well as the library's fold
  * (restrict pointers, memcpy loads on little-endian hosts): the ratio must not flatter.
  * noinline: inlined into server_main, gcc 12 -O3 loses the restrict qualifiers and leaves
- * the loop scalar, which made the baseline 2-4x slower than the library's own fold (and
+ * the loop scalar, which made the baseline 1.3-4x slower than the library's own fold (and
  * every x_plain recorded before 2026-11-30 that much too flattering). */
-__attribute__((noinline)) static void plain_fold(uint32_t *restrict acc, const uint8_t *restrict p, uint32_t d) {
+__attribute__((noinline)) static void plain_fold(uint32_t *restrict acc,
+                                                 const uint8_t *restrict p, uint32_t d) {
     for (uint32_t j = 0; j < d; j++) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         uint32_t v;
