@@ -264,12 +264,9 @@ void resp_free(struct resp *r) {
     memset(r, 0, sizeof(*r));
 }
 
-struct resp http_req(struct fx *f, const char *method, const char *path, const char *token,
-                     const char *content_type, const void *body, size_t len, const char *pid) {
-    struct resp r;
-    memset(&r, 0, sizeof(r));
-    CURL *c = curl_easy_init();
-    assert_non_null(c);
+struct curl_slist *http_prepare(struct fx *f, CURL *c, const char *method, const char *path,
+                                const char *token, const char *content_type, const void *body,
+                                size_t len, const char *pid, struct resp *r) {
     char url[512], auth[512], ct[128], key[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", f->port, path);
     struct curl_slist *h = NULL;
@@ -297,12 +294,23 @@ struct resp http_req(struct fx *f, const char *method, const char *path, const c
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    return h;
+}
+
+struct resp http_req(struct fx *f, const char *method, const char *path, const char *token,
+                     const char *content_type, const void *body, size_t len, const char *pid) {
+    struct resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    struct curl_slist *h =
+        http_prepare(f, c, method, path, token, content_type, body, len, pid, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK)
         fprintf(stderr, "curl %s %s: %s\n", method, path, curl_easy_strerror(rc));

@@ -76,6 +76,12 @@ struct resp {
 };
 
 /* One request; pid (may be NULL) goes in Idempotency-Key. Thread-safe (own handle). */
+/* Sets every option of one request on c (URL, auth/content-type/idempotency headers, body,
+ * response capture into r, no proxy, no signals) and returns the header list, which the caller
+ * frees after curl_easy_perform. */
+struct curl_slist *http_prepare(struct fx *f, CURL *c, const char *method, const char *path,
+                                const char *token, const char *content_type, const void *body,
+                                size_t len, const char *pid, struct resp *r);
 struct resp http_req(struct fx *f, const char *method, const char *path, const char *token,
                      const char *content_type, const void *body, size_t len, const char *pid);
 struct resp http_json(struct fx *f, const char *method, const char *path, const char *token,

@@ -183,71 +183,15 @@ void rel_proc_start(struct fx *f, const char *exe, const char *extra_json) {
 
 /* ---- HTTP ---- */
 
-static size_t rel_on_body(char *p, size_t sz, size_t n, void *u) {
-    struct resp *r = u;
-    char *nb = realloc(r->body, r->len + sz * n + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + r->len, p, sz * n);
-    r->body = nb;
-    r->len += sz * n;
-    r->body[r->len] = '\0';
-    return sz * n;
-}
-
-static size_t rel_on_header(char *p, size_t sz, size_t n, void *u) {
-    struct resp *r = u;
-    size_t k = sz * n;
-    if (r->hlen + k < sizeof(r->headers)) {
-        memcpy(r->headers + r->hlen, p, k);
-        r->hlen += k;
-        r->headers[r->hlen] = '\0';
-    }
-    return k;
-}
-
 CURLcode rel_http(struct fx *f, CURL *c, const char *method, const char *path, const char *token,
                   const char *content_type, const void *body, size_t len, const char *pid,
                   long timeout_ms, struct resp *r) {
     memset(r, 0, sizeof(*r));
     curl_easy_reset(c); /* options only: the connection cache stays */
-    char url[512], auth[512], ct[128], key[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", f->port, path);
-    struct curl_slist *h = NULL;
-    if (token) {
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        h = curl_slist_append(h, auth);
-    }
-    if (content_type) {
-        snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
-        h = curl_slist_append(h, ct);
-    }
-    if (pid) {
-        snprintf(key, sizeof(key), "Idempotency-Key: %s", pid);
-        h = curl_slist_append(h, key);
-    }
-    h = curl_slist_append(h, "Expect:");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    } else if (strcmp(method, "POST") == 0) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
-    } else {
-        curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, rel_on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, rel_on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    struct curl_slist *h =
+        http_prepare(f, c, method, path, token, content_type, body, len, pid, r);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-    curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     CURLcode rc = curl_easy_perform(c);
     if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
