@@ -94,7 +94,8 @@ int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coor
                           struct fl__coord_reply *rep) {
     const struct fl__coord_round_params *rp = &r->rp;
     uint64_t w = 0;
-    int st = fl__coord_plain_validate(rp, b, len, rep, &w);
+    double scale = 1.0;
+    int st = fl__coord_plain_validate(rp, b, len, rep, &w, &scale);
     if (st != 202)
         return st;
     int64_t s = p->model_version - pt->base_version;
@@ -110,13 +111,11 @@ int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coor
                                (long long)p->model_version, (long long)rp->max_staleness);
     }
     double f = 1.0 / pow(1.0 + (double)s, rp->staleness_alpha);
-    size_t wb = rp->bits <= 32 ? 4 : 8;
-    uint64_t mod = rp->bits >= 64 ? 0 : (uint64_t)1 << rp->bits, half = mod >> 1;
-    for (size_t i = 0; i < rp->dim; i++) {
-        uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
-        int64_t z = x >= half ? -(int64_t)(mod - x) : (int64_t)x;
-        r->bnum[i] += f * (double)z;
-    }
+    /* Over the norm bound: folded clipped, as in synchronous plain rounds. */
+    for (size_t i = 0; i < rp->dim; i++)
+        r->bnum[i] += f * (double)fl__coord_plain_value(rp, b, i, scale);
+    if (scale < 1.0)
+        atomic_fetch_add(&co->metrics.updates_clipped, 1);
     r->bwsum += (double)w;
     r->received++;
     pt->posted |= (uint8_t)(1u << FL__PH_MASKED);

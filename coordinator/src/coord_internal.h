@@ -90,6 +90,7 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t agg_count;        /* aggregations run (decode + strategy + commit) */
     atomic_uint_fast64_t agg_sum_us;       /* their total wall time, microseconds */
     atomic_uint_fast64_t stale_rejected;   /* buffered updates refused as too stale */
+    atomic_uint_fast64_t updates_clipped;  /* plain updates scaled down to the norm bound */
 };
 
 extern const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS];
@@ -490,10 +491,16 @@ fl_status fl__coord_buffer_open(fl_coord *co, struct fl__coord_pop *p, int64_t n
 int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
                           struct fl__coord_participant *pt, const uint8_t *b, size_t len,
                           struct fl__coord_reply *rep);
-/* Checks a plain update body (section 5.2): length, every word < 2^b, the weight in range.
- * Returns 202 (w receives the weight) or the error status set in rep. */
+/* Checks a plain update body (section 5.2): length, every word < 2^b, the weight in range,
+ * and measures its norm against the bound (section 5.1). Returns 202 (w receives the
+ * weight, scale 1.0 or the factor < 1 that clips it to the bound) or the error status set
+ * in rep. */
 int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
-                             size_t len, struct fl__coord_reply *rep, uint64_t *w);
+                             size_t len, struct fl__coord_reply *rep, uint64_t *w,
+                             double *scale);
+/* Centred value of coordinate i (< dim) of a validated plain update, clipped by scale. */
+int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uint8_t *b,
+                              size_t i, double scale);
 /* Buffered: drops participations whose update deadline passed (lock held). */
 void fl__coord_buffer_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Buffered: removes dropped participations that sent nothing, freeing their slots. */

@@ -176,6 +176,11 @@ char *fl__coord_metrics_render(fl_coord *co) {
                   "refused as too stale.\n# TYPE flotilla_updates_stale_rejected_total counter\n"
                   "flotilla_updates_stale_rejected_total %llu\n",
               (unsigned long long)atomic_load(&m->stale_rejected));
+    sb_printf(&b, "# HELP flotilla_updates_clipped_total Plain updates whose L2 norm exceeded "
+                  "the population's bound and were scaled down to it.\n"
+                  "# TYPE flotilla_updates_clipped_total counter\n"
+                  "flotilla_updates_clipped_total %llu\n",
+              (unsigned long long)atomic_load(&m->updates_clipped));
     /* Per-population gauges need the lock. */
     fl__coord_lock(co);
     sb_printf(&b, "# HELP flotilla_population_running 1 if the population forms rounds.\n"

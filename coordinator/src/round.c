@@ -12,8 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <math.h>
+
 #include <microhttpd.h>
 
+#include "flotilla/dp.h"
 #include "flotilla/secagg.h"
 
 #include "coord_internal.h"
@@ -629,8 +632,39 @@ static uint64_t words_over(const uint8_t *b, size_t vec_len, size_t wb, uint64_t
     return bad;
 }
 
+/* floor(B^2) for the norm bound of a plain update with weight w: B is the l2_bound of
+ * fl_dp_central_info for clip = w * clip_norm, which an honest device's encoder guarantees
+ * (docs/protocol.md section 5.1: ||q||^2 <= floor(B^2) after conditional rounding). */
+static double plain_bound2(const struct fl__coord_round_params *rp, uint64_t w) {
+    fl_dp_central_params cp;
+    fl_dp_central_info info;
+    fl_dp_central_params_init(&cp);
+    cp.clip = rp->clip * (double)w;
+    cp.granularity = rp->granularity;
+    cp.beta = rp->beta;
+    if (fl_dp_central_info_get(&info, &cp, rp->dim) != FL_OK)
+        return 0.0; /* params were validated at round start; clip everything if not */
+    return floor(info.l2_bound * info.l2_bound + 0.5);
+}
+
+/* Centred value of word i of a plain update body (the first dim words are signed integers
+ * modulo 2^b). */
+static int64_t plain_word(const uint8_t *b, size_t i, size_t wb, uint64_t mod) {
+    uint64_t x = wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8);
+    return x >= (mod >> 1) ? -(int64_t)(mod - x) : (int64_t)x;
+}
+
+int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uint8_t *b,
+                              size_t i, double scale) {
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    int64_t z = plain_word(b, i, wb, (uint64_t)1 << rp->bits);
+    /* Toward zero: |trunc(s z)| <= s |z|, so the clipped vector's norm stays <= B. */
+    return scale < 1.0 ? (int64_t)((double)z * scale) : z;
+}
+
 int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
-                             size_t len, struct fl__coord_reply *rep, uint64_t *w_out) {
+                             size_t len, struct fl__coord_reply *rep, uint64_t *w_out,
+                             double *scale_out) {
     size_t wb = rp->bits <= 32 ? 4 : 8;
     if (len != rp->vec_len * wb)
         return fl__coord_error(rep, 400, "invalid_message", NULL,
@@ -650,23 +684,49 @@ int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint
                 return fl__coord_error(rep, 400, "invalid_message", NULL,
                                        "coordinate %zu is not below 2^%u", i, rp->bits);
     }
+    /* The norm bound (docs/protocol.md section 5.1). The server decodes plain updates
+     * anyway, so it enforces what the DP ledger and the clip/n influence bound assume
+     * instead of trusting the device: an update over the bound is scaled down to it, as
+     * central-DP servers clip (refusing it would let a device that clips slightly
+     * differently lose its round; clipping keeps the round and bounds the damage). The
+     * comparison is in doubles with a 1e-9 relative slack, so an honest update at the
+     * bound is never touched by rounding; what that slack lets through is negligible. */
+    uint64_t mod = (uint64_t)1 << rp->bits;
+    double n2 = 0.0;
+    for (size_t i = 0; i < rp->dim; i++) {
+        double z = (double)plain_word(b, i, wb, mod);
+        n2 += z * z;
+    }
+    double b2 = plain_bound2(rp, w);
+    *scale_out = n2 > b2 * (1.0 + 1e-9) ? sqrt(b2 / n2) * (1.0 - 1e-12) : 1.0;
     *w_out = w;
     return 202;
 }
 
-/* Folds a plain update into the accumulator after validating every word. */
+/* Folds a plain update into the accumulator after validating every word; an update over
+ * the norm bound goes in clipped (and is counted in flotilla_updates_clipped_total). */
 static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b, size_t len,
                       struct fl__coord_reply *rep) {
     const struct fl__coord_round_params *rp = &r->rp;
     size_t wb = rp->bits <= 32 ? 4 : 8;
     uint64_t mask = rp->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << rp->bits) - 1;
     uint64_t w;
-    int st = fl__coord_plain_validate(rp, b, len, rep, &w);
+    double scale;
+    int st = fl__coord_plain_validate(rp, b, len, rep, &w, &scale);
     if (st != 202)
         return st;
     uint64_t *acc = r->acc;
     size_t n = rp->vec_len;
-    if (wb == 4) {
+    if (scale < 1.0) {
+        for (size_t i = 0; i < rp->dim; i++)
+            acc[i] = (acc[i] + (uint64_t)fl__coord_plain_value(rp, b, i, scale)) & mask;
+        for (size_t i = rp->dim; i < n; i++)
+            acc[i] = (acc[i] + (wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8))) &
+                     mask;
+        atomic_fetch_add(&co->metrics.updates_clipped, 1);
+        fl__log(&co->logger, FL_LOG_INFO, "round %lld: an update over the norm bound was "
+                "clipped (scale %.3g)", (long long)r->id, scale);
+    } else if (wb == 4) {
         for (size_t i = 0; i < n; i++)
             acc[i] = (acc[i] + fl__get_u32le(b + i * 4)) & mask;
     } else {
@@ -674,7 +734,6 @@ static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b,
             acc[i] = (acc[i] + fl__get_u64le(b + i * 8)) & mask;
     }
     r->received++;
-    (void)co;
     return 202;
 }
 
