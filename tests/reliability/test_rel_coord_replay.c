@@ -537,7 +537,7 @@ static double boosted_round(struct fx *f, struct tc *c, const char *pop, bool se
     *status_out = st0;
     float w[D], b[2];
     fetch_model(f, &c[0], pop, tag_version(f, pop), w, b);
-    if (c[0].task.mode == 0)
+    if (c[0].task.mode == 0 && secagg)
         assert_memory_equal(w, boosted, sizeof(w)); /* applied in full, exactly */
     double moved = l2_diff(w, honest);
     memcpy(base, w, sizeof(w));
