@@ -1214,16 +1214,39 @@ static void do_train(fl_client *c, int64_t now) {
     c->stats.train_loss = loss;
     pthread_mutex_unlock(&c->lock);
     if (!r->task.secagg) {
-        /* Plain upload: little-endian words (section 5.2). */
-        r->post_cap = vlen * wb;
-        r->post = vec;
-        r->post_len = vlen * wb;
+        /* Plain upload (section 5.2): the round header "FLUP" || u32le 1 || u64le round id,
+         * which binds the body to this round, then little-endian words. The vector grows
+         * in place by the header (no second copy of the update at the peak; a plain
+         * update is sent to the server in the clear, so a moved block left unwiped by
+         * realloc holds nothing the server does not see). */
+        size_t len = 16 + vlen * wb;
+        uint8_t *post = fl__realloc(&c->alloc, vec, vlen * wb, len);
+        if (!post) {
+            fl_memzero(vec, vlen * wb);
+            fl__free(&c->alloc, vec, vlen * wb);
+            fl__err_set(&c->err, FL_ERR_NOMEM, "update: out of memory");
+            STAT_SET(c, last_error, FL_ERR_NOMEM);
+            round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
+            return;
+        }
+        /* Back to front: word i moves to 16 + i * wb, past where it was read from. */
         if (wb == 4)
-            for (size_t i = 0; i < vlen; i++)
-                fl__put_u32le(r->post + 4 * i, ((uint32_t *)vec)[i]);
+            for (size_t i = vlen; i-- > 0;) {
+                uint32_t v;
+                memcpy(&v, post + 4 * i, 4);
+                fl__put_u32le(post + 16 + 4 * i, v);
+            }
         else
-            for (size_t i = 0; i < vlen; i++)
-                fl__put_u64le(r->post + 8 * i, ((uint64_t *)vec)[i]);
+            for (size_t i = vlen; i-- > 0;) {
+                uint64_t v;
+                memcpy(&v, post + 8 * i, 8);
+                fl__put_u64le(post + 16 + 8 * i, v);
+            }
+        memcpy(post, "FLUP", 4);
+        fl__put_u32le(post + 4, 1);
+        fl__put_u64le(post + 8, (uint64_t)r->id);
+        r->post = post;
+        r->post_cap = r->post_len = len;
         c->next_ms = now;
         set_state(c, FL_CLIENT_STATE_UPLOAD);
         return;

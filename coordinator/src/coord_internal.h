@@ -491,6 +491,9 @@ fl_status fl__coord_buffer_open(fl_coord *co, struct fl__coord_pop *p, int64_t n
 int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
                           struct fl__coord_participant *pt, const uint8_t *b, size_t len,
                           struct fl__coord_reply *rep);
+/* Bytes of the round header ("FLUP" || u32le 1 || u64le round id) before the words of a
+ * plain update body (section 5.2). */
+#define FL__COORD_UPDATE_HEADER_BYTES 16
 /* Checks a plain update body (section 5.2): length, every word < 2^b, the weight in range,
  * and measures its norm against the bound (section 5.1). Returns 202 (w receives the
  * weight, scale 1.0 or the factor < 1 that clips it to the bound) or the error status set

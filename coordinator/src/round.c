@@ -737,6 +737,29 @@ static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b,
     return 202;
 }
 
+/* The round binding of a plain update body (docs/protocol.md section 5.2, protocol 1.1):
+ * "FLUP" || u32le(1) || u64le(round id) before the words. A body that names another round
+ * (a device's update of an earlier round posted again) or lacks the header is refused with
+ * 400 before anything is counted. Returns false with the error set in rep. */
+static bool plain_header_ok(struct fl__coord_reply *rep, const uint8_t *b, size_t len,
+                            int64_t rid) {
+    if (len < FL__COORD_UPDATE_HEADER_BYTES || memcmp(b, "FLUP", 4) != 0 ||
+        fl__get_u32le(b + 4) != 1) {
+        fl__coord_error(rep, 400, "invalid_message", NULL,
+                        "an update starts with the 16-byte header \"FLUP\", u32le 1, u64le "
+                        "round id (protocol 1.1)");
+        return false;
+    }
+    uint64_t named = fl__get_u64le(b + 8);
+    if (named != (uint64_t)rid) {
+        fl__coord_error(rep, 400, "invalid_message", NULL,
+                        "the update names round %llu, not round %lld", (unsigned long long)named,
+                        (long long)rid);
+        return false;
+    }
+    return true;
+}
+
 /* Common part of secagg posts and plain updates (lock held). */
 static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
                         struct fl__coord_pop *p, struct fl__coord_round *r,
@@ -773,8 +796,11 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                    "the update deadline of this participation passed");
         if (rq->body_len == 0)
             return fl__coord_error(rep, 400, "invalid_message", NULL, "empty body");
+        if (!plain_header_ok(rep, rq->body, rq->body_len, pt->sel_rid))
+            return rep->status;
         memcpy(pt->hash[k], h, 32); /* kept only if accepted (posted bit) */
-        int st = fl__coord_buffer_fold(co, p, r, pt, rq->body, rq->body_len, rep);
+        int st = fl__coord_buffer_fold(co, p, r, pt, rq->body + FL__COORD_UPDATE_HEADER_BYTES,
+                                       rq->body_len - FL__COORD_UPDATE_HEADER_BYTES, rep);
         if (st != 202)
             return st;
         atomic_fetch_add(&co->metrics.updates_accepted, 1);
@@ -821,9 +847,10 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                    fl__coord_phase_names[k], fl_secagg_server_errmsg(r->sa));
         }
     } else {
-        const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
-        (void)ct;
-        status = fold_plain(co, r, rq->body, rq->body_len, rep);
+        if (!plain_header_ok(rep, rq->body, rq->body_len, r->id))
+            return rep->status;
+        status = fold_plain(co, r, rq->body + FL__COORD_UPDATE_HEADER_BYTES,
+                            rq->body_len - FL__COORD_UPDATE_HEADER_BYTES, rep);
         if (status != 202)
             return status;
     }

@@ -11,16 +11,24 @@
 
 enum { NDEV = 8, K = 3 };
 
+/* The round header of a plain update body (docs/protocol.md section 5.2). */
+static void round_header(uint8_t *out, int64_t rid) {
+    memcpy(out, "FLUP\x01\0\0\0", 8);
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)rid >> (8 * b));
+}
+
 static void post_update(struct fx *f, struct tc *c, long want, const char *code) {
-    uint8_t body[4 * 1024];
+    uint8_t body[16 + 4 * 1024];
     size_t L = c->task.vec_len;
+    round_header(body, c->task.rid);
     for (size_t j = 0; j < L; j++)
         for (int b = 0; b < 4; b++)
-            body[j * 4 + b] = (uint8_t)(c->words[j] >> (8 * b));
+            body[16 + j * 4 + b] = (uint8_t)(c->words[j] >> (8 * b));
     char path[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)c->task.rid);
-    struct resp r = http_req(f, "POST", path, c->tok, "application/octet-stream", body, L * 4,
-                             c->pid);
+    struct resp r = http_req(f, "POST", path, c->tok, "application/octet-stream", body,
+                             16 + L * 4, c->pid);
     if (code)
         assert_error(&r, want, code);
     else if (r.status != want)
@@ -153,10 +161,11 @@ static void test_fedbuff_async(void **state) {
     char path2[128];
     snprintf(path2, sizeof(path2), "/v1/rounds/%lld/update", (long long)c[2].task.rid);
     {
-        uint8_t body[4 * (D + 1)];
+        uint8_t body[16 + 4 * (D + 1)];
+        round_header(body, c[2].task.rid);
         for (size_t j = 0; j < D + 1; j++)
             for (int k = 0; k < 4; k++)
-                body[j * 4 + k] = (uint8_t)(c[2].words[j] >> (8 * k));
+                body[16 + j * 4 + k] = (uint8_t)(c[2].words[j] >> (8 * k));
         r = http_req(f, "POST", path2, c[2].tok, "application/octet-stream", body, sizeof(body),
                      c[2].pid);
         assert_int_equal(r.status, 200);

@@ -55,17 +55,25 @@ static void encode_delta(struct tc *c, const float *delta, double clip) {
     fl_dp_rng_destroy(rng);
 }
 
+/* The round header of a plain update body: "FLUP" || u32le 1 || u64le round id. */
+static void round_header(uint8_t *out, int64_t rid) {
+    memcpy(out, "FLUP\x01\0\0\0", 8);
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)rid >> (8 * b));
+}
+
 /* POST .../update with c's words (section 5.2 layout). */
 static long post_update(struct fx *f, struct tc *c, int64_t rid) {
     size_t L = c->task.vec_len, wb = c->task.bits <= 32 ? 4 : 8;
-    uint8_t body[8 * 1024];
+    uint8_t body[16 + 8 * 1024];
+    round_header(body, rid);
     for (size_t j = 0; j < L; j++)
         for (size_t b = 0; b < wb; b++)
-            body[j * wb + b] = (uint8_t)(c->words[j] >> (8 * b));
+            body[16 + j * wb + b] = (uint8_t)(c->words[j] >> (8 * b));
     char path[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-    struct resp r = http_req(f, "POST", path, c->tok, "application/octet-stream", body, L * wb,
-                             c->pid);
+    struct resp r = http_req(f, "POST", path, c->tok, "application/octet-stream", body,
+                             16 + L * wb, c->pid);
     long st = r.status;
     if (st != 202)
         fprintf(stderr, "update: %ld %s\n", st, r.body ? r.body : "");
@@ -197,14 +205,15 @@ static void test_norm_refusal_unchanged(void **state) {
     fetch_tasks(f, c, N, rid);
     c[0].words[c[0].task.vec_len - 1] = 2; /* weight 2 with uniform weighting */
     size_t L = c[0].task.vec_len;
-    uint8_t body[4 * 1024];
+    uint8_t body[16 + 4 * 1024];
+    round_header(body, rid);
     for (size_t j = 0; j < L; j++)
         for (int b = 0; b < 4; b++)
-            body[4 * j + b] = (uint8_t)(c[0].words[j] >> (8 * b));
+            body[16 + 4 * j + b] = (uint8_t)(c[0].words[j] >> (8 * b));
     char path[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-    struct resp r = http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, L * 4,
-                             c[0].pid);
+    struct resp r = http_req(f, "POST", path, c[0].tok, "application/octet-stream", body,
+                             16 + L * 4, c[0].pid);
     assert_error(&r, 400, "invalid_message");
     resp_free(&r);
     assert_int_equal(clipped_total(f), 0);

@@ -75,6 +75,20 @@ static void check_aggregate(struct fx *f, struct hook *h, struct tc *c, int n, i
     assert_float_equal(b[1], -4.0f, 0);
 }
 
+/* A plain update body (docs/protocol.md section 5.2): the round header "FLUP" || u32le 1 ||
+ * u64le round id, then L little-endian words of wb bytes. Returns its length. */
+static size_t plain_body(uint8_t *out, int64_t rid, const uint64_t *words, size_t L, size_t wb) {
+    memcpy(out, "FLUP", 4);
+    for (int b = 0; b < 4; b++)
+        out[4 + b] = (uint8_t)(1u >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)rid >> (8 * b));
+    for (size_t j = 0; j < L; j++)
+        for (size_t b = 0; b < wb; b++)
+            out[16 + j * wb + b] = (uint8_t)(words[j] >> (8 * b));
+    return 16 + L * wb;
+}
+
 /* A device waiting for a phase result in another thread. */
 struct poll_arg {
     struct fx *f;
@@ -513,28 +527,38 @@ static void test_plain_round(void **state) {
     assert_int_equal(L, D + 1);
     char path[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-    uint8_t body[8 * 1024];
-    /* u64 words for 40 bits */
+    uint8_t body[8 * 1024 + 16];
+    const size_t H = 16, BL = H + L * 8; /* round header, then u64 words for 40 bits */
     for (int i = 0; i < N - 1; i++) {
-        for (size_t j = 0; j < L; j++)
-            for (int b = 0; b < 8; b++)
-                body[j * 8 + b] = (uint8_t)(c[i].words[j] >> (8 * b));
+        plain_body(body, rid, c[i].words, L, 8);
         struct resp r;
         if (i == 0) {
-            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8 - 8,
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, BL - 8,
                          c[i].pid);
             assert_error(&r, 400, "invalid_message"); /* short */
             resp_free(&r);
-            uint8_t bad[8 * 1024];
-            memcpy(bad, body, L * 8);
-            bad[3 * 8 + 6] = 0xff; /* coordinate >= 2^40 */
-            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, L * 8,
+            uint8_t bad[8 * 1024 + 16];
+            memcpy(bad, body, BL);
+            bad[H + 3 * 8 + 6] = 0xff; /* coordinate >= 2^40 */
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, BL,
                          c[i].pid);
             assert_error(&r, 400, "invalid_message");
             resp_free(&r);
-            memcpy(bad, body, L * 8);
-            bad[(L - 1) * 8] = 99; /* weight above weight_cap 50 */
-            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, L * 8,
+            memcpy(bad, body, BL);
+            bad[H + (L - 1) * 8] = 99; /* weight above weight_cap 50 */
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, BL,
+                         c[i].pid);
+            assert_error(&r, 400, "invalid_message");
+            resp_free(&r);
+            /* Round binding: the same update naming another round, or without the header
+             * (protocol 1.0 bodies), is refused and changes nothing. */
+            plain_body(bad, rid - 1, c[i].words, L, 8);
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad, BL,
+                         c[i].pid);
+            assert_error(&r, 400, "invalid_message");
+            assert_non_null(strstr(r.body, "names round"));
+            resp_free(&r);
+            r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", bad + H, L * 8,
                          c[i].pid);
             assert_error(&r, 400, "invalid_message");
             resp_free(&r);
@@ -545,17 +569,17 @@ static void test_plain_round(void **state) {
             resp_free(&r);
             snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
         }
-        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, BL,
                      c[i].pid);
         assert_int_equal(r.status, 202);
         resp_free(&r);
         /* Retry: same bytes are 200 and count once; different bytes are 409. */
-        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, BL,
                      c[i].pid);
         assert_int_equal(r.status, 200);
         resp_free(&r);
-        body[0] ^= 1;
-        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, L * 8,
+        body[H] ^= 1;
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, BL,
                      c[i].pid);
         assert_error(&r, 409, "already_submitted");
         resp_free(&r);

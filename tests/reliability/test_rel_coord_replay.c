@@ -109,12 +109,17 @@ static int64_t tag_version(struct fx *f, const char *pop) {
 }
 
 /* The words of device c as a little-endian u32 body (plain update, b <= 32). */
+/* A plain update body (docs/protocol.md 5.2, protocol 1.1): the round header "FLUP" ||
+ * u32le 1 || u64le round id, then the words. */
 static size_t words_body(const struct tc *c, uint8_t *out) {
+    memcpy(out, "FLUP\x01\0\0\0", 8);
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)c->task.rid >> (8 * b));
     for (size_t j = 0; j < c->task.vec_len; j++) {
         uint32_t w = (uint32_t)c->words[j];
-        memcpy(out + 4 * j, &w, 4);
+        memcpy(out + 16 + 4 * j, &w, 4);
     }
-    return 4 * c->task.vec_len;
+    return 16 + 4 * c->task.vec_len;
 }
 
 /* Runs one secure-aggregation round of c[0..N) (already checked in, tasks fetched),
@@ -291,7 +296,7 @@ static void test_replay(void **state) {
                 /* The words in the sum are now the old ones. */
                 for (size_t j = 0; j < d[0].task.vec_len; j++) {
                     uint32_t w;
-                    memcpy(&w, old[0] + 4 * j, 4);
+                    memcpy(&w, old[0] + 16 + 4 * j, 4);
                     d[0].words[j] = w;
                 }
             }
@@ -326,8 +331,8 @@ static void test_replay(void **state) {
     fprintf(stderr,
             "replay (plain updates): old updates with old ids into a later round: %d "
             "accepted of %d; a device's old update posted with its current id: %d of %d "
-            "accepted (no round binding in plain update bodies; one update per client per "
-            "round still holds: exact model)\n",
+            "accepted (plain update bodies name their round since protocol 1.1; one update "
+            "per client per round holds: exact model)\n",
             plain_old_id, N, plain_sub, plain_sub_tries);
     assert_int_equal(plain_old_id, 0);
     clients_free(c, N);
