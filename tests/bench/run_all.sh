@@ -8,7 +8,8 @@
 #                          [--doc FILE]
 #
 # NAME: secagg secagg_prg dp_sampler dp_accountant client_train client_heap client_libsize
-#       coord_round coord_checkin coord_flower storage_registry storage_audit core_safetensors
+#       coord_round coord_checkin coord_flower coord_flower_secagg storage_registry
+#       storage_audit core_safetensors
 # Builds DIR (default build-bench: Release, FL_BUILD_BENCH=ON, CUDA off, -j2) unless
 # --no-build. Each benchmark runs under a time limit; one that fails or is missing a tool
 # (wrk, torch, flwr) is recorded as such and the rest still run. Python benchmarks use
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
         --only) only=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
         --doc) doc=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "run_all.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -51,9 +52,10 @@ steps=(
 "client_train|300|$py tests/bench/client/bench_train_vs_torch.py --bench-train $B/client/bench_train --epochs 1 --samples 10000 --repeat 2 --no-install"
 "client_heap|120|$B/client/bench_round_heap --d 10000 --d 100000"
 "client_libsize|60|sh tests/bench/client/lib_size.sh $(ls -t "$build"/client-sdk/libflotilla-client-sdk.so* 2>/dev/null | head -1)"
-"coord_round|300|$B/coordinator/bench_coord_round --n 100 --d 10000 --rounds 3"
+"coord_round|300|for c in 1 16; do for s in 0 1; do $B/coordinator/bench_coord_round --n 100 --d 10000 --rounds 5 --secagg \$s --concurrency \$c || exit; done; done"
 "coord_checkin|120|bash tests/bench/coordinator/checkin_wrk.sh $build 10 32"
-"coord_flower|300|$py tests/bench/coordinator/flower_round.py --build $build --n 100 --d 10000 --rounds 3"
+"coord_flower|420|$py tests/bench/coordinator/flower_round.py --build $build --n 100 --d 10000 --reps 7"
+"coord_flower_secagg|600|$py tests/bench/coordinator/flower_round.py --build $build --secagg 1 --n 20,50 --d 10000 --reps 3 --flotilla-rounds 2"
 "storage_registry|300|$B/storage/bench_registry --count 200"
 "storage_audit|300|$B/storage/bench_audit --entries 20000 --batch 1000 --rounds 50 --proofs 200 --dir $out"
 "core_safetensors|120|$B/core/core_bench_safetensors_load --size-mb 64 --reps 3 --dir $out"

@@ -3,18 +3,24 @@
  * temporary database).
  *
  *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--rounds R] [--threads T]
- *                     [--exe PATH] [--json]
+ *                     [--concurrency C] [--exe PATH] [--json]
  *
- * N stand-in devices (one thread, one keep-alive libcurl handle, requests in sequence) run
- * R rounds each: check-in, signed task, then the plain update (secagg 0) or the four SecAgg+
- * phases (secagg 1, the secagg client state machine). Every update is a fixed random vector
- * (no training), encoded before the timer starts. The device-side compute inside the round
+ * N stand-in devices run R rounds each: check-in, signed task, then the plain update
+ * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine). All
+ * devices live in this one thread; their requests go over C keep-alive libcurl connections
+ * (the multi interface): C = 1 sends one request at a time (the default, as in the earlier
+ * figures); C > 1 keeps up to C requests in flight, as concurrent devices would. Every step
+ * is a barrier: all N check-ins, then all N task fetches, then all N uploads (or, per secagg
+ * phase, all N posts, then all N result fetches). Every update is a fixed random vector (no
+ * training), encoded before the timer starts. The device-side compute inside the round
  * (secagg client key agreement, masking, share handling) is timed separately and
  * subtracted: the reported coordinator time is round wall time minus device compute, i.e.
  * HTTP on loopback plus all server work (selection, secagg server, aggregation, commit).
  * coordinator_cpu_s is the CPU time (user + system) the coordinator process used per round,
- * which varies less than wall time on a loaded machine. Peak RSS is the child's VmHWM from
- * /proc. */
+ * which varies less than wall time on a loaded machine. Per-round figures are in the JSON
+ * arrays, with their medians. Peak RSS is the child's VmHWM from /proc; the secagg
+ * parameters the coordinator chose (neighbours k, threshold t) are reported so that a
+ * reference run (flower_round.py) can use the same. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -226,8 +232,9 @@ static void start_coordinator(const char *exe, unsigned threads) {
     if (posix_spawn(&g_child, exe, &fa, NULL, argv, environ) != 0)
         die("cannot start flotilla-coordinator (--exe)");
     posix_spawn_file_actions_destroy(&fa);
-    /* The executable logs "listening on 127.0.0.1:<port>" at info level. */
-    for (int i = 0; i < 200 && !g_port; i++) {
+    /* The executable logs "listening on 127.0.0.1:<port>" at info level (60 s at most: a
+     * sanitizer build on a loaded machine starts slowly). */
+    for (int i = 0; i < 1200 && !g_port; i++) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         FILE *lf = fopen(log, "r");
@@ -239,9 +246,162 @@ static void start_coordinator(const char *exe, unsigned threads) {
         }
         if (lf)
             fclose(lf);
+        int st;
+        if (!g_port && waitpid(g_child, &st, WNOHANG) == g_child) {
+            g_child = 0;
+            fprintf(stderr, "bench_coord_round: the coordinator exited; its log:\n");
+            FILE *ef = fopen(log, "r");
+            char el[1024];
+            while (ef && fgets(el, sizeof(el), ef))
+                fputs(el, stderr);
+            if (ef)
+                fclose(ef);
+            exit(1);
+        }
     }
     if (!g_port)
         die("the coordinator did not report its port");
+}
+
+/* ---- concurrent requests (libcurl multi, C connections) ---- */
+
+/* One request of a batch, filled in by the batch's prep callback. */
+struct call {
+    const char *method; /* "GET" or "POST" */
+    char path[192];     /* path and query */
+    const char *token;  /* bearer token, or NULL */
+    const char *ctype;  /* Content-Type, or NULL */
+    const void *body;   /* POST body, alive until the batch returns */
+    size_t len;         /* bytes of body */
+    const char *pid;    /* Idempotency-Key (participation id), or NULL */
+};
+
+/* One keep-alive connection of the pool. */
+struct conn {
+    CURL *h;               /* easy handle, reused across requests */
+    struct buf b;          /* answer body of the request in flight */
+    struct curl_slist *hl; /* its header list */
+    unsigned item;         /* index in the batch of the request in flight */
+};
+
+typedef void (*prep_fn)(unsigned i, struct call *c, void *u);
+typedef void (*done_fn)(unsigned i, long status, const struct buf *b, void *u);
+
+static CURLM *g_multi;
+static struct conn *g_conns;
+static unsigned g_nconns;
+
+static void conns_open(unsigned c) {
+    g_multi = curl_multi_init();
+    g_conns = calloc(c, sizeof(*g_conns));
+    if (!g_multi || !g_conns)
+        die("out of memory");
+    g_nconns = c;
+    for (unsigned k = 0; k < c; k++) {
+        CURL *h = curl_easy_init();
+        if (!h)
+            die("curl_easy_init");
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &g_conns[k].b);
+        curl_easy_setopt(h, CURLOPT_PRIVATE, &g_conns[k]);
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 600L);
+        g_conns[k].h = h;
+    }
+}
+
+static void conns_close(void) {
+    for (unsigned k = 0; k < g_nconns; k++) {
+        curl_easy_cleanup(g_conns[k].h);
+        free(g_conns[k].b.p);
+    }
+    free(g_conns);
+    curl_multi_cleanup(g_multi);
+}
+
+static void conn_arm(struct conn *c, const struct call *k) {
+    char url[256], h[300];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", g_port, k->path);
+    c->hl = NULL;
+    if (k->token) {
+        snprintf(h, sizeof(h), "Authorization: Bearer %s", k->token);
+        c->hl = curl_slist_append(c->hl, h);
+    }
+    if (k->ctype) {
+        snprintf(h, sizeof(h), "Content-Type: %s", k->ctype);
+        c->hl = curl_slist_append(c->hl, h);
+    }
+    if (k->pid) {
+        snprintf(h, sizeof(h), "Idempotency-Key: %s", k->pid);
+        c->hl = curl_slist_append(c->hl, h);
+    }
+    c->hl = curl_slist_append(c->hl, "Expect:");
+    c->b.n = 0;
+    if (c->b.p)
+        c->b.p[0] = '\0';
+    curl_easy_setopt(c->h, CURLOPT_URL, url);
+    curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, k->method);
+    if (strcmp(k->method, "POST") == 0) {
+        curl_easy_setopt(c->h, CURLOPT_POST, 1L);
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, k->body ? k->body : "");
+        curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(k->body ? k->len : 0));
+    } else {
+        curl_easy_setopt(c->h, CURLOPT_HTTPGET, 1L);
+    }
+    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, c->hl);
+}
+
+/* Runs requests 0..n-1 with at most g_nconns in flight; done() runs for each as it
+ * completes (in completion order), before its connection takes the next request. */
+static void batch_run(unsigned n, prep_fn prep, done_fn done, void *u) {
+    unsigned next = 0, active = 0;
+    struct conn **idle = malloc(g_nconns * sizeof(*idle));
+    unsigned nidle = 0;
+    if (!idle)
+        die("out of memory");
+    for (unsigned k = 0; k < g_nconns; k++)
+        idle[nidle++] = &g_conns[g_nconns - 1 - k];
+    for (;;) {
+        while (nidle > 0 && next < n) {
+            struct conn *c = idle[--nidle];
+            struct call k;
+            memset(&k, 0, sizeof(k));
+            prep(next, &k, u);
+            conn_arm(c, &k);
+            c->item = next++;
+            if (curl_multi_add_handle(g_multi, c->h) != CURLM_OK)
+                die("curl_multi_add_handle");
+            active++;
+        }
+        if (active == 0)
+            break;
+        int running = 0, q = 0, finished = 0;
+        if (curl_multi_perform(g_multi, &running) != CURLM_OK)
+            die("curl_multi_perform");
+        CURLMsg *m;
+        while ((m = curl_multi_info_read(g_multi, &q)) != NULL) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            struct conn *c = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            if (m->data.result != CURLE_OK) {
+                fprintf(stderr, "request %u: %s\n", c->item, curl_easy_strerror(m->data.result));
+                die("request failed");
+            }
+            long st = 0;
+            curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &st);
+            curl_multi_remove_handle(g_multi, c->h);
+            curl_slist_free_all(c->hl);
+            c->hl = NULL;
+            done(c->item, st, &c->b, u);
+            idle[nidle++] = c;
+            active--;
+            finished++;
+        }
+        if (!finished && active > 0 && curl_multi_poll(g_multi, NULL, 0, 1000, NULL) != CURLM_OK)
+            die("curl_multi_poll");
+    }
+    free(idle);
 }
 
 /* ---- the round ---- */
@@ -256,34 +416,216 @@ struct dev {
     size_t out_len;
 };
 
+#define UPDATE_HEADER_BYTES 16 /* plain update round header (docs/protocol.md 5.2) */
+
+/* Device i's update words: after the header, 4-byte aligned (malloc'd rows, stride 4k). */
+static uint32_t *words(uint8_t *rows, size_t stride, unsigned i) {
+    return (uint32_t *)(void *)(rows + (size_t)i * stride + UPDATE_HEADER_BYTES);
+}
+
+/* State shared by the batch callbacks of one round. */
+struct round_ctx {
+    struct dev *dv;        /* the N devices */
+    uint8_t *rows;         /* (N, stride): 16-byte round header ("FLUP"...) + L words */
+    size_t stride;         /* bytes per row: 16 + 4 L */
+    size_t L;              /* words per update: d + 1 */
+    int phase;             /* secagg phase 0..3 */
+    double client_s;       /* device compute inside the round, seconds */
+};
+
+static const char *const k_phases[4] = {"advertise", "share", "masked", "unmask"};
+static const char k_checkin[] = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                                "\"unmetered\":true,\"idle\":true}}";
+
+static json_t *expect_json(unsigned i, long want, long st, const struct buf *b, const char *what) {
+    if (st != want) {
+        fprintf(stderr, "%s (device %u): %ld (want %ld): %.300s\n", what, i, st, want,
+                b->p ? b->p : "");
+        die("unexpected status");
+    }
+    json_t *j = json_loadb(b->p ? b->p : "", b->n, 0, NULL);
+    if (!j)
+        die("answer is not JSON");
+    return j;
+}
+
+static void prep_checkin(unsigned i, struct call *c, void *u) {
+    struct round_ctx *r = u;
+    c->method = "POST";
+    snprintf(c->path, sizeof(c->path), "/v1/checkin");
+    c->token = r->dv[i].tok;
+    c->ctype = "application/json";
+    c->body = k_checkin;
+    c->len = sizeof(k_checkin) - 1;
+}
+
+static void done_checkin(unsigned i, long st, const struct buf *b, void *u) {
+    struct round_ctx *r = u;
+    json_t *j = expect_json(i, 200, st, b, "check-in");
+    const char *s = json_string_value(json_object_get(j, "status"));
+    if (!s || strcmp(s, "selected") != 0)
+        die("a device was not selected");
+    snprintf(r->dv[i].pid, sizeof(r->dv[i].pid), "%s",
+             json_string_value(json_object_get(j, "participation_id")));
+    r->dv[i].rid = json_integer_value(json_object_get(j, "round_id"));
+    json_decref(j);
+}
+
+static void prep_task(unsigned i, struct call *c, void *u) {
+    struct round_ctx *r = u;
+    c->method = "GET";
+    snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/task", (long long)r->dv[i].rid);
+    c->token = r->dv[i].tok;
+    c->pid = r->dv[i].pid;
+}
+
+static void done_task(unsigned i, long st, const struct buf *b, void *u) {
+    struct round_ctx *r = u;
+    json_t *j = expect_json(i, 200, st, b, "task");
+    json_t *sa = json_object_get(j, "secagg");
+    r->dv[i].index = (uint32_t)json_integer_value(json_object_get(sa, "client_index"));
+    r->dv[i].n = (uint32_t)json_integer_value(json_object_get(sa, "num_clients"));
+    r->dv[i].k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
+    r->dv[i].t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
+    if ((size_t)json_integer_value(json_object_get(json_object_get(j, "update"), "length")) !=
+        r->L)
+        die("unexpected update length");
+    json_decref(j);
+}
+
+static void prep_update(unsigned i, struct call *c, void *u) {
+    struct round_ctx *r = u;
+    c->method = "POST";
+    snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/update", (long long)r->dv[i].rid);
+    c->token = r->dv[i].tok;
+    c->ctype = "application/octet-stream";
+    /* Protocol 1.1 plain body: "FLUP" || u32le 1 || u64le round id || words (LE host). */
+    uint8_t *row = r->rows + (size_t)i * r->stride;
+    uint64_t rid = (uint64_t)r->dv[i].rid;
+    memcpy(row, "FLUP", 4);
+    row[4] = 1;
+    row[5] = row[6] = row[7] = 0;
+    for (int b = 0; b < 8; b++)
+        row[8 + b] = (uint8_t)(rid >> (8 * b));
+    c->body = row;
+    c->len = r->stride;
+    c->pid = r->dv[i].pid;
+}
+
+static void done_accepted(unsigned i, long st, const struct buf *b, void *u) {
+    (void)u;
+    if (st != 202) {
+        fprintf(stderr, "upload (device %u): %ld: %.300s\n", i, st, b->p ? b->p : "");
+        die("upload refused");
+    }
+}
+
+static void prep_phase_post(unsigned i, struct call *c, void *u) {
+    struct round_ctx *r = u;
+    c->method = "POST";
+    snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/secagg/%s", (long long)r->dv[i].rid,
+             k_phases[r->phase]);
+    c->token = r->dv[i].tok;
+    c->ctype = "application/octet-stream";
+    c->body = r->dv[i].out;
+    c->len = r->dv[i].out_len;
+    c->pid = r->dv[i].pid;
+}
+
+static void prep_phase_result(unsigned i, struct call *c, void *u) {
+    struct round_ctx *r = u;
+    c->method = "GET";
+    snprintf(c->path, sizeof(c->path), "/v1/rounds/%lld/secagg/%s/result?wait=60",
+             (long long)r->dv[i].rid, k_phases[r->phase]);
+    c->token = r->dv[i].tok;
+    c->pid = r->dv[i].pid;
+}
+
+static void done_phase_result(unsigned i, long st, const struct buf *b, void *u) {
+    struct round_ctx *r = u;
+    if (st != 200) {
+        fprintf(stderr, "%s result (device %u): %ld: %.300s\n", k_phases[r->phase], i, st,
+                b->p ? b->p : "");
+        die("phase result");
+    }
+    if (r->phase == 3) {
+        if (!strstr(b->p ? b->p : "", "\"completed\""))
+            die("round did not complete");
+        return;
+    }
+    double c0 = now_s();
+    if (fl_secagg_client_handle(r->dv[i].sa, (const uint8_t *)b->p, b->n, &r->dv[i].out,
+                                &r->dv[i].out_len) != FL_OK)
+        die("secagg client handle");
+    r->client_s += now_s() - c0;
+}
+
+static unsigned parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi) {
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end); /* accepts 1e4 */
+    if (errno || end == v || *end || x < lo || x > hi || x != (double)(unsigned)x) {
+        fprintf(stderr, "bench_coord_round: %s wants an integer in [%u, %u], got '%s'\n", flag,
+                lo, hi, v);
+        exit(2);
+    }
+    return (unsigned)x;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, unsigned n) {
+    double *s = malloc(n * sizeof(*s));
+    if (!s)
+        die("out of memory");
+    memcpy(s, v, n * sizeof(*s));
+    qsort(s, n, sizeof(*s), cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static void print_array(const char *name, const double *v, unsigned n) {
+    printf(",\"%s\":[", name);
+    for (unsigned i = 0; i < n; i++)
+        printf("%s%.4f", i ? "," : "", v[i]);
+    printf("]");
+}
+
 int main(int argc, char **argv) {
-    unsigned n = 100, threads = 4, rounds = 1;
+    unsigned n = 100, threads = 4, rounds = 1, conc = 1;
     size_t d = 10000;
     int secagg = 0, as_json = 0;
     const char *exe = FL_COORD_EXE;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
-            n = (unsigned)strtoul(argv[++i], NULL, 10);
+            n = parse_uint("--n", argv[++i], 2, 1000000);
         else if (strcmp(argv[i], "--d") == 0 && i + 1 < argc)
-            d = (size_t)strtod(argv[++i], NULL);
+            d = parse_uint("--d", argv[++i], 1, 100000000);
         else if (strcmp(argv[i], "--secagg") == 0 && i + 1 < argc)
-            secagg = strcmp(argv[++i], "0") != 0;
+            secagg = (int)parse_uint("--secagg", argv[++i], 0, 1);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
-            rounds = (unsigned)strtoul(argv[++i], NULL, 10);
+            rounds = parse_uint("--rounds", argv[++i], 1, 100000);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
-            threads = (unsigned)strtoul(argv[++i], NULL, 10);
+            threads = parse_uint("--threads", argv[++i], 1, 256);
+        else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc)
+            conc = parse_uint("--concurrency", argv[++i], 1, 10000);
         else if (strcmp(argv[i], "--exe") == 0 && i + 1 < argc)
             exe = argv[++i];
         else if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
         else {
             fprintf(stderr, "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
-                            "[--threads T] [--exe PATH] [--json]\n", argv[0]);
+                            "[--threads T] [--concurrency C] [--exe PATH] [--json]\n",
+                    argv[0]);
             return 2;
         }
     }
-    if (n < 2 || d < 1 || rounds < 1)
-        die("bad arguments");
+    if (conc > n)
+        conc = n;
     if (sodium_init() < 0)
         die("sodium");
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -292,8 +634,8 @@ int main(int argc, char **argv) {
     curl_easy_setopt(g_curl, CURLOPT_WRITEDATA, &g_body);
     curl_easy_setopt(g_curl, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(g_curl, CURLOPT_TIMEOUT, 600L);
+    atexit(cleanup); /* also stops the child when start_coordinator gives up */
     start_coordinator(exe, threads);
-    atexit(cleanup);
 
     /* Population, model (d zeros in "w"), n enrolled devices: not timed. */
     char body[2048];
@@ -315,6 +657,8 @@ int main(int argc, char **argv) {
                       d * 4);
     size_t mlen = 8 + (size_t)hl + d * 4;
     uint8_t *model = calloc(1, mlen);
+    if (!model)
+        die("out of memory");
     for (int b = 0; b < 8; b++)
         model[b] = (uint8_t)((uint64_t)hl >> (8 * b));
     memcpy(model + 8, hdr, (size_t)hl);
@@ -324,6 +668,8 @@ int main(int argc, char **argv) {
     free(model);
     json_decref(req_json(200, "POST", "/v1/admin/populations/bench/start", ADMIN, NULL, NULL));
     struct dev *dv = calloc(n, sizeof(*dv));
+    if (!dv)
+        die("out of memory");
     for (unsigned i = 0; i < n; i++) {
         j = req_json(201, "POST", "/v1/enroll", etok,
                      "{\"population\":\"bench\",\"region\":\"EU\"}", NULL);
@@ -333,61 +679,43 @@ int main(int argc, char **argv) {
     }
     /* Fixed random update vectors (d words + the weight 1), encoded before the clock. */
     size_t L = d + 1;
-    uint32_t *vec = malloc((size_t)n * L * sizeof(uint32_t));
-    if (!vec)
+    size_t stride = UPDATE_HEADER_BYTES + L * sizeof(uint32_t);
+    uint8_t *rows = malloc((size_t)n * stride);
+    double *wall_r = calloc(rounds, sizeof(double)), *coord_r = calloc(rounds, sizeof(double));
+    double *cpu_r = calloc(rounds, sizeof(double));
+    if (!rows || !wall_r || !coord_r || !cpu_r)
         die("out of memory");
-    randombytes_buf(vec, (size_t)n * L * sizeof(uint32_t));
     for (unsigned i = 0; i < n; i++) {
+        uint32_t *w = words(rows, stride, i);
+        randombytes_buf(w, L * sizeof(uint32_t));
         for (size_t k = 0; k < d; k++)
-            vec[(size_t)i * L + k] %= 2001; /* small values, as quantized deltas */
-        vec[(size_t)i * L + d] = 1;
+            w[k] %= 2001; /* small values, as quantized deltas */
+        w[d] = 1;
     }
+    conns_open(conc);
     long rss_setup = rss_kb("VmRSS");
-    const char *checkin = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
-                          "\"unmetered\":true,\"idle\":true}}";
-    static const char *phases[4] = {"advertise", "share", "masked", "unmask"};
     double total_wall = 0, total_client = 0, cpu0 = cpu_s();
     double phase_wall[6] = {0};
+    struct round_ctx rc = {.dv = dv, .rows = rows, .stride = stride, .L = L};
     for (unsigned round = 0; round < rounds; round++) {
-        double client = 0, t0 = now_s(), tp = t0;
-        for (unsigned i = 0; i < n; i++) {
-            j = req_json(200, "POST", "/v1/checkin", dv[i].tok, checkin, NULL);
-            if (strcmp(json_string_value(json_object_get(j, "status")), "selected") != 0)
-                die("a device was not selected");
-            snprintf(dv[i].pid, sizeof(dv[i].pid), "%s",
-                     json_string_value(json_object_get(j, "participation_id")));
-            dv[i].rid = json_integer_value(json_object_get(j, "round_id"));
-            json_decref(j);
-        }
-        char path[160];
-        snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)dv[0].rid);
-        for (unsigned i = 0; i < n; i++) {
-            j = req_json(200, "GET", path, dv[i].tok, NULL, dv[i].pid);
-            json_t *sa = json_object_get(j, "secagg");
-            dv[i].index = (uint32_t)json_integer_value(json_object_get(sa, "client_index"));
-            dv[i].n = (uint32_t)json_integer_value(json_object_get(sa, "num_clients"));
-            dv[i].k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
-            dv[i].t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
-            if ((size_t)json_integer_value(json_object_get(json_object_get(j, "update"),
-                                                           "length")) != L)
-                die("unexpected update length");
-            json_decref(j);
-        }
+        double rcpu0 = cpu_s(), t0 = now_s(), tp = t0;
+        rc.client_s = 0;
+        batch_run(n, prep_checkin, done_checkin, &rc);
+        for (unsigned i = 1; i < n; i++)
+            if (dv[i].rid != dv[0].rid)
+                die("devices were put in different rounds");
+        batch_run(n, prep_task, done_task, &rc);
         phase_wall[0] += now_s() - tp;
         tp = now_s();
         if (!secagg) {
-            snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)dv[0].rid);
-            for (unsigned i = 0; i < n; i++) {
-                long st = req("POST", path, dv[i].tok, "application/octet-stream",
-                              vec + (size_t)i * L, L * 4, dv[i].pid); /* LE host */
-                if (st != 202)
-                    die("update refused");
-            }
+            batch_run(n, prep_update, done_accepted, &rc);
             phase_wall[3] += now_s() - tp;
             tp = now_s();
+            char path[160];
             snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=60", (long long)dv[0].rid);
             j = req_json(200, "GET", path, dv[0].tok, NULL, dv[0].pid);
-            if (strcmp(json_string_value(json_object_get(j, "state")), "completed") != 0)
+            const char *state = json_string_value(json_object_get(j, "state"));
+            if (!state || strcmp(state, "completed") != 0)
                 die("round did not complete");
             json_decref(j);
             phase_wall[5] += now_s() - tp;
@@ -403,38 +731,15 @@ int main(int argc, char **argv) {
                 cfg.threshold = dv[i].t;
                 if (fl_secagg_client_create(&dv[i].sa, &cfg, (uint64_t)dv[i].rid, dv[i].index,
                                             NULL, NULL) != FL_OK ||
-                    fl_secagg_client_set_input(dv[i].sa, vec + (size_t)i * L, L) != FL_OK ||
+                    fl_secagg_client_set_input(dv[i].sa, words(rows, stride, i), L) != FL_OK ||
                     fl_secagg_client_start(dv[i].sa, &dv[i].out, &dv[i].out_len) != FL_OK)
                     die("secagg client");
-                client += now_s() - c0;
+                rc.client_s += now_s() - c0;
             }
             for (int ph = 0; ph < 4; ph++) {
-                char pp[160], rp[160];
-                snprintf(pp, sizeof(pp), "/v1/rounds/%lld/secagg/%s", (long long)dv[0].rid,
-                         phases[ph]);
-                snprintf(rp, sizeof(rp), "/v1/rounds/%lld/secagg/%s/result?wait=60",
-                         (long long)dv[0].rid, phases[ph]);
-                for (unsigned i = 0; i < n; i++)
-                    if (req("POST", pp, dv[i].tok, "application/octet-stream", dv[i].out,
-                            dv[i].out_len, dv[i].pid) != 202) {
-                        fprintf(stderr, "%s: %.300s\n", phases[ph], g_body.p);
-                        die("phase post refused");
-                    }
-                for (unsigned i = 0; i < n; i++) {
-                    long st = req("GET", rp, dv[i].tok, NULL, NULL, 0, dv[i].pid);
-                    if (st != 200)
-                        die("phase result");
-                    if (ph == 3) {
-                        if (i == 0 && !strstr(g_body.p, "\"completed\""))
-                            die("round did not complete");
-                        continue;
-                    }
-                    double c0 = now_s();
-                    if (fl_secagg_client_handle(dv[i].sa, (const uint8_t *)g_body.p, g_body.n,
-                                                &dv[i].out, &dv[i].out_len) != FL_OK)
-                        die("secagg client handle");
-                    client += now_s() - c0;
-                }
+                rc.phase = ph;
+                batch_run(n, prep_phase_post, done_accepted, &rc);
+                batch_run(n, prep_phase_result, done_phase_result, &rc);
                 phase_wall[1 + ph] += now_s() - tp;
                 tp = now_s();
             }
@@ -443,32 +748,47 @@ int main(int argc, char **argv) {
                 dv[i].sa = NULL;
             }
         }
-        total_wall += now_s() - t0;
-        total_client += client;
+        wall_r[round] = now_s() - t0;
+        coord_r[round] = wall_r[round] - rc.client_s;
+        cpu_r[round] = cpu_s() - rcpu0;
+        total_wall += wall_r[round];
+        total_client += rc.client_s;
     }
     long hwm = rss_kb("VmHWM");
     double coord_cpu = (cpu_s() - cpu0) / rounds;
     double wall = total_wall / rounds, cli = total_client / rounds, coord = wall - cli;
+    double med = median(coord_r, rounds);
     if (as_json) {
         printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,\"rounds\":%u,"
-               "\"threads\":%u,\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
+               "\"threads\":%u,\"concurrency\":%u,\"secagg_k\":%u,\"secagg_t\":%u,"
+               "\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
                "\"coordinator_s\":%.4f,\"rounds_per_s\":%.4f,\"coordinator_cpu_s\":%.4f,"
+               "\"median_round_wall_s\":%.4f,\"median_coordinator_s\":%.4f,"
                "\"coordinator_rss_setup_kb\":%ld,"
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
-               "\"status\":%.4f}}\n",
-               n, d, secagg ? "true" : "false", rounds, threads, wall, cli, coord,
-               coord > 0 ? 1.0 / coord : 0.0, coord_cpu, rss_setup, hwm, phase_wall[0] / rounds,
-               phase_wall[1] / rounds, phase_wall[2] / rounds, phase_wall[3] / rounds,
-               phase_wall[4] / rounds, phase_wall[5] / rounds);
+               "\"status\":%.4f}",
+               n, d, secagg ? "true" : "false", rounds, threads, conc, dv[0].k, dv[0].t, wall,
+               cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu, median(wall_r, rounds), med,
+               rss_setup, hwm, phase_wall[0] / rounds, phase_wall[1] / rounds,
+               phase_wall[2] / rounds, phase_wall[3] / rounds, phase_wall[4] / rounds,
+               phase_wall[5] / rounds);
+        print_array("round_wall_times_s", wall_r, rounds);
+        print_array("coordinator_times_s", coord_r, rounds);
+        print_array("coordinator_cpu_times_s", cpu_r, rounds);
+        printf("}\n");
     } else {
-        printf("n=%u d=%zu secagg=%s: round %.3f s, device compute %.3f s, coordinator %.3f s "
-               "(%.2f rounds/s; %.3f s of its CPU), coordinator RSS %ld kB after setup, peak "
-               "%ld kB\n",
-               n, d, secagg ? "on" : "off", wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0,
-               coord_cpu, rss_setup, hwm);
+        printf("n=%u d=%zu secagg=%s concurrency=%u: round %.3f s, device compute %.3f s, "
+               "coordinator %.3f s (median %.3f s, %.2f rounds/s; %.3f s of its CPU), "
+               "coordinator RSS %ld kB after setup, peak %ld kB\n",
+               n, d, secagg ? "on" : "off", conc, wall, cli, coord, med,
+               coord > 0 ? 1.0 / coord : 0.0, coord_cpu, rss_setup, hwm);
     }
-    free(vec);
+    conns_close();
+    free(wall_r);
+    free(coord_r);
+    free(cpu_r);
+    free(rows);
     free(dv);
     free(g_body.p);
     curl_easy_cleanup(g_curl);
