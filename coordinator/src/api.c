@@ -964,6 +964,43 @@ static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_
     return rc;
 }
 
+/* Writes p's settings cfg (normalised, as validated) to its storage row in the caller's
+ * transaction (lock held), in the form a creation stores (the enrollment token hash added,
+ * keys sorted), so a restart reloads exactly these settings. */
+static fl_status store_config(fl_coord *co, const struct fl__coord_pop *p, json_t *cfg) {
+    char hex[65];
+    fl__coord_hex(hex, p->enroll_hash, 32);
+    json_t *stored = json_deep_copy(cfg);
+    json_t *regs = json_deep_copy(json_object_get(cfg, "allowed_regions"));
+    char *cfg_text = NULL, *regions_text = NULL;
+    fl_status rc = FL_ERR_NOMEM;
+    if (!stored || !regs)
+        goto out;
+    json_object_set_new(stored, "enrollment_token_sha256", json_string(hex));
+    bool any = false;
+    size_t i;
+    json_t *r;
+    json_array_foreach(regs, i, r) any |=
+        json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
+    if (any)
+        json_array_clear(regs);
+    cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
+    regions_text = json_dumps(regs, JSON_COMPACT);
+    if (!cfg_text || !regions_text)
+        goto out;
+    json_t *pr = json_object_get(cfg, "privacy");
+    bool dp = strcmp(json_string_value(json_object_get(pr, "mode")), "none") != 0;
+    double eps = dp ? json_number_value(json_object_get(pr, "epsilon_budget")) : 1e9;
+    double delta = dp ? json_number_value(json_object_get(pr, "delta")) : 0.0;
+    rc = fl_store_population_update_config(co->store, p->id, cfg_text, eps, delta, regions_text);
+out:
+    json_decref(stored);
+    json_decref(regs);
+    free(cfg_text);
+    free(regions_text);
+    return rc;
+}
+
 /* Start or stop (lock held): the state and its config_changed entry in one transaction. */
 static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct fl__coord_pop *p,
                              bool run) {
@@ -994,8 +1031,9 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
  * population (docs/protocol.md section 8): selection.*, deadlines_s.*, allowed_regions and,
  * with DP, privacy.epsilon_budget, which may only go down and never below the epsilon
  * already spent. The merged configuration is validated exactly like a creation; on success
- * it replaces the population's settings and a config_changed audit entry is appended in one
- * transaction (all or nothing). A forming or running round keeps the settings it started
+ * it replaces the population's settings, in memory and in its storage row (so a restart
+ * keeps them), and a config_changed audit entry is appended, in one transaction (all or
+ * nothing). A forming or running round keeps the settings it started
  * with; the next round uses the new ones. */
 static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
                        struct fl__coord_pop *p) {
@@ -1091,9 +1129,13 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
         status = rep->status;
         goto out;
     }
+    /* The audit entry first: a population the log has not seen yet is logged as created
+     * with its stored (old) terms, then changed; the row follows in the same transaction. */
     fl_status rc = fl_store_begin(co->store);
     if (rc == FL_OK)
         rc = audit_config(co, p, cfg, p->running);
+    if (rc == FL_OK)
+        rc = store_config(co, p, cfg);
     if (rc == FL_OK)
         rc = fl_store_commit(co->store);
     if (rc != FL_OK) {

@@ -577,20 +577,16 @@ out:
 }
 
 fl_status fl__coord_pops_load_all(fl_coord *co) {
-    /* Storage has no population listing yet: ids are assigned increasingly from 1 and
-     * populations are never deleted, so walk ids until the first gap. */
-    for (int64_t id = 1;; id++) {
-        fl_store_population *sp = NULL;
-        fl_status rc = fl_store_population_get(co->store, &sp, id);
-        if (rc == FL_ERR_NOT_FOUND)
-            return FL_OK;
-        if (rc != FL_OK)
-            return fl__err_set(&co->err, rc, "%s", fl_store_errmsg(co->store));
-        rc = sp->state == FL_STORE_POPULATION_CLOSED ? FL_OK : fl__coord_pop_load(co, sp);
-        fl_store_free(co->store, sp);
-        if (rc != FL_OK)
-            return rc;
-    }
+    fl_store_population *arr = NULL;
+    size_t n = 0;
+    fl_status rc = fl_store_population_list(co->store, &arr, &n);
+    if (rc != FL_OK)
+        return fl__err_set(&co->err, rc, "%s", fl_store_errmsg(co->store));
+    for (size_t i = 0; i < n && rc == FL_OK; i++)
+        if (arr[i].state != FL_STORE_POPULATION_CLOSED)
+            rc = fl__coord_pop_load(co, &arr[i]);
+    fl_store_free(co->store, arr);
+    return rc;
 }
 
 /* ---- timers ---- */

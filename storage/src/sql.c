@@ -36,6 +36,9 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_POP_FIND] = "SELECT " POP_COLS " FROM populations WHERE name = ?1",
     [FL__STORE_POP_STATE_GET] = "SELECT state FROM populations WHERE id = ?1",
     [FL__STORE_POP_STATE_SET] = "UPDATE populations SET state = ?2 WHERE id = ?1",
+    [FL__STORE_POP_CONFIG_SET] = "UPDATE populations SET config_json = ?2, epsilon = ?3, "
+                                 "delta = ?4, allowed_regions_json = ?5 WHERE id = ?1",
+    [FL__STORE_POP_LIST] = "SELECT " POP_COLS " FROM populations ORDER BY id",
 
     [FL__STORE_CLIENT_INSERT] = "INSERT INTO clients (client_id, token_sha256, region, "
                                 "population_id, enrolled_at, last_seen) "

@@ -166,6 +166,77 @@ fl_status fl_store_population_set_state(fl_store *st, int64_t id, fl_store_popul
     return fl__store_op_end(st, r);
 }
 
+/* Replaces a population's settings (config, budget, regions) in one write; the row keeps
+ * its id, name, creation time and state. */
+fl_status fl_store_population_update_config(fl_store *st, int64_t id, const char *config_json,
+                                            double epsilon, double delta,
+                                            const char *allowed_regions_json) {
+    fl_status r = fl__store_enter(st, "population_update_config");
+    if (r != FL_OK)
+        return r;
+    const char *config, *regions;
+    if (id <= 0)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "id must be > 0");
+    if (!(isfinite(epsilon) && epsilon > 0))
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "epsilon must be finite and > 0");
+    if (!(isfinite(delta) && delta >= 0 && delta < 1))
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "delta must be in [0, 1)");
+    r = fl__store_check_json(st, config_json, "{}", 0, &config, "config_json");
+    if (r == FL_OK)
+        r = fl__store_check_json(st, allowed_regions_json, "[]", 1, &regions,
+                                 "allowed_regions_json");
+    if (r != FL_OK)
+        return r;
+    r = fl__store_op_begin(st, 1);
+    if (r != FL_OK)
+        return r;
+    int cur = 0;
+    r = population_state(st, id, &cur);
+    if (r == FL_OK && cur == FL_STORE_POPULATION_CLOSED)
+        r = fl__err_set(&st->err, FL_ERR_STATE, "population %lld is closed", (long long)id);
+    if (r == FL_OK) {
+        sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_POP_CONFIG_SET);
+        if (!s) {
+            r = st->err.code;
+        } else {
+            sqlite3_bind_int64(s, 1, id);
+            sqlite3_bind_text(s, 2, config, -1, SQLITE_STATIC);
+            sqlite3_bind_double(s, 3, epsilon);
+            sqlite3_bind_double(s, 4, delta);
+            sqlite3_bind_text(s, 5, regions, -1, SQLITE_STATIC);
+            r = step_write(st, s, "updating the population's settings");
+        }
+    }
+    return fl__store_op_end(st, r);
+}
+
+fl_status fl_store_population_list(fl_store *st, fl_store_population **out, size_t *count) {
+    fl_status r = fl__store_enter(st, "population_list");
+    if (r != FL_OK)
+        return r;
+    if (!out || !count)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
+    *out = NULL;
+    *count = 0;
+    r = fl__store_op_begin(st, 0);
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_POP_LIST);
+    if (!s)
+        r = st->err.code;
+    else
+        r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population),
+                              FL__STORE_ROWS_LIST, (void **)out, count,
+                              "listing the populations");
+    r = fl__store_op_end(st, r);
+    if (r != FL_OK) {
+        fl_store_free(st, *out);
+        *out = NULL;
+        *count = 0;
+    }
+    return r;
+}
+
 /* ==== clients ==== */
 
 static void decode_client(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

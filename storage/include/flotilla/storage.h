@@ -196,6 +196,29 @@ FL_API fl_status fl_store_population_find(fl_store *st, fl_store_population **ou
 FL_API fl_status fl_store_population_set_state(fl_store *st, int64_t id,
                                                fl_store_population_state state);
 
+/* Replaces the settings of population id: its configuration, total privacy budget and
+ * allowed regions, as one write (inside fl_store_begin() a savepoint, so it commits or rolls
+ * back with the caller's group: pair it with fl_store_audit_append_config() so the log and
+ * the row never disagree). Name, creation time and state are kept. The store does not judge
+ * the change (a budget may go up or down here): the caller enforces its policy.
+ *   config_json           JSON text, or NULL for "{}".
+ *   epsilon, delta        finite epsilon > 0, 0 <= delta < 1.
+ *   allowed_regions_json  JSON array of strings, or NULL for "[]".
+ * Returns FL_OK; FL_ERR_NOT_FOUND (no population id); FL_ERR_STATE (population CLOSED, or
+ * failed handle); FL_ERR_FORMAT (invalid JSON, regions not an array of strings);
+ * FL_ERR_TOO_LARGE (JSON over FL_STORE_JSON_MAX); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO;
+ * FL_ERR_NOMEM. */
+FL_API fl_status fl_store_population_update_config(fl_store *st, int64_t id,
+                                                   const char *config_json, double epsilon,
+                                                   double delta,
+                                                   const char *allowed_regions_json);
+
+/* Lists every population (any state) in id order into an array of *count entries (release
+ * with fl_store_free; *out is NULL when *count is 0). Returns FL_OK (also for none);
+ * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+FL_API fl_status fl_store_population_list(fl_store *st, fl_store_population **out,
+                                          size_t *count);
+
 /* ---- clients ----
  * Clients are pseudonymous: the coordinator picks an opaque ID and a random auth token.
  * Only SHA-256(token) is stored; the token itself never touches the disk. */
