@@ -24,6 +24,8 @@ struct req_ctx {
     size_t body_got;   /* received so far */
     bool answered;     /* a reply was already queued (early error) */
     bool parked;       /* the handler suspended the connection (long poll) */
+    bool close;        /* close the connection after the reply (framing errors: what
+                          follows on it cannot be trusted) */
     EVP_MD_CTX *md;    /* SHA-256 of the body as it arrives (update and secagg posts), so
                           the handler, under the coordinator lock, does not hash it */
     struct fl__coord_req rq;
@@ -323,8 +325,21 @@ static void blob_release(void *cls) {
     fl__coord_blob_unref(cls);
 }
 
+/* True when the client has already half-closed its side (a read would return EOF): MHD
+ * 0.9.75 then keeps a connection whose request it answered open until the idle timeout
+ * (docs/reliability.md item 8), so the reply asks it to close instead. */
+static bool client_sent_eof(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    char c;
+    return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
-                                   enum fl__coord_route route, struct fl__coord_reply *rep) {
+                                   enum fl__coord_route route, struct fl__coord_reply *rep,
+                                   bool close) {
     struct MHD_Response *r = NULL;
     if (rep->blob) {
         /* Shared body: the response keeps the reference and drops it once sent. */
@@ -385,6 +400,8 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
     }
     if (rep->sha_hex[0])
         MHD_add_response_header(r, "Flotilla-Content-SHA256", rep->sha_hex);
+    if (close || client_sent_eof(conn))
+        MHD_add_response_header(r, "Connection", "close");
     atomic_fetch_add(&co->metrics.bytes_out, rep->json ? 0 : rep->len);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)rep->status, r);
     MHD_destroy_response(r);
@@ -414,8 +431,46 @@ static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind, 
     return MHD_YES;
 }
 
+/* Finds a header whose name holds a space or a tab: RFC 9112 section 5.1 requires a 400
+ * for whitespace between a field name and its colon, and libmicrohttpd 0.9.75 keeps such a
+ * name (e.g. "Content-Length ") as an ordinary header, so no framing check would see it. */
+static enum MHD_Result find_spaced_name(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value) {
+    (void)kind;
+    (void)value;
+    if (key && strpbrk(key, " \t")) {
+        *(const char **)cls = key;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* Message-level checks (RFC 9112): Host on HTTP/1.1 and header names without whitespace.
+ * Returns true when a 400 was set; the connection is then closed after the reply. */
+static bool syntax_checks(struct req_ctx *ctx, struct MHD_Connection *conn, const char *version,
+                          struct fl__coord_reply *rep) {
+    const char *spaced = NULL;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_spaced_name, &spaced);
+    if (spaced) {
+        ctx->close = true;
+        fl__coord_error(rep, 400, "invalid_parameter", NULL,
+                        "whitespace in the header name '%.40s' (RFC 9112 section 5.1)", spaced);
+        return true;
+    }
+    if (version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+        !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)) {
+        ctx->close = true;
+        fl__coord_error(rep, 400, "invalid_parameter", "Host",
+                        "HTTP/1.1 requests need a Host header (RFC 9112 section 3.2)");
+        return true;
+    }
+    return false;
+}
+
 static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connection *conn,
-                         const char *method, struct fl__coord_reply *rep) {
+                         const char *method, const char *version, struct fl__coord_reply *rep) {
+    if (syntax_checks(ctx, conn, version, rep))
+        return true;
     if (!method_allowed(ctx->route, method)) {
         rep->allow = route_allow(ctx->route);
         fl__coord_error(rep, 405, "method_not_allowed", NULL, "method %.16s not allowed; use %s",
@@ -428,11 +483,13 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
     int n_cl = 0;
     MHD_get_connection_values(conn, MHD_HEADER_KIND, count_content_length, &n_cl);
     if (n_cl > 1) {
+        ctx->close = true;
         fl__coord_error(rep, 400, "invalid_parameter", "Content-Length",
                         "more than one Content-Length header");
         return true;
     }
     if (cl && te) {
+        ctx->close = true;
         fl__coord_error(rep, 400, "invalid_parameter", "Transfer-Encoding",
                         "Content-Length together with Transfer-Encoding");
         return true;
@@ -441,6 +498,7 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
         char *end = NULL;
         len = strtoull(cl, &end, 10);
         if (!end || *end || cl[0] == '-' || cl[0] == '\0') {
+            ctx->close = true;
             fl__coord_error(rep, 400, "invalid_parameter", "Content-Length", "bad Content-Length");
             return true;
         }
@@ -497,9 +555,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->route = route_of(&ctx->rq, url);
         ctx->rq.route = ctx->route;
         ctx->cap = route_cap(co, &ctx->rq, ctx->route, method);
-        if (early_checks(co, ctx, conn, method, &rep)) {
+        if (early_checks(co, ctx, conn, method, version, &rep)) {
             ctx->answered = true;
-            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
             reply_clear(&rep);
             return r;
         }
@@ -521,7 +579,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             ctx->answered = true;
             *upload_data_size = 0;
             fl__coord_error(&rep, 413, "body_too_large", NULL, "body longer than Content-Length");
-            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+            enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
             reply_clear(&rep);
             return r;
         }
@@ -563,9 +621,8 @@ run_handler:
     }
     if (!rep.json && !rep.bytes && !rep.blob && rep.status == 0)
         fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
-    enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep);
+    enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
     reply_clear(&rep);
-    (void)version;
     return r;
 }
 

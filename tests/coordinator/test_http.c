@@ -2,10 +2,17 @@
  * 127.0.0.1 port with a temporary SQLite file; requests go through libcurl. Every refused
  * request is checked to leave the database unchanged. */
 #include <regex.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -303,6 +310,128 @@ static void upload_model_and_start(struct fx *f) {
     r = http_json(f, "POST", "/v1/admin/populations/kb-en/start", ADMIN_TOKEN, NULL);
     assert_int_equal(r.status, 200);
     resp_free(&r);
+}
+
+/* ---- raw sockets (requests libcurl will not send) ---- */
+
+static int raw_connect(struct fx *f) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)f->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+static void raw_send(int fd, const char *s) {
+    size_t n = strlen(s), off = 0;
+    while (off < n) {
+        ssize_t k = send(fd, s + off, n - off, MSG_NOSIGNAL);
+        assert_true(k > 0);
+        off += (size_t)k;
+    }
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Reads into out (NUL-terminated) until the server closes the connection or wait_ms pass
+ * without it; returns true when it closed (EOF or reset). */
+static bool raw_read_all(int fd, char *out, size_t cap, int wait_ms) {
+    size_t got = 0;
+    out[0] = '\0';
+    double end = mono_s() + wait_ms / 1000.0;
+    for (;;) {
+        int left = (int)((end - mono_s()) * 1000);
+        if (left <= 0)
+            return false;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, left) <= 0)
+            continue;
+        char buf[2048];
+        ssize_t k = recv(fd, buf, sizeof(buf), 0);
+        if (k <= 0)
+            return true;
+        size_t c = (size_t)k < cap - 1 - got ? (size_t)k : cap - 1 - got;
+        memcpy(out + got, buf, c);
+        got += c;
+        out[got] = '\0';
+    }
+}
+
+/* One raw request on a fresh connection: the answer's status (0 = none) and whether the
+ * server closed the connection within wait_ms. */
+static int raw_request(struct fx *f, const char *req, bool half_close, int wait_ms,
+                       bool *closed, char *out, size_t cap) {
+    int fd = raw_connect(f);
+    raw_send(fd, req);
+    if (half_close)
+        shutdown(fd, SHUT_WR);
+    *closed = raw_read_all(fd, out, cap, wait_ms);
+    close(fd);
+    int st = 0;
+    if (strncmp(out, "HTTP/1.", 7) == 0)
+        st = atoi(out + 9);
+    return st;
+}
+
+/* RFC 9112 strictness: HTTP/1.1 without Host, and whitespace between a header name and its
+ * colon, are refused with a JSON 400 and the connection is closed (so bytes after such a
+ * header, e.g. the body of "Content-Length : 5", are never read as a request). */
+static void test_http_strictness(void **state) {
+    struct fx *f = *state;
+    char out[4096];
+    bool closed;
+    /* Control: the same requests, well formed, are served. */
+    assert_int_equal(raw_request(f, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", true, 5000,
+                                 &closed, out, sizeof(out)),
+                     200);
+    assert_int_equal(raw_request(f, "GET /healthz HTTP/1.0\r\n\r\n", false, 5000, &closed, out,
+                                 sizeof(out)),
+                     200);
+    assert_true(closed); /* HTTP/1.0: no Host needed, closed after the answer */
+    assert_int_equal(raw_request(f, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: 1\r\n\r\n",
+                                 true, 5000, &closed, out, sizeof(out)),
+                     200);
+    /* HTTP/1.1 without Host. */
+    assert_int_equal(
+        raw_request(f, "GET /healthz HTTP/1.1\r\n\r\n", false, 5000, &closed, out, sizeof(out)),
+        400);
+    assert_true(closed);
+    assert_non_null(strstr(out, "\"code\":\"invalid_parameter\""));
+    assert_non_null(strstr(out, "\"field\":\"Host\""));
+    assert_non_null(strstr(out, "application/json"));
+    /* Whitespace before the colon: space, tab, on framing and ordinary headers. */
+    static const char *const spaced[] = {
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length\t: 5\r\n\r\nabcde",
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Foo : 1\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(spaced) / sizeof(spaced[0]); i++) {
+        int st = raw_request(f, spaced[i], false, 5000, &closed, out, sizeof(out));
+        if (st != 400 || !closed)
+            fprintf(stderr, "case %zu: %d closed=%d: %.300s\n", i, st, closed, out);
+        assert_int_equal(st, 400);
+        assert_true(closed);
+        assert_non_null(strstr(out, "whitespace in the header name"));
+        /* Exactly one answer: "abcde" was not taken for a second request. */
+        assert_null(strstr(strstr(out, "HTTP/1.1 400") + 1, "HTTP/1."));
+    }
+    /* A request answered after the client half-closed its side is closed at once (before,
+     * MHD kept such a connection until the idle timeout, 30 s here). */
+    double t0 = mono_s();
+    assert_int_equal(raw_request(f, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", true, 5000,
+                                 &closed, out, sizeof(out)),
+                     200);
+    assert_true(closed);
+    assert_true(mono_s() - t0 < 5.0);
 }
 
 /* ---- tests ---- */
@@ -761,6 +890,7 @@ int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_http_strictness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enrollment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkin_selection, setup, teardown),
