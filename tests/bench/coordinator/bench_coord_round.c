@@ -3,7 +3,7 @@
  * temporary database).
  *
  *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--rounds R] [--threads T]
- *                     [--concurrency C] [--exe PATH] [--json]
+ *                     [--concurrency C] [--exe PATH] [--dir DIR] [--json]
  *
  * N stand-in devices run R rounds each: check-in, signed task, then the plain update
  * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine). All
@@ -20,8 +20,11 @@
  * which varies less than wall time on a loaded machine. Per-round figures are in the JSON
  * arrays, with their medians. Peak RSS is the child's VmHWM from /proc; the secagg
  * parameters the coordinator chose (neighbours k, threshold t) are reported so that a
- * reference run (flower_round.py) can use the same. */
+ * reference run (flower_round.py) can use the same. The coordinator's database goes in a
+ * fresh directory under DIR (default /tmp, on disk here: its commits are real fsyncs; a
+ * tmpfs such as /dev/shm shows what the fsyncs cost). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -149,7 +152,7 @@ static json_t *req_json(long want, const char *method, const char *path, const c
 /* ---- child process ---- */
 
 static pid_t g_child;
-static char g_dir[64];
+static char g_dir[256];
 
 static long rss_kb(const char *field) {
     char p[64], line[256];
@@ -166,25 +169,30 @@ static long rss_kb(const char *field) {
     return v;
 }
 
-/* CPU seconds (user + system) the child has used so far, from /proc/<pid>/stat. Less
- * sensitive than wall time to other work on a shared machine. */
+/* CPU seconds the child has used so far: the sum over its threads of the run time in
+ * /proc/<pid>/task/<tid>/schedstat (nanoseconds; /proc/<pid>/stat counts 10 ms ticks, too
+ * coarse for one round). Less sensitive than wall time to other work on a shared machine. */
 static double cpu_s(void) {
-    char p[64], line[1024];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)g_child);
-    FILE *f = fopen(p, "r");
-    if (!f)
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/task", (int)g_child);
+    DIR *dir = opendir(p);
+    if (!dir)
         return 0;
     double v = 0;
-    if (fgets(line, sizeof(line), f)) {
-        char *s = strrchr(line, ')');
-        unsigned long ut = 0, st = 0;
-        /* fields after the command: state ppid pgrp session tty tpgid flags minflt cminflt
-         * majflt cmajflt utime stime */
-        if (s && sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                        &st) == 2)
-            v = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char q[128];
+        snprintf(q, sizeof(q), "%s/%.20s/schedstat", p, e->d_name);
+        FILE *f = fopen(q, "r");
+        unsigned long long ns = 0;
+        if (f && fscanf(f, "%llu", &ns) == 1)
+            v += (double)ns / 1e9;
+        if (f)
+            fclose(f);
     }
-    fclose(f);
+    closedir(dir);
     return v;
 }
 
@@ -196,7 +204,7 @@ static void cleanup(void) {
         g_child = 0;
     }
     if (g_dir[0]) {
-        char p[160];
+        char p[300];
         static const char *const names[] = {"coord.db", "coord.db-wal", "coord.db-shm",
                                             "c.json", "serve.log", NULL};
         for (int i = 0; names[i]; i++) {
@@ -207,12 +215,14 @@ static void cleanup(void) {
     }
 }
 
-static void start_coordinator(const char *exe, unsigned threads) {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/fl-bench-round-XXXXXX");
+static void start_coordinator(const char *exe, unsigned threads, const char *base) {
+    if ((size_t)snprintf(g_dir, sizeof(g_dir), "%s/fl-bench-round-XXXXXX", base) >=
+        sizeof(g_dir) - 20)
+        die("--dir: path too long");
     if (!mkdtemp(g_dir))
         die("mkdtemp");
     uint8_t h[32];
-    char hex[65], conf[160], log[160];
+    char hex[65], conf[300], log[300];
     crypto_hash_sha256(h, (const uint8_t *)ADMIN, strlen(ADMIN));
     sodium_bin2hex(hex, sizeof(hex), h, 32);
     snprintf(conf, sizeof(conf), "%s/c.json", g_dir);
@@ -599,7 +609,7 @@ int main(int argc, char **argv) {
     unsigned n = 100, threads = 4, rounds = 1, conc = 1;
     size_t d = 10000;
     int secagg = 0, as_json = 0;
-    const char *exe = FL_COORD_EXE;
+    const char *exe = FL_COORD_EXE, *base = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
             n = parse_uint("--n", argv[++i], 2, 1000000);
@@ -615,11 +625,13 @@ int main(int argc, char **argv) {
             conc = parse_uint("--concurrency", argv[++i], 1, 10000);
         else if (strcmp(argv[i], "--exe") == 0 && i + 1 < argc)
             exe = argv[++i];
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            base = argv[++i];
         else if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
         else {
             fprintf(stderr, "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
-                            "[--threads T] [--concurrency C] [--exe PATH] [--json]\n",
+                            "[--threads T] [--concurrency C] [--exe PATH] [--dir DIR] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -635,7 +647,7 @@ int main(int argc, char **argv) {
     curl_easy_setopt(g_curl, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(g_curl, CURLOPT_TIMEOUT, 600L);
     atexit(cleanup); /* also stops the child when start_coordinator gives up */
-    start_coordinator(exe, threads);
+    start_coordinator(exe, threads, base);
 
     /* Population, model (d zeros in "w"), n enrolled devices: not timed. */
     char body[2048];
