@@ -12,7 +12,7 @@ PKGS=(
   dataset-fashion-mnist
 )
 # Extra packages used only by tests (--tests) and benchmarks (--bench).
-TEST_PKGS=(python3 valgrind prometheus chromium slowhttptest)
+TEST_PKGS=(python3 valgrind prometheus chromium slowhttptest nftables)
 BENCH_PKGS=(wrk)
 
 want=("${PKGS[@]}")

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -179,6 +180,62 @@ void rel_proc_start(struct fx *f, const char *exe, const char *extra_json) {
     struct resp r = http_req(f, "GET", "/readyz", NULL, NULL, NULL, 0, NULL);
     assert_int_equal(r.status, 200);
     resp_free(&r);
+}
+
+int rel_proc_try_start(struct fx *f, const char *exe) {
+    assert_true(f->conf[0] && f->log[0] && f->child == 0);
+    /* A marker line, so that only this start's "listening" line counts. */
+    FILE *lf = fopen(f->log, "a");
+    assert_non_null(lf);
+    fprintf(lf, "---- rel_proc_try_start ----\n");
+    fclose(lf);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, f->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)exe, "serve", "--config", f->conf, NULL};
+    int rc = posix_spawn(&f->child, exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    f->port = 0;
+    for (int i = 0; i < 600; i++) {
+        int st;
+        if (waitpid(f->child, &st, WNOHANG) == f->child) {
+            f->child = 0;
+            return st;
+        }
+        /* The last marker's section of the log only. */
+        FILE *rf = fopen(f->log, "r");
+        char line[1024];
+        unsigned port = 0;
+        while (rf && fgets(line, sizeof(line), rf)) {
+            if (strncmp(line, "---- rel_proc_try_start", 23) == 0)
+                port = 0;
+            const char *p = strstr(line, "listening on 127.0.0.1:");
+            if (p)
+                port = (unsigned)strtoul(p + strlen("listening on 127.0.0.1:"), NULL, 10);
+        }
+        if (rf)
+            fclose(rf);
+        if (port) {
+            f->port = port;
+            break;
+        }
+        rel_sleep_ms(20);
+    }
+    assert_true(f->port > 0);
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    struct resp r;
+    CURLcode cc = rel_http(f, c, "GET", "/readyz", NULL, NULL, NULL, 0, NULL, 10000, &r);
+    curl_easy_cleanup(c);
+    long status = cc == CURLE_OK ? r.status : 0;
+    resp_free(&r);
+    if (status == 200)
+        return 0;
+    /* Not ready: it died meanwhile (a cut) or something is wrong (the caller's assert). */
+    int st = fx_proc_signal(f, SIGKILL);
+    return st;
 }
 
 /* ---- HTTP ---- */

@@ -48,6 +48,12 @@ void rel_inproc_stop(struct fx *f);
  * NULL. fx_free stops it. */
 void rel_proc_start(struct fx *f, const char *exe, const char *extra_json);
 
+/* Starts exe on the config an earlier fx_proc_start / rel_proc_start wrote (f->conf), with
+ * the test's environment, appending to f->log; for executables that may die while starting
+ * (power cuts). Returns 0 once it listens and /readyz answers 200 (f->child, f->port set),
+ * or the wait status of a child that exited first (f->child = 0). */
+int rel_proc_try_start(struct fx *f, const char *exe);
+
 /* ---- HTTP that tolerates a dead peer ---- */
 
 /* One request on the reusable handle h (keep-alive). Returns the CURLcode; on CURLE_OK

@@ -37,6 +37,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -54,9 +55,18 @@ extern char **environ;
 #error "FL_COORD_EXE (path of flotilla-coordinator) is set by CMake"
 #endif
 
-enum { NDEV = 64, POPS = 2 };
+enum { NDEV = 64, POPS = 3, POP_KP = 2 };
 
-static const char *const pop_name[POPS] = {"kx", "kd"};
+/* kx: secagg, no DP (exact models); kd: secagg + central DP (ledger); kp: secagg, no DP,
+ * short phase deadlines and devices that drop out (exact models over the survivors). */
+static const char *const pop_name[POPS] = {"kx", "kd", "kp"};
+
+/* Exit status of rel-coordinator-flfault after a power cut (rel_fault_shim.c). */
+enum { CUT_EXIT = 86 };
+
+#ifndef FL_COORD_FLFAULT_EXE
+#error "FL_COORD_FLFAULT_EXE (path of rel-coordinator-flfault) is set by CMake"
+#endif
 
 struct sweep {
     struct fx *f;
@@ -78,6 +88,22 @@ struct sweep {
     double commit_lat_s; /* largest latency of a committing request in a round without a
                             kill (capped at 0.5 s), for the delay of commit kills */
     double last_lat_s;   /* latency of the last request (not counting a kill's wait) */
+    /* dropouts (kp): the plan of the current attempt */
+    int drop_phase;      /* 0..3 (advertise .. unmask), -1 = no dropout */
+    int drop_count;      /* devices that drop there */
+    bool drop_many;      /* more than the round tolerates: it must be abandoned at the deadline */
+    bool acked;          /* a device was told the round completed (an acknowledged commit) */
+    /* power-cut mode (--power): the coordinator runs on the fault VFS */
+    bool power;
+    long life_io;        /* I/O calls of a calibration life (startup + one round each) */
+    int cuts, startup_cuts, cut_models[2];
+    int acked_at_cut;    /* cuts after which an acknowledged round had to be found */
+    long cut_dropped, cut_kept, cut_entries;
+    long lives;          /* coordinator lives started in power mode */
+    bool commit_life;    /* this life's cut is armed by a signal before a committing request */
+    bool arm_pending;    /* ... and that signal is still to be sent */
+    int commit_cuts;     /* cuts of such lives */
+    long acked_rechecked; /* completed (acknowledged) rounds found intact after a cut */
     /* figures */
     int kills, kills_before, kills_during, kills_commit;
     int db_checks_ok;
@@ -89,6 +115,10 @@ struct sweep {
     int restarts;
     int startup_kills; /* kills of a restarting process, before it was ready */
     int audit_checks;  /* "checkpoint never ahead of the log" checks passed */
+    int drop_rounds[4];      /* kp rounds completed with tolerable dropouts, by phase */
+    int drop_abandoned[4];   /* kp rounds abandoned at a phase deadline (too many dropouts) */
+    int drop_killed;         /* attempts with a dropout plan ended by a kill / cut */
+    int dropouts_total;      /* devices dropped in completed or deadline-abandoned rounds */
 };
 
 /* ---- kills ---- */
@@ -127,6 +157,16 @@ static long req(struct sweep *s, const char *method, const char *path, const cha
     }
     if (rc != CURLE_OK) {
         resp_free(r);
+        if (s->power && !s->killed) {
+            /* Only a power cut may end the connection: the coordinator must have exited
+             * with the cut's status (a live one is killed here and fails the check). */
+            int st = fx_proc_signal(s->f, SIGKILL);
+            if (!(WIFEXITED(st) && WEXITSTATUS(st) == CUT_EXIT))
+                fprintf(stderr, "transport error %d (%s) on %s %s without a cut (status %d)\n",
+                        (int)rc, curl_easy_strerror(rc), method, path, st);
+            assert_true(WIFEXITED(st) && WEXITSTATUS(st) == CUT_EXIT);
+            s->killed = true;
+        }
         assert_true(s->killed); /* no transport error unless we killed it */
         return -1;
     }
@@ -139,14 +179,44 @@ static const char checkin_body[] =
     "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true},"
     "\"capabilities\":{\"secagg\":true}}";
 
-/* Runs one round of population p. Returns 1 when it completed (outcome read), 0 when the
- * coordinator was killed. *rid receives the round id once known (0 before). */
+/* Devices of the attempt's dropout plan (kp): drop_count distinct devices, drawn once the
+ * tasks are known, drop at drop_phase (they post the earlier phases, then go silent).
+ * Tolerable plans (the default) stay within what the round survives: at most 2 devices and
+ * at most k - t, so every survivor keeps t live neighbours, and at least min_participants
+ * left; "too many" plans leave min_participants - 1 before the unmask phase, so the round
+ * must be abandoned at that phase's deadline. */
+static void plan_dropouts(struct sweep *s, struct tc *c) {
+    static const int drop_of[4] = {DROP_ADVERTISE, DROP_SHARE, DROP_MASKED, DROP_UNMASK};
+    int n = s->n, minp = n / 2;
+    if (s->drop_many) {
+        s->drop_count = n - minp + 1;
+    } else {
+        int tol = (int)c[0].task.k - (int)c[0].task.t;
+        int most = tol < 2 ? tol : 2;
+        assert_true(most >= 1);
+        s->drop_count = 1 + (int)(rel_next(&s->rng) % (uint64_t)most);
+    }
+    for (int left = s->drop_count; left > 0;) {
+        int i = (int)(rel_next(&s->rng) % (uint64_t)n);
+        if (c[i].drop == DROP_NONE) {
+            c[i].drop = drop_of[s->drop_phase];
+            left--;
+        }
+    }
+}
+
+/* Runs one round of population p. Returns 1 when it completed (outcome read), 2 when it was
+ * abandoned at a phase deadline as its dropout plan requires (every survivor told 410),
+ * 0 when the coordinator was killed. *rid receives the round id once known (0 before). */
 static int attempt(struct sweep *s, int p, int64_t *rid) {
     struct tc *c = s->dev[p];
     int n = s->n;
     struct resp r;
     char path[160];
     *rid = 0;
+    s->acked = false;
+    for (int i = 0; i < n; i++)
+        c[i].drop = DROP_NONE;
     for (int i = 0; i < n; i++) {
         long st = req(s, "POST", "/v1/checkin", c[i].tok, "application/json", checkin_body,
                       strlen(checkin_body), NULL, &r);
@@ -180,14 +250,38 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
         assert_int_equal(c[i].task.model_version, s->cur_version[p]);
         encode(&c[i], i);
     }
+    if (p == POP_KP && s->drop_phase >= 0)
+        plan_dropouts(s, c);
     static const char *const phases[4] = {"advertise", "share", "masked", "unmask"};
     const uint8_t *out[NDEV];
     size_t out_len[NDEV];
+    bool alive[NDEV];
+    int in_sum = n;
+    for (int i = 0; i < n; i++) {
+        alive[i] = true;
+        in_sum -= c[i].drop != DROP_NONE && c[i].drop != DROP_UNMASK;
+    }
     secagg_clients_start(c, n, *rid, out, out_len);
     int result = 1;
-    for (int ph = 0; ph < 4 && result; ph++) {
+    for (int ph = 0; ph < 4 && result == 1; ph++) {
         snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s", (long long)*rid, phases[ph]);
         for (int i = 0; i < n; i++) {
+            if (alive[i] && ph == s->drop_phase && c[i].drop != DROP_NONE)
+                alive[i] = false; /* goes silent: the phase closes at its deadline */
+            if (!alive[i])
+                continue;
+            if (ph == 3 && s->arm_pending) {
+                /* Power mode, a commit life: is this the last unmask post, the one whose
+                 * arrival completes the round? Then arm the cut inside its commit. */
+                int j = i + 1;
+                while (j < n && !(alive[j] && c[j].drop == DROP_NONE))
+                    j++;
+                if (j == n) {
+                    kill(s->f->child, SIGUSR1);
+                    s->arm_pending = false;
+                    rel_sleep_ms(2); /* let the handler run before the request */
+                }
+            }
             long st = req(s, "POST", path, c[i].tok, "application/octet-stream", out[i], out_len[i],
                           c[i].pid, &r);
             if (st < 0) {
@@ -206,10 +300,22 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
         snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=10", (long long)*rid,
                  phases[ph]);
         for (int i = 0; i < n; i++) {
+            if (!alive[i])
+                continue;
             long st = req(s, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid, &r);
             if (st < 0) {
                 result = 0;
                 break;
+            }
+            if (s->drop_many && ph == s->drop_phase) {
+                /* Too few survivors: the round was abandoned when the phase closed. */
+                if (st != 410)
+                    fprintf(stderr, "result %s %d after too many dropouts: %ld %s\n",
+                            phases[ph], i, st, r.body);
+                assert_int_equal(st, 410);
+                resp_free(&r);
+                result = 2;
+                continue;
             }
             if (st != 200)
                 fprintf(stderr, "result %s %d: %ld %s\n", phases[ph], i, st, r.body);
@@ -224,7 +330,11 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
             } else {
                 json_t *o = body_json(&r);
                 assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
-                assert_int_equal(json_integer_value(json_object_get(o, "participants")), n);
+                s->acked = true; /* this device was told: the commit is acknowledged */
+                if (json_integer_value(json_object_get(o, "participants")) != in_sum)
+                    fprintf(stderr, "round %lld outcome: %s (expected %d in the sum)\n",
+                            (long long)*rid, r.body, in_sum);
+                assert_int_equal(json_integer_value(json_object_get(o, "participants")), in_sum);
                 json_decref(o);
             }
             resp_free(&r);
@@ -264,13 +374,25 @@ static void check_completed(struct sweep *s, int p, int64_t rid) {
     assert_true(v > s->cur_version[p]);
     assert_int_equal(rel_q(db, "SELECT parent FROM models WHERE version = %lld", (long long)v),
                      s->cur_version[p]);
+    /* The devices in the sum: all, less those that dropped before the unmask phase. */
+    int in_sum = 0;
+    for (int i = 0; i < s->n; i++)
+        in_sum += c[i].drop == DROP_NONE || c[i].drop == DROP_UNMASK;
+    assert_int_equal(rel_q(db, "SELECT completed FROM rounds WHERE id = %lld", (long long)rid),
+                     in_sum);
+    assert_int_equal(rel_q(db,
+                           "SELECT count(*) FROM round_participants WHERE round_id = %lld AND "
+                           "state = 2",
+                           (long long)rid),
+                     in_sum);
     rel_db_close(db);
     float w[D], b[2], expect[D];
     fetch_model(f, &c[0], pop_name[p], v, w, b);
     assert_float_equal(b[0], 3.0f, 0);
     assert_float_equal(b[1], -4.0f, 0);
-    if (p == 0) {
-        /* Exactly the previous model + the FedAvg of the n vectors the devices sent. */
+    if (p != 1) {
+        /* Exactly the previous model + the FedAvg of the vectors of the devices in the sum
+         * (kp: the survivors of its dropouts). */
         expected_fedavg(c, s->n, s->cur[p], expect);
         if (memcmp(w, expect, sizeof(w)) != 0)
             for (int j = 0; j < D; j++)
@@ -300,20 +422,39 @@ static void check_completed(struct sweep *s, int p, int64_t rid) {
     memcpy(s->cur[p], expect, sizeof(expect));
     s->cur_version[p] = v;
     s->completed[p]++;
+    if (p == POP_KP && s->drop_phase >= 0) {
+        s->drop_rounds[s->drop_phase]++;
+        s->dropouts_total += s->drop_count;
+    }
 }
 
-/* Nothing of round rid is stored beyond its row (abandoned, with the restart reason) and
- * its selections. */
-static void check_abandoned(struct sweep *s, int p, int64_t rid) {
+/* Nothing of round rid is stored beyond its row (abandoned, with the restart reason, or
+ * with the too-few-survivors reason at the planned phase when the attempt planned too many
+ * dropouts and may have reached that deadline; `deadline`: it must be that one) and its
+ * selections. */
+static void check_abandoned(struct sweep *s, int p, int64_t rid, bool deadline) {
+    static const char *const phases[4] = {"advertise", "share", "masked", "unmask"};
     sqlite3 *db = rel_db_open(s->f->db);
     assert_non_null(db);
     long long id = (long long)rid;
     assert_int_equal(rel_q(db, "SELECT state FROM rounds WHERE id = %lld", id), 3);
-    assert_int_equal(rel_q(db,
-                           "SELECT abandon_reason = 'coordinator restarted' FROM rounds "
-                           "WHERE id = %lld",
-                           id),
-                     1);
+    char like[96];
+    snprintf(like, sizeof(like), "too few survivors in phase %s: %d < %d",
+             s->drop_many ? phases[s->drop_phase] : "-", s->n - s->drop_count, s->n / 2);
+    int64_t restart = rel_q(db,
+                            "SELECT abandon_reason = 'coordinator restarted' FROM rounds "
+                            "WHERE id = %lld",
+                            id);
+    int64_t too_few =
+        rel_q(db, "SELECT abandon_reason = '%s' FROM rounds WHERE id = %lld", like, id);
+    if (!(deadline ? too_few == 1 : restart == 1 || (s->drop_many && too_few == 1)))
+        fprintf(stderr, "round %lld: unexpected abandon reason (expected %s)\n", id,
+                deadline ? like : "coordinator restarted");
+    assert_true(deadline ? too_few == 1 : restart == 1 || (s->drop_many && too_few == 1));
+    if (too_few == 1) {
+        s->drop_abandoned[s->drop_phase]++;
+        s->dropouts_total += s->drop_count;
+    }
     assert_int_equal(rel_q(db, "SELECT result_version IS NULL FROM rounds WHERE id = %lld", id), 1);
     assert_int_equal(rel_q(db, "SELECT count(*) FROM privacy_ledger WHERE round_id = %lld", id), 0);
     assert_int_equal(rel_q(db,
@@ -331,7 +472,8 @@ static void check_abandoned(struct sweep *s, int p, int64_t rid) {
     assert_int_equal(rel_q(db, "SELECT version FROM tags WHERE name = '%s'", tag),
                      s->cur_version[p]);
     rel_db_close(db);
-    s->abandoned[p]++;
+    if (!deadline && too_few != 1)
+        s->abandoned[p]++;
 }
 
 /* ---- the whole database at the end ---- */
@@ -366,12 +508,20 @@ static void check_final(struct sweep *s) {
                   " OR (SELECT count(*) FROM models m WHERE"
                   "     json_extract(m.metadata_json, '$.round_id') = r.id) != 1"
                   " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id AND"
-                  "     q.state = 2) != %d"
+                  "     q.state = 2) != r.completed"
                   " OR (SELECT count(*) FROM round_participants q WHERE q.round_id = r.id) != %d"
-                  " OR r.completed != %d"
+                  " OR r.completed NOT BETWEEN %d AND %d"
                   " OR (SELECT count(*) FROM privacy_ledger l WHERE l.round_id = r.id) != %d)",
-                  (long long)pid, s->n, s->n, s->n, p == 1 ? 1 : 0),
+                  (long long)pid, s->n, p == POP_KP ? s->n - 2 : s->n, s->n, p == 1 ? 1 : 0),
             0);
+        /* Abandoned for a reason other than a restart: only kp's planned dropouts. */
+        assert_int_equal(rel_q(db,
+                               "SELECT count(*) FROM rounds WHERE population_id = %lld AND "
+                               "state = 3 AND abandon_reason != 'coordinator restarted'",
+                               (long long)pid),
+                         p == POP_KP ? s->drop_abandoned[0] + s->drop_abandoned[1] +
+                                           s->drop_abandoned[2] + s->drop_abandoned[3]
+                                     : 0);
         /* Abandoned: nothing. */
         assert_int_equal(
             rel_q(db,
@@ -595,6 +745,141 @@ static void restart(struct sweep *s) {
     s->restarts++;
 }
 
+/* ---- power cuts (--power) ---- */
+
+static void io_file(struct sweep *s, char *buf, size_t n) {
+    snprintf(buf, n, "%s/flfault.io", s->f->dir);
+}
+
+/* The shim's report (rel_fault_shim.c): the I/O count of the life, and after a cut the
+ * cut's statistics, added to the sweep's. Returns the I/O count, or -1 without a report. */
+static long read_io_report(struct sweep *s, bool add_cut_stats) {
+    char path[160];
+    io_file(s, path, sizeof(path));
+    FILE *fp = fopen(path, "r");
+    long io = -1, dropped = 0, kept = 0, entries = 0;
+    if (fp) {
+        if (fscanf(fp, "io %ld dropped %ld kept %ld entries %ld", &io, &dropped, &kept,
+                   &entries) != 4)
+            io = -1;
+        fclose(fp);
+    }
+    unlink(path);
+    if (add_cut_stats && io >= 0) {
+        s->cut_dropped += dropped;
+        s->cut_kept += kept;
+        s->cut_entries += entries;
+    }
+    return io;
+}
+
+/* After a cut, with the process gone: the files it left pass what a kill's must. */
+static void after_cut_checks(struct sweep *s) {
+    char why[256];
+    bool ok = rel_db_ok(s->f->db, why, sizeof(why));
+    if (!ok)
+        fprintf(stderr, "cut %d: %s\n", s->cuts, why);
+    assert_true(ok);
+    s->db_checks_ok++;
+    check_audit_not_behind(s);
+    assert_true(read_io_report(s, true) >= 0);
+    /* Every round acknowledged before (all the completed ones the test counted) is still
+     * there, with its model version; the round in flight may have committed too. */
+    sqlite3 *db = rel_db_open(s->f->db);
+    assert_non_null(db);
+    for (int p = 0; p < POPS; p++) {
+        int64_t nc = rel_q(db,
+                           "SELECT count(*) FROM rounds r JOIN populations p ON "
+                           "p.id = r.population_id WHERE p.name = '%s' AND r.state = 2 AND "
+                           "r.result_version <= %lld",
+                           pop_name[p], (long long)s->cur_version[p]);
+        if (nc != s->completed[p])
+            fprintf(stderr, "cut %d: %s has %lld completed rounds up to version %lld, %d "
+                            "acknowledged\n",
+                    s->cuts, pop_name[p], (long long)nc, (long long)s->cur_version[p],
+                    s->completed[p]);
+        assert_int_equal(nc, s->completed[p]);
+        assert_int_equal(rel_q(db, "SELECT count(*) FROM models WHERE version = %lld",
+                               (long long)s->cur_version[p]),
+                         1);
+        s->acked_rechecked += s->completed[p];
+    }
+    rel_db_close(db);
+}
+
+static int life_model; /* power-loss model of the running life: 0 lose-unsynced, 1 torn */
+
+/* Starts a new life of rel-coordinator-flfault with a power cut armed at an I/O call drawn
+ * uniformly from [1, life_io] (the calibrated count of a start plus one round of each
+ * population), or, every other life, armed by SIGUSR1 just before the next request that
+ * completes a round, at an I/O call drawn from [1, 48] after it (inside or right after the
+ * commit); lose-unsynced and torn alternate every two lives. A cut during the start
+ * (opening the store, abandoning the rounds left open) is checked like any other and a new
+ * life begins. */
+static void power_restart(struct sweep *s) {
+    char path[160], num[32];
+    io_file(s, path, sizeof(path));
+    for (;;) {
+        s->commit_life = s->lives % 2 == 1;
+        life_model = (int)((s->lives / 2) & 1);
+        s->lives++;
+        long k = 1 + (long)(rel_next(&s->rng) % (uint64_t)(s->commit_life ? 48 : s->life_io));
+        setenv("FL_REL_FLFAULT", "1", 1);
+        setenv("FL_REL_IO_FILE", path, 1);
+        snprintf(num, sizeof(num), "%ld", k);
+        setenv(s->commit_life ? "FL_REL_CUT_ON_SIGNAL" : "FL_REL_CUT_AT", num, 1);
+        unsetenv(s->commit_life ? "FL_REL_CUT_AT" : "FL_REL_CUT_ON_SIGNAL");
+        s->arm_pending = s->commit_life;
+        setenv("FL_REL_CUT_MODEL", life_model ? "1" : "0", 1);
+        snprintf(num, sizeof(num), "%llu", (unsigned long long)rel_next(&s->rng));
+        setenv("FL_REL_CUT_SEED", num, 1);
+        double t0 = rel_mono_s();
+        int st = rel_proc_try_start(s->f, FL_COORD_FLFAULT_EXE);
+        if (st == 0) {
+            /* The signal handler is installed before main: ready means armed-able. */
+            s->restart_s_sum += rel_mono_s() - t0;
+            s->restarts++;
+            return;
+        }
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == CUT_EXIT))
+            fprintf(stderr, "rel-coordinator-flfault died while starting (status %d); log %s\n",
+                    st, s->f->log);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == CUT_EXIT);
+        s->cuts++;
+        s->startup_cuts++;
+        s->cut_models[life_model]++;
+        after_cut_checks(s);
+    }
+}
+
+/* Counts the I/O calls of one life without a cut: a start on the fault VFS and one clean
+ * round of each population, ended by SIGTERM (the shim writes its count at exit). */
+static void calibrate(struct sweep *s) {
+    char path[160];
+    io_file(s, path, sizeof(path));
+    int st = fx_proc_signal(s->f, SIGTERM);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    setenv("FL_REL_FLFAULT", "1", 1);
+    setenv("FL_REL_IO_FILE", path, 1);
+    unsetenv("FL_REL_CUT_AT");
+    unsetenv("FL_REL_CUT_ON_SIGNAL");
+    assert_int_equal(rel_proc_try_start(s->f, FL_COORD_FLFAULT_EXE), 0);
+    for (int p = 0; p < POPS; p++) {
+        int64_t rid = 0;
+        s->drop_phase = -1;
+        s->drop_many = false;
+        assert_int_equal(attempt(s, p, &rid), 1);
+        check_completed(s, p, rid);
+    }
+    st = fx_proc_signal(s->f, SIGTERM);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    s->life_io = read_io_report(s, false);
+    assert_true(s->life_io > 10);
+    fprintf(stderr, "power cuts: a life (start + one round of each population) makes %ld I/O "
+                    "calls; each cut lands uniformly in [1, %ld]\n",
+            s->life_io, s->life_io);
+}
+
 /* The sweep's state lives in cmocka's state, so that teardown stops the coordinator and
  * removes the files even when a check fails half-way. */
 static int sweep_setup(void **state) {
@@ -614,34 +899,55 @@ static int sweep_teardown(void **state) {
     for (int p = 0; p < POPS; p++)
         clients_free(s->dev[p], NDEV);
     curl_easy_cleanup(s->h);
+    char path[160];
+    io_file(s, path, sizeof(path));
+    unlink(path);
     fx_free(s->f); /* kills a coordinator still running */
     free(s);
     return 0;
 }
 
-static void test_kill_sweep(void **state) {
-    struct sweep *s = *state;
+/* Sets the attempt's dropout plan: kp attempts get one every drop_every-th time, one in four
+ * of them (from the second on) "too many" (at advertise, share or masked), the others
+ * tolerable at any phase. */
+static void plan_attempt_dropouts(struct sweep *s, int p, long attempts, int drop_every) {
+    s->drop_phase = -1;
+    s->drop_many = false;
+    s->drop_count = 0;
+    if (p != POP_KP || (attempts / POPS) % drop_every != 0)
+        return;
+    s->drop_many = (attempts / POPS / drop_every) % 4 == 1; /* the 2nd, 6th, ... plan */
+    s->drop_phase = (int)(rel_next(&s->rng) % (s->drop_many ? 3 : 4));
+}
+
+static void run_sweep(struct sweep *s, bool power) {
     int lng = rel_long();
     uint64_t seed = rel_seed0();
     s->rng = seed;
+    s->power = power;
     s->n = (int)rel_envl("FL_REL_KILL_CLIENTS", lng ? 50 : 10);
-    long kills_target = rel_envl("FL_REL_KILLS", lng ? 1000 : 10);
+    long kills_target =
+        rel_envl(power ? "FL_REL_CUTS" : "FL_REL_KILLS", lng ? (power ? 300 : 1000) : 10);
     long rounds_target = rel_envl("FL_REL_KILL_ROUNDS", lng ? 12 : 2); /* per population */
     double budget_s = (double)rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 25);
+    long deadline_s = rel_envl("FL_REL_KILL_DEADLINE_S", 2); /* kp's phase deadlines */
+    int drop_every = power ? 4 : 2;
     assert_true(s->n >= 4 && s->n <= NDEV);
     fprintf(stderr,
-            "kill sweep: seed %llu, %d devices, target %ld kills and %ld completed "
-            "rounds per population, time cap %.0f s\n",
-            (unsigned long long)seed, s->n, kills_target, rounds_target, budget_s);
+            "%s sweep: seed %llu, %d devices, target %ld %s and %ld completed rounds per "
+            "population, time cap %.0f s; kp: phase deadlines %ld s, dropouts in 1 of %d "
+            "rounds\n",
+            power ? "power-cut" : "kill", (unsigned long long)seed, s->n, kills_target,
+            power ? "cuts" : "kills", rounds_target, budget_s, deadline_s, drop_every);
     restart(s);
     for (int p = 0; p < POPS; p++) {
         char *tok[NDEV];
         struct popcfg pc = {pop_name[p],
                             s->n,
-                            s->n,
+                            p == POP_KP ? s->n / 2 : s->n,
                             true,
                             s->n > 10 ? 10 : s->n - 1,
-                            p == 0 ? "none" : "central",
+                            p == 1 ? "central" : "none",
                             NULL,
                             NULL,
                             1e6,
@@ -658,21 +964,46 @@ static void test_kill_sweep(void **state) {
         s->cur_version[p] = db_int(s->f, q);
         assert_true(s->cur_version[p] > 0);
     }
+    /* kp's short deadlines: a dropout costs the test the rest of its phase's deadline. */
+    char body[160];
+    snprintf(body, sizeof(body),
+             "{\"deadlines_s\":{\"advertise\":%ld,\"share\":%ld,\"masked\":%ld,\"unmask\":%ld}}",
+             deadline_s, deadline_s, deadline_s, deadline_s);
+    struct resp pr = http_json(s->f, "PATCH", "/v1/admin/populations/kp", ADMIN_TOKEN, body);
+    if (pr.status != 200)
+        fprintf(stderr, "PATCH kp: %ld %s\n", pr.status, pr.body);
+    assert_int_equal(pr.status, 200);
+    resp_free(&pr);
     s->commit_lat_s = 0.005;
+    s->kill_at = -1;
+    if (power) {
+        calibrate(s);
+        power_restart(s);
+    }
     long clean_every = kills_target / (2 * rounds_target) + 1;
     double t_start = rel_mono_s();
     long attempts = 0;
     bool capped = false;
-    while (s->kills < kills_target || s->completed[0] + s->completed[1] < 2 * rounds_target) {
+    int completed_all = 0;
+    for (;;) {
+        int faults = power ? s->cuts : s->kills;
+        completed_all = 0;
+        for (int q = 0; q < POPS; q++)
+            completed_all += s->completed[q] >= rounds_target;
+        if (faults >= kills_target && completed_all == POPS)
+            break;
         if (rel_mono_s() - t_start > budget_s) {
             capped = true;
             break;
         }
         int p = (int)(attempts % POPS);
         bool want_rounds = s->completed[p] < rounds_target;
-        bool kill = s->kills < kills_target && !(want_rounds && attempts % clean_every == 0);
-        if (!kill && !want_rounds)
+        bool kill = !power && s->kills < kills_target && !(want_rounds && attempts % clean_every == 0);
+        if (!power && !kill && !want_rounds)
             kill = true; /* both targets met for this population: keep killing */
+        plan_attempt_dropouts(s, p, attempts, drop_every);
+        if (s->drop_phase >= 0 && (attempts / POPS / drop_every) % 2 == 1)
+            kill = false; /* every other dropout plan runs to its end (deadline paths) */
         attempts++;
         s->step = 0;
         s->killed = false;
@@ -697,59 +1028,99 @@ static void test_kill_sweep(void **state) {
         int64_t rid = 0;
         int done = attempt(s, p, &rid);
         if (!s->killed) {
-            assert_true(done);
-            check_completed(s, p, rid);
+            if (done == 1) {
+                check_completed(s, p, rid);
+            } else {
+                assert_int_equal(done, 2); /* abandoned at the deadline, as planned */
+                check_abandoned(s, p, rid, true);
+            }
             continue;
         }
-        /* Killed (a kill "during" the round's last request may land after its answer: then
-         * the round completed and the process died after it). */
-        s->kills++;
-        if (s->kills % 100 == 0)
-            fprintf(stderr, "  %d kills, %d + %d rounds completed, %.0f s\n", s->kills,
-                    s->completed[0], s->completed[1], rel_mono_s() - t_start);
-        s->kills_before += kind == 0;
-        s->kills_during += kind == 1;
-        s->kills_commit += kind == 2;
-        long k = s->kill_at;
+        /* Killed, or the power was cut (a kill "during" the round's last request may land
+         * after its answer: then the round completed and the process died after it). */
+        s->drop_killed += s->drop_phase >= 0;
+        long k = power ? s->step - 1 : s->kill_at;
         s->kill_phase[k < s->n        ? 0
                       : k < 2L * s->n ? 1
-                                      : 2 + (int)((k - 2L * s->n) / (2L * s->n))]++;
-        /* Before the restart: the files as the dead process left them. */
-        char why[256];
-        if (!rel_db_ok(s->f->db, why, sizeof(why)))
-            fprintf(stderr, "kill %d (attempt %ld, request %ld): %s\n", s->kills, attempts, k, why);
-        assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
-        s->db_checks_ok++;
-        check_audit_not_behind(s);
-        if (rel_next(&s->rng) % 8 == 0) {
-            /* Kill the restarting process too (0-40 ms after its start), then check again. */
-            kill_during_startup(s, (long)(rel_next(&s->rng) % 40000));
+                                      : 2 + (int)((k - 2L * s->n) / (2L * s->n)) % 4]++;
+        if (power) {
+            s->cuts++;
+            s->commit_cuts += s->commit_life;
+            s->cut_models[life_model]++;
+            after_cut_checks(s);
+            if (s->cuts % 50 == 0)
+                fprintf(stderr, "  %d cuts, %d + %d + %d rounds completed, %.0f s\n", s->cuts,
+                        s->completed[0], s->completed[1], s->completed[2],
+                        rel_mono_s() - t_start);
+        } else {
+            s->kills++;
+            if (s->kills % 100 == 0)
+                fprintf(stderr, "  %d kills, %d + %d + %d rounds completed, %.0f s\n", s->kills,
+                        s->completed[0], s->completed[1], s->completed[2],
+                        rel_mono_s() - t_start);
+            s->kills_before += kind == 0;
+            s->kills_during += kind == 1;
+            s->kills_commit += kind == 2;
+            /* Before the restart: the files as the dead process left them. */
+            char why[256];
+            if (!rel_db_ok(s->f->db, why, sizeof(why)))
+                fprintf(stderr, "kill %d (attempt %ld, request %ld): %s\n", s->kills, attempts,
+                        k, why);
             assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
             s->db_checks_ok++;
             check_audit_not_behind(s);
+            if (rel_next(&s->rng) % 8 == 0) {
+                /* Kill the restarting process too (0-40 ms after its start), then check
+                 * again. */
+                kill_during_startup(s, (long)(rel_next(&s->rng) % 40000));
+                assert_true(rel_db_ok(s->f->db, why, sizeof(why)));
+                s->db_checks_ok++;
+                check_audit_not_behind(s);
+            }
         }
         char q[128];
         snprintf(q, sizeof(q), "SELECT state FROM rounds WHERE id = %lld", (long long)rid);
         int64_t before = rid ? db_int(s->f, q) : -1;
-        restart(s);
+        if (s->acked) {
+            /* A device was told the round completed: the cut must not have lost it. */
+            s->acked_at_cut++;
+            if (before != 2)
+                fprintf(stderr, "round %lld: acknowledged as completed, state %lld after the "
+                                "cut\n",
+                        (long long)rid, (long long)before);
+            assert_int_equal(before, 2);
+        }
+        if (power)
+            power_restart(s);
+        else
+            restart(s);
         if (rid == 0) {
             s->kind_abandoned[kind]++;
             continue; /* killed before the round existed */
         }
-        if (done || before == 2)
+        if (done == 1 || before == 2)
             s->kind_committed[kind]++;
         else
             s->kind_abandoned[kind]++;
-        if (done || before == 2) {
+        if (done == 1 || before == 2) {
             /* Committed before the kill landed: a whole round. */
             assert_int_equal(before, 2);
             s->completed_after_kill[p]++;
             check_completed(s, p, rid);
         } else {
-            check_abandoned(s, p, rid);
+            check_abandoned(s, p, rid, false);
         }
     }
     double elapsed = rel_mono_s() - t_start;
+    if (power) {
+        /* The end: the plain coordinator on what the last life left. */
+        int st = fx_proc_signal(s->f, SIGKILL);
+        (void)st;
+        unsetenv("FL_REL_FLFAULT");
+        unsetenv("FL_REL_CUT_AT");
+        unsetenv("FL_REL_CUT_ON_SIGNAL");
+        restart(s);
+    }
     check_ledger_epsilon(s);
     int st = fx_proc_signal(s->f, SIGTERM);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -758,45 +1129,87 @@ static void test_kill_sweep(void **state) {
     s->db_checks_ok++;
     check_final(s);
     int64_t audit_entries = check_audit(s);
+    const char *what = power ? "power-cut sweep" : "kill sweep";
+    int faults = power ? s->cuts : s->kills;
     fprintf(stderr,
             "audit log: %lld entries, bundle verified under the coordinator's key, last "
             "checkpoint covers the whole log; checkpoint never ahead of the log after %d "
-            "kills\n",
-            (long long)audit_entries, s->audit_checks);
+            "%s\n",
+            (long long)audit_entries, s->audit_checks, power ? "cuts" : "kills");
+    if (power)
+        fprintf(stderr,
+                "%s: %ld attempts in %.1f s%s: %d power cuts (%d lose-unsynced, %d torn; %d "
+                "while the coordinator was starting; %d armed just before a committing "
+                "request); cuts by the request in flight: "
+                "check-in %d, task %d, advertise %d, share %d, masked %d, unmask %d; unsynced "
+                "writes dropped %ld, torn sectors kept %ld, directory entries reverted %ld\n",
+                what, attempts, elapsed, capped ? " (time cap reached)" : "", s->cuts,
+                s->cut_models[0], s->cut_models[1], s->startup_cuts, s->commit_cuts,
+                s->kill_phase[0],
+                s->kill_phase[1], s->kill_phase[2], s->kill_phase[3], s->kill_phase[4],
+                s->kill_phase[5], s->cut_dropped, s->cut_kept, s->cut_entries);
+    else
+        fprintf(stderr,
+                "%s: %ld attempts in %.1f s%s: %d kills (%d before a request, %d during one, "
+                "%d inside the committing request); kills by part of the round: check-in %d, "
+                "task %d, advertise %d, share %d, masked %d, unmask %d\n",
+                what, attempts, elapsed, capped ? " (time cap reached)" : "", s->kills,
+                s->kills_before, s->kills_during, s->kills_commit, s->kill_phase[0],
+                s->kill_phase[1], s->kill_phase[2], s->kill_phase[3], s->kill_phase[4],
+                s->kill_phase[5]);
     fprintf(stderr,
-            "kill sweep: %ld attempts in %.1f s%s: %d kills (%d before a request, %d during "
-            "one, %d inside the committing request); kills by part of the round: check-in %d, "
-            "task %d, advertise %d, share %d, masked %d, unmask %d\n",
-            attempts, elapsed, capped ? " (time cap reached)" : "", s->kills, s->kills_before,
-            s->kills_during, s->kills_commit, s->kill_phase[0], s->kill_phase[1], s->kill_phase[2],
-            s->kill_phase[3], s->kill_phase[4], s->kill_phase[5]);
-    fprintf(stderr,
-            "kill sweep: integrity_check + foreign_key_check passed %d/%d; rounds completed: "
-            "kx %d (%d committed just before a kill), kd %d (%d); abandoned after a kill: kx "
-            "%d, kd %d; half-committed 0; models exact (kx) %d/%d; restart mean %.3f s; %d "
+            "%s: integrity_check + foreign_key_check passed %d/%d; rounds completed: "
+            "kx %d (%d committed just before the fault), kd %d (%d), kp %d (%d); abandoned "
+            "after a fault: kx %d, kd %d, kp %d; half-committed 0; models exact (kx, kp) %d/%d; "
+            "rounds acknowledged in the attempt a fault ended %d, lost 0; earlier completed "
+            "rounds re-checked after each cut %ld, lost 0; restart mean %.3f s; %d "
             "restarting processes killed too\n",
-            s->db_checks_ok, s->kills + 1 + s->startup_kills, s->completed[0],
+            what, s->db_checks_ok, faults + 1 + s->startup_kills, s->completed[0],
             s->completed_after_kill[0], s->completed[1], s->completed_after_kill[1],
-            s->abandoned[0], s->abandoned[1], s->completed[0], s->completed[0],
-            s->restart_s_sum / s->restarts, s->startup_kills);
+            s->completed[2], s->completed_after_kill[2], s->abandoned[0], s->abandoned[1],
+            s->abandoned[2], s->completed[0] + s->completed[2], s->completed[0] + s->completed[2],
+            s->acked_at_cut, s->acked_rechecked, s->restart_s_sum / s->restarts,
+            s->startup_kills);
     fprintf(stderr,
-            "kill sweep: round found committed / abandoned after the restart: kills "
-            "before a request %d / %d, during one %d / %d, inside the committing request %d / "
-            "%d\n",
-            s->kind_committed[0], s->kind_abandoned[0], s->kind_committed[1], s->kind_abandoned[1],
-            s->kind_committed[2], s->kind_abandoned[2]);
+            "%s: kp dropouts: rounds completed with 1-2 devices dropped at advertise %d, share "
+            "%d, masked %d, unmask %d; abandoned at the phase deadline (too few survivors) at "
+            "advertise %d, share %d, masked %d; %d devices dropped in those; %d dropout "
+            "rounds ended by a fault\n",
+            what, s->drop_rounds[0], s->drop_rounds[1], s->drop_rounds[2], s->drop_rounds[3],
+            s->drop_abandoned[0], s->drop_abandoned[1], s->drop_abandoned[2], s->dropouts_total,
+            s->drop_killed);
+    if (!power)
+        fprintf(stderr,
+                "%s: round found committed / abandoned after the restart: kills "
+                "before a request %d / %d, during one %d / %d, inside the committing request "
+                "%d / %d\n",
+                what, s->kind_committed[0], s->kind_abandoned[0], s->kind_committed[1],
+                s->kind_abandoned[1], s->kind_committed[2], s->kind_abandoned[2]);
     if (capped)
-        fprintf(stderr, "kill sweep: stopped by the time cap before the targets\n");
-    assert_true(s->kills >= (lng ? 1 : kills_target / 2));
-    assert_true(s->completed[0] >= 1 && s->completed[1] >= 1);
+        fprintf(stderr, "%s: stopped by the time cap before the targets\n", what);
+    assert_true(faults >= (lng ? 1 : kills_target / 2));
+    assert_true(s->completed[0] >= 1 && s->completed[1] >= 1 && s->completed[2] >= 1);
 }
 
-int main(void) {
+static void test_kill_sweep(void **state) {
+    run_sweep(*state, false);
+}
+
+static void test_power_sweep(void **state) {
+    run_sweep(*state, true);
+}
+
+int main(int argc, char **argv) {
+    bool power = argc > 1 && strcmp(argv[1], "--power") == 0;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    const struct CMUnitTest tests[] = {
+    const struct CMUnitTest kill_tests[] = {
         cmocka_unit_test_setup_teardown(test_kill_sweep, sweep_setup, sweep_teardown),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest power_tests[] = {
+        cmocka_unit_test_setup_teardown(test_power_sweep, sweep_setup, sweep_teardown),
+    };
+    int rc = power ? cmocka_run_group_tests(power_tests, NULL, NULL)
+                   : cmocka_run_group_tests(kill_tests, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }
