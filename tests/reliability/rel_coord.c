@@ -238,6 +238,17 @@ int rel_proc_try_start(struct fx *f, const char *exe) {
     return st;
 }
 
+size_t rel_plain_body(const struct tc *c, uint8_t *out) {
+    memcpy(out, "FLUP\x01\0\0\0", 8);
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)c->task.rid >> (8 * b));
+    for (size_t j = 0; j < c->task.vec_len; j++) {
+        uint32_t w = (uint32_t)c->words[j];
+        memcpy(out + 16 + 4 * j, &w, 4);
+    }
+    return 16 + 4 * c->task.vec_len;
+}
+
 /* ---- HTTP ---- */
 
 CURLcode rel_http(struct fx *f, CURL *c, const char *method, const char *path, const char *token,

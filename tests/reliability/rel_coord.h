@@ -54,6 +54,11 @@ void rel_proc_start(struct fx *f, const char *exe, const char *extra_json);
  * or the wait status of a child that exited first (f->child = 0). */
 int rel_proc_try_start(struct fx *f, const char *exe);
 
+/* A plain (not secure-aggregation) update body of device c (docs/protocol.md 5.2):
+ * "FLUP" || u32le 1 || u64le round id, then the words as u32le (b <= 32). out holds
+ * 16 + 4 x vec_len bytes; returns the length. */
+size_t rel_plain_body(const struct tc *c, uint8_t *out);
+
 /* ---- HTTP that tolerates a dead peer ---- */
 
 /* One request on the reusable handle h (keep-alive). Returns the CURLcode; on CURLE_OK

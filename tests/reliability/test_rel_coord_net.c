@@ -453,19 +453,6 @@ static const char checkin_body[] =
     "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true},"
     "\"capabilities\":{\"secagg\":true}}";
 
-/* A plain update body (docs/protocol.md 5.2): "FLUP" || u32le 1 || u64le round id, then
- * the words as u32le. */
-static size_t plain_body(const struct tc *c, uint8_t *out) {
-    memcpy(out, "FLUP\x01\0\0\0", 8);
-    for (int b = 0; b < 8; b++)
-        out[8 + b] = (uint8_t)((uint64_t)c->task.rid >> (8 * b));
-    for (size_t j = 0; j < c->task.vec_len; j++) {
-        uint32_t w = (uint32_t)c->words[j];
-        memcpy(out + 16 + 4 * j, &w, 4);
-    }
-    return 16 + 4 * c->task.vec_len;
-}
-
 /* One round of population p over the faulty network. Returns 1 completed, 2 abandoned
  * (some device was told 410: the round ended without a result). */
 static int net_round(struct net *t, int p, int64_t *rid) {
@@ -506,7 +493,7 @@ static int net_round(struct net *t, int p, int64_t *rid) {
         snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)*rid);
         uint8_t body[16 + 4 * 1024];
         for (int i = 0; i < n; i++) {
-            size_t len = plain_body(&c[i], body);
+            size_t len = rel_plain_body(&c[i], body);
             long st = dev_req(t, i, "POST", path, c[i].tok, "application/octet-stream", body, len,
                               c[i].pid, &r);
             if (st != 202 && st != 200)
