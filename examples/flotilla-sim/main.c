@@ -42,6 +42,14 @@
 
 /* ---- options ---- */
 
+/* The update clip norm without DP. The SDK always clips before SecAgg's fixed-point encoding
+ * (the quantizer needs a bound), and the privacy default of 1.0 is a DP sensitivity, not a
+ * training choice: on the demo setting the devices' update norms are 1-3.5 in the first
+ * rounds (median ~1.4), so a bound of 1 shrank most plain-FedAvg steps. 50 is over 10x the
+ * largest norm seen and still keeps a coordinate's 32-bit sum from wrapping in the demo
+ * setting: 130 devices x weight <= 186 examples x 50 x 2^10 (granularity 2^-10) < 2^31. */
+#define NO_DP_CLIP 50.0
+
 struct opts {
     int clients, per_round, rounds;
     double alpha;              /* Dirichlet concentration; 0 = IID */
@@ -50,7 +58,10 @@ struct opts {
     int slow_ms;               /* their extra delay before uploading */
     bool secagg;
     const char *dp;            /* none, central, distributed */
-    double noise, epsilon, delta, clip;
+    double noise, epsilon, delta;
+    double clip;               /* update L2 clip norm; < 0 = default (see NO_DP_CLIP) */
+    const char *weighting;     /* uniform, examples */
+    double local_momentum;     /* the devices' SGD momentum */
     const char *model;         /* "784-128-10" */
     uint64_t seed;
     int epochs, batch;
@@ -82,10 +93,13 @@ static void usage(void) {
             "  --slow F            fraction of slow devices (0); --slow-ms MS their delay (3000)\n"
             "  --secagg on|off     secure aggregation (on)\n"
             "  --dp none|central|distributed  (none); --noise Z (1.0); --epsilon E budget (8)\n"
-            "  --delta D (1e-5); --clip C L2 clip norm (1.0)\n"
+            "  --delta D (1e-5); --clip C update L2 clip norm (1.0 with DP, 50 without)\n"
+            "  --weighting uniform|examples  server average over devices (uniform with DP,\n"
+            "                      examples without: each update counts by its example count)\n"
             "  --model 784-128-10  MLP layer sizes\n"
             "  --epochs E (2) --batch B (16) --lr LR (0.05) --server-lr S (1.0)\n"
             "  --over-selection X (1.3); --strategy NAME (fedavg); --momentum M (fedavgm, 0.9)\n"
+            "  --local-momentum M  the devices' SGD momentum (0.9)\n"
             "  --train-examples N, --test-examples N  subsample Fashion-MNIST (all)\n"
             "  --data DIR          Fashion-MNIST *.gz (/usr/share/datasets/fashion-mnist)\n"
             "  --url URL --admin-token T --coordinator-key HEX  use a running coordinator\n"
@@ -101,9 +115,9 @@ static void usage(void) {
 
 static bool parse_opts(struct opts *o, int argc, char **argv) {
     *o = (struct opts){.clients = 100, .per_round = 10, .rounds = 5, .secagg = true,
-                       .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = 1.0,
+                       .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = -1,
                        .model = "784-128-10", .seed = 1, .epochs = 2, .batch = 16, .lr = 0.05,
-                       .server_lr = 1.0, .over_selection = 1.3, .strategy = "fedavg", .momentum = 0.9, .slow_ms = 3000,
+                       .server_lr = 1.0, .over_selection = 1.3, .strategy = "fedavg", .momentum = 0.9, .local_momentum = 0.9, .slow_ms = 3000,
                        .data = "/usr/share/datasets/fashion-mnist", .population = "sim",
                        .admin_token = ADMIN_TOKEN_DEFAULT, .deadline_s = 10, .masked_s = 60,
                        .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600, .coord_threads = 4};
@@ -123,6 +137,8 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--epsilon")) o->epsilon = strtod(v, NULL);
         else if (OPT("--delta")) o->delta = strtod(v, NULL);
         else if (OPT("--clip")) o->clip = strtod(v, NULL);
+        else if (OPT("--weighting")) o->weighting = v;
+        else if (OPT("--local-momentum")) o->local_momentum = strtod(v, NULL);
         else if (OPT("--model")) o->model = v;
         else if (OPT("--seed")) o->seed = strtoull(v, NULL, 10);
         else if (OPT("--epochs")) o->epochs = (int)strtol(v, NULL, 10);
@@ -161,6 +177,23 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         o->alpha < 0 || o->dropout < 0 || o->dropout >= 1 || o->slow < 0 || o->slow > 1 ||
         (strcmp(o->dp, "none") && strcmp(o->dp, "central") && strcmp(o->dp, "distributed"))) {
         fprintf(stderr, "bad option values\n");
+        return false;
+    }
+    bool dp = strcmp(o->dp, "none") != 0;
+    if (o->clip < 0)
+        o->clip = dp ? 1.0 : NO_DP_CLIP;
+    if (!o->weighting)
+        o->weighting = dp ? "uniform" : "examples";
+    if (!(o->clip > 0 && o->clip <= 1e4) ||
+        (strcmp(o->weighting, "uniform") && strcmp(o->weighting, "examples")) ||
+        !(o->local_momentum >= 0 && o->local_momentum < 1)) {
+        fprintf(stderr, "bad --clip (0, 1e4], --weighting uniform|examples or --local-momentum "
+                "[0, 1)\n");
+        return false;
+    }
+    if (dp && strcmp(o->weighting, "uniform") != 0) {
+        fprintf(stderr, "--weighting examples needs --dp none (DP bounds each device's "
+                "contribution, so every update counts the same)\n");
         return false;
     }
     if (o->url && (o->db || o->audit_bundle)) {
@@ -779,13 +812,14 @@ int main(int argc, char **argv) {
              "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d},"
              "\"training\":{\"epochs\":%d,\"batch_size\":%d,\"learning_rate\":%g,"
              "\"max_examples\":100000},"
-             "\"update\":{\"weighting\":\"uniform\"},"
+             "\"update\":{\"weighting\":\"%s\"},"
              "\"strategy\":{\"name\":\"%s\",\"server_lr\":%g%s},"
              "\"secagg\":{\"enabled\":%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
              o->max_retry_s, o->deadline_s,
-             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->strategy,
+             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->weighting,
+             o->strategy,
              o->server_lr, mom,
              o->secagg ? "true" : "false", o->dp, o->clip, priv);
     struct buf b = {0};
@@ -872,6 +906,7 @@ int main(int argc, char **argv) {
         cfg.backoff_max_ms = 10000;
         cfg.long_poll_s = 25;
         cfg.request_timeout_ms = 60000;
+        cfg.momentum = o->local_momentum;
         if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK) {
             fprintf(stderr, "client: %s\n", err);
             return 1;

@@ -1,16 +1,21 @@
 """Flower baseline for the quality runs: the same FedAvg setting as run_quality.sh's
 "fedavg" configuration, with flwr's simulation engine and a PyTorch client.
 
-    .venv/bin/python tests/bench/quality/flower_fedavg.py [--rounds 40] [--out FILE.log]
+    .venv/bin/python tests/bench/quality/flower_fedavg.py [--rounds 150] [--out FILE.log]
+        [--seed 1] [--epochs 5] [--lr 0.05] [--local-momentum 0.9] [--batch 16]
+        [--clip 50] [--weighting examples|uniform]
 
 Same data and split: Fashion-MNIST, 1,000 clients, Dirichlet(0.5) per class, drawn with a
-port of flotilla-sim's own generator (splitmix64, Marsaglia-Tsang gamma; seed 1), so each
-client holds exactly the examples it holds in flotilla-sim. Same training: MLP 784-128-10
-(ReLU), SGD lr 0.05 momentum 0.9, batch 16, 2 local epochs; the update (trained - global)
-clipped to L2 norm 1.0 over all tensors (the SDK always clips: SecAgg needs bounded values);
-130 clients per round (flotilla's 100 target x over-selection 1.3, all of which finish);
-uniform weighting (flotilla's "weighting": "uniform"); server lr 1. Not the same: the
-initial weights (PyTorch's init vs the SDK's), the shuffles, and SecAgg's quantization.
+port of flotilla-sim's own generator (splitmix64, Marsaglia-Tsang gamma; --seed), so each
+client holds exactly the examples it holds in flotilla-sim. Same training, with flotilla-sim's
+flags and the defaults of run_quality.sh's no-DP rows: MLP 784-128-10 (ReLU), local SGD
+(--lr, --local-momentum), --batch, --epochs; the update (trained - global) clipped to L2 norm
+--clip over all tensors (the SDK always clips, SecAgg needs bounded values; flotilla-sim's
+no-DP bound is 50, far above any update norm); 130 clients per round (flotilla's 100 target
+x over-selection 1.3, all of which finish); each update weighted by its example count
+(--weighting examples, flotilla-sim's no-DP default; uniform is the DP one); server lr 1.
+Not the same: the initial weights (PyTorch's init vs the SDK's), the shuffles and client
+sampling, and SecAgg's quantization.
 Prints one "round N ... test accuracy A" line per round, in flotilla-sim's format so
 plot_quality.py reads it."""
 import argparse
@@ -111,11 +116,18 @@ def load(d, img, lab):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=150)
     ap.add_argument("--clients", type=int, default=1000)
     ap.add_argument("--per-round", type=int, default=130)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--local-momentum", type=float, default=0.9)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--clip", type=float, default=50.0)
+    ap.add_argument("--weighting", choices=["examples", "uniform"], default="examples")
     a = ap.parse_args()
 
     import flwr as fl
@@ -125,8 +137,8 @@ def main():
     torch.set_num_threads(1)
     xtr, ytr = load(a.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
     xte, yte = load(a.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-    seed = 1
-    rng = SimRng(seed * 0x2545F4914F6CDD1D + 7)
+    torch.manual_seed(a.seed)
+    rng = SimRng(a.seed * 0x2545F4914F6CDD1D + 7)
     t0 = time.time()
     owner = np.array(partition(ytr.tolist(), a.clients, 0.5, rng))
     parts = [np.nonzero(owner == i)[0] for i in range(a.clients)]
@@ -150,20 +162,21 @@ def main():
             torch.set_num_threads(1)
             m = model()
             put(m, params)
-            opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+            opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.local_momentum)
             x, y = torch.tensor(xtr[self.ix]), torch.tensor(ytr[self.ix])
-            for _ in range(2):
+            for _ in range(a.epochs):
                 perm = torch.randperm(len(x))
-                for b in range(0, len(x), 16):
-                    j = perm[b:b + 16]
+                for b in range(0, len(x), a.batch):
+                    j = perm[b:b + a.batch]
                     opt.zero_grad()
                     nn.functional.cross_entropy(m(x[j]), y[j]).backward()
                     opt.step()
             new = get(m)
             delta = [n - p for n, p in zip(new, params)]
             norm = math.sqrt(sum(float((d.astype(np.float64) ** 2).sum()) for d in delta))
-            s = min(1.0, 1.0 / norm) if norm > 0 else 1.0
-            return [p + s * d for p, d in zip(params, delta)], 1, {}  # uniform weighting
+            s = min(1.0, a.clip / norm) if norm > 0 else 1.0
+            w = len(self.ix) if a.weighting == "examples" else 1
+            return [p + s * d for p, d in zip(params, delta)], w, {}
 
     t_start = time.time()
     log = open(a.out, "w") if a.out else None
@@ -193,7 +206,9 @@ def main():
         client_fn=lambda cid: Client(cid).to_client(), num_clients=a.clients,
         config=fl.server.ServerConfig(num_rounds=a.rounds), strategy=strategy,
         client_resources={"num_cpus": 1, "num_gpus": 0.0})
-    print(f"done: flower {fl.__version__} FedAvg, {a.rounds} rounds, wall "
+    print(f"done: flower {fl.__version__} FedAvg, {a.rounds} rounds (lr {a.lr}, local momentum "
+          f"{a.local_momentum}, {a.epochs} epochs, batch {a.batch}, clip {a.clip}, "
+          f"{a.weighting} weighting, seed {a.seed}), wall "
           f"{time.time() - t_start:.1f} s", flush=True)
 
 

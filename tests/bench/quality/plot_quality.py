@@ -63,8 +63,8 @@ def main():
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(img, "quality_dp_epsilon.png"), dpi=110)
-    lines = ["| configuration | rounds | final accuracy | best accuracy (round) | epsilon | "
-             "s/round | wall (s) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| configuration | rounds | final accuracy | best accuracy (round) | first round "
+             ">= 85% | epsilon | s/round | wall (s) |", "|---|---|---|---|---|---|---|---|"]
     for c in order:
         r = runs[c]
         best = max(r, key=lambda x: x[4])
@@ -76,8 +76,10 @@ def main():
         eps = f"{r[-1][5]:.3f}" if c.startswith("dp") else "-"
         per = (r[-1][6] - r[0][6]) / max(1, len(r) - 1)
         stop = " (budget)" if s.get("budget_exhausted") else ""
+        first = next((int(x[0]) for x in r if x[4] >= 0.85), None)
         lines.append(f"| {label(c)} | {len(r)}{stop} | {100 * r[-1][4]:.2f}% | "
-                     f"{100 * best[4]:.2f}% ({int(best[0])}) | {eps} | {per:.1f} | "
+                     f"{100 * best[4]:.2f}% ({int(best[0])}) | {first or '-'} | {eps} | "
+                     f"{per:.1f} | "
                      f"{s.get('wall_time_s', r[-1][6]):.0f} |")
     open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
