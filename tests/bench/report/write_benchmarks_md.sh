@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Writes docs/benchmarks.md from run_all.sh's results directory: the machine, then one
 # section per benchmark that ran (its command, exit status, time, and its own output, which
-# holds the in-run references and ratios). Benchmarks that did not run are listed with the
-# command that runs them.
+# holds the in-run references and ratios), then its notes from notes/NAME.md if there are
+# any. Benchmarks that did not run are listed with the command that runs them.
 #   write_benchmarks_md.sh RESULTS_DIR DOC [ROOT]   (ROOT is stripped from paths)
 set -uo pipefail
 res=$1 doc=$2 root=${3:-/nonexistent}
+notes=$(cd "$(dirname "$0")" && pwd)/notes
 {
     echo "# Benchmarks"
     echo
@@ -45,6 +46,12 @@ res=$1 doc=$2 root=${3:-/nonexistent}
             grep -v -E '^(INFO|WARNING|DEBUG) |^\t|warnings\.warn|Warning: |INFO worker\.py|deprecated feature|in future versions of Flower' |
             grep -v "$(printf '^\t')" | tail -n 60 | sed "s|$root/||g"
         echo '```'
+        # A benchmark's standing notes (full-size figures from a longer run, caveats), kept
+        # in tests/bench/report/notes/NAME.md so that a regenerated document keeps them.
+        if [ -f "$notes/$name.md" ]; then
+            echo
+            cat "$notes/$name.md"
+        fi
     done
     if [ -f "$res/_steps" ]; then
         first=1
