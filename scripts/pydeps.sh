@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv 2>/dev/null || { "$PY" -m pip install -q virtualenv && "$PY" -m virtualenv -q .venv; }
 fi
-want="numpy safetensors dp-accounting pytest"
+want="numpy safetensors dp-accounting pytest gcovr"
 missing=""
 for p in $want; do
   .venv/bin/python -m pip show -q "$p" >/dev/null 2>&1 || missing="$missing $p"
