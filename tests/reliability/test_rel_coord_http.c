@@ -509,6 +509,46 @@ static int open_served(unsigned port, int *status) {
     return fd;
 }
 
+/* GET /healthz on fresh connections until one is answered 200 (at most ~3 s): the server
+ * releases a closed connection's slots (per-IP and total counts) in its cleanup pass, which
+ * libmicrohttpd runs after it has already sent its FIN, so a client that saw the close can
+ * be ahead of it. */
+static int healthz_settled(unsigned port) {
+    int st = 0;
+    for (int k = 0; k < 30 && (st = rel_healthz(port)) != 200; k++)
+        rel_sleep_ms(100);
+    return st;
+}
+
+/* Opens n kept-alive connections, each served a /healthz; fds[] receives them. Returns how
+ * many were served. When one is not (a slot of a connection the server closed a moment ago
+ * may not be released yet: libmicrohttpd sends its FIN, then releases the per-IP slot in a
+ * later cleanup pass of the worker thread, so under load the client can see the close
+ * first), all are closed and the set is opened again after 100 ms, up to 30 times;
+ * *settles counts those retries. */
+static int open_served_n(unsigned port, int *fds, int n, int *settles) {
+    for (int attempt = 0;; attempt++) {
+        int served = 0, st;
+        for (int i = 0; i < n; i++) {
+            fds[i] = open_served(port, &st);
+            if (st != 200) {
+                fprintf(stderr, "  connection %d of %d got %d (attempt %d)\n", i + 1, n, st,
+                        attempt + 1);
+                if (fds[i] >= 0)
+                    close(fds[i]);
+                for (int j = 0; j < i; j++)
+                    close(fds[j]);
+                break;
+            }
+            served++;
+        }
+        if (served == n || attempt >= 30)
+            return served;
+        (*settles)++;
+        rel_sleep_ms(100);
+    }
+}
+
 static void test_conn_limits(void **state) {
     struct fx **slot = *state; /* fx_slot_teardown frees it if a check fails */
     fl_coord_config cfg;
@@ -553,15 +593,16 @@ static void test_conn_limits(void **state) {
             stall_close);
     assert_true(closed);
     assert_true(stall_close <= 4.0);
-    /* Per-IP limit 8: connections 1..7 (limit-1) and 8 (limit) served, 9 refused. */
-    int served = 0, limit = (int)lim.per_ip_connections;
-    for (int i = 0; i < limit; i++) {
-        fds[i] = open_served(f->port, &st);
-        if (st != 200)
-            fprintf(stderr, "per-IP limit %d: connection %d got %d\n", limit, i + 1, st);
-        assert_int_equal(st, 200);
-        served++;
-    }
+    /* Per-IP limit 8: connections 1..7 (limit-1) and 8 (limit) served, 9 refused. The
+     * stalled connection just closed may still hold its slot for a moment (the server's
+     * FIN comes before its cleanup pass): the set is retried until the server has settled. */
+    int limit = (int)lim.per_ip_connections, settles = 0;
+    int served = open_served_n(f->port, fds, limit, &settles);
+    if (settles)
+        fprintf(stderr, "per-IP limit %d: the set was opened again %d time(s) while the "
+                        "server released a closed connection's slot\n",
+                limit, settles);
+    assert_int_equal(served, limit);
     int extra = open_served(f->port, &st);
     fprintf(stderr, "per-IP limit %d: %d connections served, connection %d: %s\n", limit, served,
             limit + 1,
@@ -573,8 +614,7 @@ static void test_conn_limits(void **state) {
         close(extra);
     for (int i = 0; i < limit; i++)
         close(fds[i]);
-    rel_sleep_ms(200);
-    assert_int_equal(rel_healthz(f->port), 200); /* slots are freed on close */
+    assert_int_equal(healthz_settled(f->port), 200); /* slots are freed on close */
     rel_inproc_stop(f);
     fx_free(f);
     *slot = NULL;
@@ -602,8 +642,7 @@ static void test_conn_limits(void **state) {
     for (int i = 0; i < nopen; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    rel_sleep_ms(200);
-    assert_int_equal(rel_healthz(f->port), 200);
+    assert_int_equal(healthz_settled(f->port), 200);
     rel_inproc_stop(f);
     fx_free(f);
     *slot = NULL;
