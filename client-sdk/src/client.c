@@ -229,6 +229,8 @@ struct round {
     char model_url[FL__CLIENT_URL_MAX + 1];
     int has_task;                        /* task parsed */
     struct fl__client_task task;         /* signed task config */
+    uint8_t sa_session[32];              /* secagg.session_id of the task */
+    uint8_t model_sha[32];               /* SHA-256 of the model downloaded and verified */
     uint8_t *model;                      /* verified model bytes (model_cap allocated) */
     size_t model_len, model_cap;
     uint8_t *post;                       /* body to post (plain update), post_cap allocated */
@@ -960,6 +962,42 @@ static int round_error(fl_client *c, int64_t now, const char *what) {
     return 1;
 }
 
+/* secagg.session_id of the task body in c->resp (already parsed once and validated by
+ * fl__client_task_parse, which does not keep it). */
+static fl_status task_session_id(fl_client *c, uint8_t out[32]) {
+    enum { TOKENS = 4096 };
+    struct fl__client_jtok *tok = fl__alloc_array(&c->alloc, TOKENS, sizeof(*tok));
+    if (!tok)
+        return fl__err_set(&c->err, FL_ERR_NOMEM, "task: out of memory");
+    struct fl__client_json j;
+    char b64[64];
+    fl_status rc = fl__client_json_parse(&j, (const char *)c->resp.body, c->resp.len, tok,
+                                         TOKENS);
+    if (rc == FL_OK &&
+        !(fl__client_json_str(&j, fl__client_json_get(&j, fl__client_json_get(&j, 0, "secagg"),
+                                                      "session_id"),
+                              b64, sizeof(b64)) &&
+          fl__client_unbase64(out, 32, b64)))
+        rc = FL_ERR_FORMAT;
+    if (rc != FL_OK && rc != FL_ERR_NOMEM)
+        rc = fl__err_set(&c->err, rc, "task field secagg.session_id");
+    fl__free(&c->alloc, tok, TOKENS * sizeof(*tok));
+    return rc;
+}
+
+/* The secagg context of docs/protocol.md 5.5: SHA-256("flotilla/v1/secagg-context" || 0x00
+ * || session_id || SHA-256(model)) over the model this device downloaded and verified. Two
+ * devices given different models by an equivocating coordinator get different contexts,
+ * cannot open each other's secagg shares, and so never aggregate together. */
+static void secagg_context(uint8_t out[FL_SECAGG_CONTEXT_BYTES], const struct round *r) {
+    static const char label[] = "flotilla/v1/secagg-context";
+    uint8_t m[sizeof(label) + 64];
+    memcpy(m, label, sizeof(label)); /* with its terminating 0x00 */
+    memcpy(m + sizeof(label), r->sa_session, 32);
+    memcpy(m + sizeof(label) + 32, r->model_sha, 32);
+    fl__client_sha256(out, m, sizeof(m));
+}
+
 static void on_task(fl_client *c, int64_t now) {
     struct round *r = &c->r;
     if (c->resp.status != 200) {
@@ -970,6 +1008,11 @@ static void on_task(fl_client *c, int64_t now) {
     if (rc == FL_OK)
         rc = fl__client_task_parse(&r->task, (const char *)c->resp.body, c->resp.len, r->id,
                                    c->population, &c->alloc, &c->err);
+    if (rc == FL_OK) {
+        r->has_task = 1; /* freed with the round from here on */
+        if (r->task.secagg)
+            rc = task_session_id(c, r->sa_session);
+    }
     if (rc != FL_OK) {
         STAT_SET(c, last_error, rc);
         round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
@@ -994,10 +1037,10 @@ static void on_model(fl_client *c, int64_t now) {
         return;
     }
     fl_status rc = verify_signed(c, "flotilla/v1/model", (uint64_t)r->task.model_version);
-    if (rc == FL_OK && r->task.has_model_sha256) {
-        uint8_t h[32];
-        fl__client_sha256(h, c->resp.body, c->resp.len);
-        if (fl_memeq_ct(h, r->task.model_sha256, 32) != 0)
+    if (rc == FL_OK && (r->task.has_model_sha256 || r->task.secagg)) {
+        /* The hash of what was verified also goes into the secagg context (5.5). */
+        fl__client_sha256(r->model_sha, c->resp.body, c->resp.len);
+        if (r->task.has_model_sha256 && fl_memeq_ct(r->model_sha, r->task.model_sha256, 32))
             rc = fl__err_set(&c->err, FL_ERR_CRYPTO, "model SHA-256 differs from the task's");
     }
     if (rc == FL_OK && r->task.model_bytes && (size_t)r->task.model_bytes != c->resp.len)
@@ -1259,6 +1302,7 @@ static void do_train(fl_client *c, int64_t now) {
     sc.degree = r->task.sa_neighbors;
     sc.threshold = r->task.sa_threshold;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
+    secagg_context(sc.context, r);
     char em[160];
     rc = fl_secagg_config_resolve(&sc, em, sizeof(em));
     if (rc == FL_OK)

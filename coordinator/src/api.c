@@ -558,8 +558,14 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
     fl__coord_b64(sid, sizeof(sid), r->session_id, 32);
     fl__coord_b64(rseed, sizeof(rseed), rp->rotation_seed, 32);
     fl__coord_b64(qseed, sizeof(qseed), rp->quant_seed, 32);
-    snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name,
-             (long long)pt->base_version);
+    int64_t mv = pt->base_version;
+    if (co->debug_task_model && rp->secagg) {
+        /* Tests only: play a coordinator that gives this participant another model. */
+        int64_t alt = co->debug_task_model(co->debug_task_model_user, r->id, pt->index, mv);
+        if (alt > 0)
+            mv = alt;
+    }
+    snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name, (long long)mv);
     json_t *training = json_deep_copy(json_object_get(cfg, "training"));
     json_t *mu = json_object_get(st, "proximal_mu");
     json_object_set_new(training, "optimizer", json_string("sgd"));
@@ -610,8 +616,8 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
         "{s:s, s:s, s:I, s:s, s:{s:I, s:s}, s:O, s:o, s:o, s:o, s:o,"
         " s:{s:I, s:I, s:I, s:I, s:I}}",
         "protocol", "flotilla/v1", "population", p->name, "round_id", (json_int_t)pt->sel_rid,
-        "kind", rp->buffered ? "buffered" : "sync", "model", "version",
-        (json_int_t)pt->base_version, "url", model_url,
+        "kind", rp->buffered ? "buffered" : "sync", "model", "version", (json_int_t)mv, "url",
+        model_url,
         "data_schema", json_object_get(cfg, "data_schema") ? json_object_get(cfg, "data_schema")
                                                            : json_null(),
         "training", training, "update", update, "dp", dp, "secagg", sa,
@@ -621,7 +627,7 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
     /* The model's SHA-256 and size, so a device can check its cached copy or the download
      * before it trains (docs/protocol.md section 4.2). */
     struct fl__coord_blob *mb = NULL;
-    if (t && fl__coord_model_blob(co, p, pt->base_version, &mb) == FL_OK) {
+    if (t && fl__coord_model_blob(co, p, mv, &mb) == FL_OK) {
         json_t *mo = json_object_get(t, "model");
         json_object_set_new(mo, "sha256", json_string(mb->sha_hex));
         json_object_set_new(mo, "bytes", json_integer((json_int_t)mb->len));

@@ -267,6 +267,14 @@ typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint6
                                        size_t vec_len, uint32_t count, const float *delta,
                                        size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user);
+/* Test-only hook (never set in production): an equivocating coordinator. Called (lock
+ * held) when the task of secagg participant client_index of round_id is built; a return
+ * value > 0 is the model version that participant's task names instead of the round's
+ * base version (which is what honest coordinators always send). */
+typedef int64_t (*fl__coord_debug_task_model_fn)(void *user, int64_t round_id,
+                                                  uint32_t client_index, int64_t base_version);
+void fl__coord_debug_task_model_set(fl_coord *co, fl__coord_debug_task_model_fn fn,
+                                    void *user);
 
 /* A parked long poll (docs/protocol.md section 5): one suspended HTTP connection. */
 struct fl__coord_waiter {
@@ -293,6 +301,9 @@ struct fl_coord {
     char key_id[FL_COORD_KEY_ID_BYTES];
     char *tls_cert, *tls_key;
     fl_coord_limits limits;
+    unsigned request_deadline_s;  /* per-request deadline, seconds; 0 = none (http.c) */
+    unsigned request_min_body_rate; /* bytes/s a body's deadline allowance assumes */
+    struct fl__coord_http_watch *watch; /* request deadlines, half-closed clients (http.c) */
     unsigned max_long_poll_s;
     fl_coord_clock_fn clock;
     void *clock_user;
@@ -315,6 +326,8 @@ struct fl_coord {
     struct evp_md_st *sha256_md;       /* OpenSSL SHA-256 (SHA-NI/AVX2): big bodies */
     fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
     void *debug_user;
+    fl__coord_debug_task_model_fn debug_task_model; /* test hook: equivocation */
+    void *debug_task_model_user;
 
     /* audit log (audit.c) */
     char audit_origin[FL_STORE_AUDIT_ORIGIN_MAX + 1]; /* checkpoint origin (log name) */

@@ -32,6 +32,8 @@ void fl_coord_config_init(fl_coord_config *cfg) {
     cfg->limits.max_connections = 10000;
     cfg->limits.connection_memory = 32 * 1024;
     cfg->max_long_poll_s = 30;
+    cfg->request_deadline_s = 10;
+    cfg->request_min_body_rate = 16384;
     cfg->logger.min_level = FL_LOG_INFO;
 }
 
@@ -78,6 +80,10 @@ static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
         BAD("config.limits.connection_memory must be 8192..1048576");
     if (c->max_long_poll_s > 60)
         BAD("config.max_long_poll_s must be 0..60");
+    if (c->request_deadline_s > 3600)
+        BAD("config.request_deadline_s must be 0..3600");
+    if (c->request_min_body_rate < 1024 || c->request_min_body_rate > 1000000000u)
+        BAD("config.request_min_body_rate must be 1024..1000000000");
 #undef BAD
     return FL_OK;
 }
@@ -137,6 +143,8 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
     co->port_cfg = cfg->port;
     co->threads = cfg->threads;
     co->limits = cfg->limits;
+    co->request_deadline_s = cfg->request_deadline_s;
+    co->request_min_body_rate = cfg->request_min_body_rate;
     co->max_long_poll_s = cfg->max_long_poll_s;
     co->clock = cfg->clock;
     co->clock_user = cfg->clock_user;
@@ -315,5 +323,13 @@ void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *use
     fl__coord_lock(co);
     co->debug_sum = fn;
     co->debug_user = user;
+    fl__coord_unlock(co);
+}
+
+void fl__coord_debug_task_model_set(fl_coord *co, fl__coord_debug_task_model_fn fn,
+                                    void *user) {
+    fl__coord_lock(co);
+    co->debug_task_model = fn;
+    co->debug_task_model_user = user;
     fl__coord_unlock(co);
 }

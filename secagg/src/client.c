@@ -182,9 +182,9 @@ fl_status fl_secagg_client_start(fl_secagg_client *c, const uint8_t **out, size_
     memcpy(p, c->c_pk, 32);
     memcpy(p + 32, c->s_pk, 32);
     if (c->cfg.active) {
-        uint8_t stmt[128];
+        uint8_t stmt[FL__SA_STMT_BYTES];
         size_t sl = fl__sa_adv_statement(stmt, sizeof(stmt), c->round_id, c->index, c->c_pk,
-                                         c->s_pk);
+                                         c->s_pk, c->cfg.context);
         memcpy(p + 64, c->vk, 32);
         memcpy(p + 96, c->id.cert, 64);
         if (cr->ed25519_sign(p + 160, stmt, sl, c->id.signing_key) != 0)
@@ -204,27 +204,36 @@ fl_status fl_secagg_client_start(fl_secagg_client *c, const uint8_t **out, size_
 /* Verifies a neighbour's certificate and advertisement signature (active mode). */
 static int verify_adv(const fl_secagg_client *c, uint32_t idx, const uint8_t *adv) {
     const struct fl__sa_crypto *cr = c->crypto;
-    uint8_t stmt[128];
+    uint8_t stmt[FL__SA_STMT_BYTES];
     const uint8_t *vk = adv + 64, *cert = adv + 96, *sig = adv + 160;
     size_t sl = fl__sa_cert_statement(stmt, sizeof(stmt), idx, vk);
     if (cr->ed25519_verify(cert, stmt, sl, c->cfg.verify_key) != 0)
         return -1;
-    sl = fl__sa_adv_statement(stmt, sizeof(stmt), c->round_id, idx, adv, adv + 32);
+    sl = fl__sa_adv_statement(stmt, sizeof(stmt), c->round_id, idx, adv, adv + 32,
+                              c->cfg.context);
     return cr->ed25519_verify(sig, stmt, sl, vk);
 }
 
-/* AEAD nonce and associated data for the share ciphertext from -> to. */
-static void share_nonce_ad(uint8_t nonce[12], uint8_t ad[19], uint64_t round_id, uint32_t from,
-                           uint32_t to) {
+/* Bytes of the share ciphertexts' associated data: 19, plus the context when it is set. */
+#define SHARE_AD_MAX (19 + FL_SECAGG_CONTEXT_BYTES)
+
+/* AEAD nonce and associated data (magic || version || round || from || to [|| context]) for
+ * the share ciphertext from -> to; returns the associated data's length. */
+static size_t share_nonce_ad(const fl_secagg_client *c, uint8_t nonce[12],
+                             uint8_t ad[SHARE_AD_MAX], uint32_t from, uint32_t to) {
     fl__put_u32le(nonce, from);
     fl__put_u32le(nonce + 4, to);
     memset(nonce + 8, 0, 4);
     ad[0] = FL__SA_MAGIC0;
     ad[1] = FL__SA_MAGIC1;
     ad[2] = FL__SA_VERSION;
-    fl__put_u64le(ad + 3, round_id);
+    fl__put_u64le(ad + 3, c->round_id);
     fl__put_u32le(ad + 11, from);
     fl__put_u32le(ad + 15, to);
+    if (!fl__sa_has_context(&c->cfg))
+        return 19;
+    memcpy(ad + 19, c->cfg.context, FL_SECAGG_CONTEXT_BYTES);
+    return SHARE_AD_MAX;
 }
 
 static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len) {
@@ -325,16 +334,16 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         struct fl__sa_peer *p = &peers[s];
         if (!(p->flags & PEER_U1))
             continue;
-        uint8_t nonce[12], ad[19];
-        share_nonce_ad(nonce, ad, c->round_id, c->index, p->index);
+        uint8_t nonce[12], ad[SHARE_AD_MAX];
+        size_t adl = share_nonce_ad(c, nonce, ad, c->index, p->index);
         fl__put_u32le(pt, c->index);
         fl__put_u32le(pt + 4, p->index);
         memcpy(pt + 8, ss[i].y, FL__SA_SHARE_Y_BYTES);
         memcpy(pt + 8 + FL__SA_SHARE_Y_BYTES, bs[i].y, FL__SA_SHARE_Y_BYTES);
         fl__put_u32le(o, p->index);
         if (fl__sa_derive_pair_key(p->key, cr, "enc", c->c_sk, p->c_pk, c->round_id, c->index,
-                                   p->index) != 0 ||
-            cr->aead_seal(o + 4, pt, sizeof(pt), ad, sizeof(ad), nonce, p->key) != 0) {
+                                   p->index, c->cfg.context) != 0 ||
+            cr->aead_seal(o + 4, pt, sizeof(pt), ad, adl, nonce, p->key) != 0) {
             fl_memzero(c->out.p, out_len);
             st = client_fail(c, FL_ERR_CRYPTO, "KEYS: share encryption failed");
             goto out;
@@ -405,6 +414,29 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
     }
     if (count + 1 < cfg->threshold)
         return client_fail(c, FL_ERR_ABORTED, "CIPHERTEXTS: fewer than t neighbours left");
+    /* Open every share now, not only when unmasking: a share that does not open was sealed
+     * under another context (a neighbour that was given another model: the server
+     * equivocated) or was tampered with. Either way this client's masked input must not
+     * leave it, so it fails here, before the masked input exists. */
+    scan = r;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t idx;
+        const uint8_t *ct;
+        fl__sa_read_u32(&scan, &idx);
+        fl__sa_read_bytes(&scan, &ct, FL__SA_SHARE_CT_BYTES);
+        const struct fl__sa_peer *p = &c->peers[fl__sa_graph_slot(&c->graph, c->index, idx)];
+        uint8_t nonce[12], ad[SHARE_AD_MAX], pt[FL__SA_SHARE_PT_BYTES];
+        size_t adl = share_nonce_ad(c, nonce, ad, idx, c->index);
+        int bad = cr->aead_open(pt, ct, FL__SA_SHARE_CT_BYTES, ad, adl, nonce, p->key) != 0 ||
+                  fl__get_u32le(pt) != idx || fl__get_u32le(pt + 4) != c->index;
+        fl_memzero(pt, sizeof(pt));
+        if (bad) {
+            char m[160];
+            snprintf(m, sizeof(m), "CIPHERTEXTS: the share from client %u does not open "
+                     "(another context, e.g. another model, or tampered)", idx);
+            return client_fail(c, FL_ERR_CRYPTO, m);
+        }
+    }
 
     size_t d = cfg->dim, eb = fl__sa_elem_bytes(cfg->bits);
     size_t out_len = FL_SECAGG_HEADER_BYTES + d * eb;
@@ -429,7 +461,7 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
         const struct fl__sa_peer *p = &c->peers[fl__sa_graph_slot(&c->graph, c->index, idx)];
         int sign = c->index < idx ? +1 : -1;
         if (fl__sa_derive_pair_key(seed, cr, "mask", c->s_sk, p->s_pk, c->round_id, c->index,
-                                   idx) != 0 ||
+                                   idx, NULL) != 0 ||
             fl__sa_mask_apply(acc, d, seed, sign, cr, c->scratch) != 0) {
             fl_memzero(seed, sizeof(seed));
             st = client_fail(c, FL_ERR_CRYPTO, "MASKED_INPUT: pairwise mask failed");
@@ -626,9 +658,9 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
         const struct fl__sa_peer *p = &c->peers[s];
         if (!(p->flags & PEER_U2))
             continue;
-        uint8_t nonce[12], ad[19];
-        share_nonce_ad(nonce, ad, c->round_id, p->index, c->index);
-        if (cr->aead_open(pt, p->ct, FL__SA_SHARE_CT_BYTES, ad, sizeof(ad), nonce, p->key) != 0) {
+        uint8_t nonce[12], ad[SHARE_AD_MAX];
+        size_t adl = share_nonce_ad(c, nonce, ad, p->index, c->index);
+        if (cr->aead_open(pt, p->ct, FL__SA_SHARE_CT_BYTES, ad, adl, nonce, p->key) != 0) {
             st = client_fail(c, FL_ERR_CRYPTO, "UNMASK_REQ: share ciphertext does not open");
             break;
         }

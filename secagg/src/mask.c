@@ -6,25 +6,40 @@
 
 static const uint8_t fl__sa_salt[] = "flotilla-secagg-v1";
 
+static int context_set(const uint8_t *context) {
+    uint8_t any = 0;
+    for (size_t i = 0; context && i < FL_SECAGG_CONTEXT_BYTES; i++)
+        any |= context[i];
+    return any != 0;
+}
+
+int fl__sa_has_context(const fl_secagg_config *cfg) { return context_set(cfg->context); }
+
 int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
                            const char *label, const uint8_t sk[32], const uint8_t peer_pk[32],
-                           uint64_t round_id, uint32_t u, uint32_t v) {
+                           uint64_t round_id, uint32_t u, uint32_t v, const uint8_t *context) {
     uint8_t shared[32];
-    uint8_t info[16 + 8 + 4 + 4];
+    uint8_t info[16 + 8 + 4 + 4 + FL_SECAGG_CONTEXT_BYTES];
     size_t ll = strlen(label);
     if (ll > 16)
         return -1;
     int rc = -1;
     if (crypto->x25519_shared(shared, sk, peer_pk) != 0)
         goto out;
-    /* info = label || round || min(u, v) || max(u, v): both ends derive the same key. */
+    /* info = label || round || min(u, v) || max(u, v) [|| context]: both ends derive the
+     * same key, and only if they agree on the context. */
     uint32_t lo = u < v ? u : v, hi = u < v ? v : u;
+    size_t il = ll + 16;
     memcpy(info, label, ll);
     fl__put_u64le(info + ll, round_id);
     fl__put_u32le(info + ll + 8, lo);
     fl__put_u32le(info + ll + 12, hi);
+    if (context_set(context)) {
+        memcpy(info + il, context, FL_SECAGG_CONTEXT_BYTES);
+        il += FL_SECAGG_CONTEXT_BYTES;
+    }
     if (crypto->hkdf_sha256(out, 32, fl__sa_salt, sizeof(fl__sa_salt) - 1, shared, 32, info,
-                            ll + 16) != 0)
+                            il) != 0)
         goto out;
     rc = 0;
 out:
@@ -172,17 +187,21 @@ int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_
 }
 
 size_t fl__sa_adv_statement(uint8_t *buf, size_t cap, uint64_t round_id, uint32_t u,
-                            const uint8_t c_pk[32], const uint8_t s_pk[32]) {
+                            const uint8_t c_pk[32], const uint8_t s_pk[32],
+                            const uint8_t *context) {
     static const char label[] = "flotilla-secagg-adv-v1";
     size_t o = sizeof(label) - 1;
-    if (cap < o + 8 + 4 + 64)
+    size_t cl = context_set(context) ? FL_SECAGG_CONTEXT_BYTES : 0;
+    if (cap < o + 8 + 4 + 64 + cl)
         return 0;
     memcpy(buf, label, o);
     fl__put_u64le(buf + o, round_id);
     fl__put_u32le(buf + o + 8, u);
     memcpy(buf + o + 12, c_pk, 32);
     memcpy(buf + o + 44, s_pk, 32);
-    return o + 76;
+    if (cl)
+        memcpy(buf + o + 76, context, cl);
+    return o + 76 + cl;
 }
 
 size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t vk[32]) {

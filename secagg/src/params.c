@@ -1,6 +1,7 @@
 /* secagg configuration: defaults, validation, (k, t) derivation, size getters, identities. */
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ size_t fl_secagg_max_bits(void) { return FL_SECAGG_MAX_BITS; }
 size_t fl_secagg_max_clients(void) { return FL_SECAGG_MAX_CLIENTS; }
 size_t fl_secagg_max_dim(void) { return FL_SECAGG_MAX_DIM; }
 size_t fl_secagg_max_edges(void) { return FL_SECAGG_MAX_EDGES; }
+size_t fl_secagg_context_bytes(void) { return FL_SECAGG_CONTEXT_BYTES; }
 
 /* ---- backends ---- */
 
@@ -170,10 +172,16 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
                               struct fl__err *err) {
     if (!out || !in)
         return fl__err_set(err, FL_ERR_MISUSE, "config: NULL");
-    if (in->struct_size != sizeof(fl_secagg_config))
+    /* The struct grew at the end: a caller built against the header before `context`
+     * passes the older size and gets an all-zero context. */
+    if (in->struct_size != sizeof(fl_secagg_config) &&
+        in->struct_size != offsetof(fl_secagg_config, context))
         return fl__err_set(err, FL_ERR_MISUSE, "config.struct_size: %zu, expected %zu",
                            in->struct_size, sizeof(fl_secagg_config));
-    fl_secagg_config c = *in;
+    fl_secagg_config c;
+    memset(&c, 0, sizeof(c));
+    memcpy(&c, in, in->struct_size);
+    c.struct_size = sizeof(c);
     if (c.num_clients < 3 || c.num_clients > FL_SECAGG_MAX_CLIENTS)
         return fl__err_set(err, FL_ERR_MISUSE, "config.num_clients: %u not in 3..%u",
                            c.num_clients, (unsigned)FL_SECAGG_MAX_CLIENTS);
@@ -235,8 +243,12 @@ fl_status fl_secagg_config_resolve(fl_secagg_config *cfg, char *errmsg, size_t e
     fl__err_clear(&err);
     fl_secagg_config out;
     fl_status st = fl__sa_config_check(&out, cfg, &err);
-    if (st == FL_OK)
-        *cfg = out;
+    if (st == FL_OK) {
+        /* Write back no more than the caller's struct holds. */
+        size_t keep = cfg->struct_size;
+        out.struct_size = keep;
+        memcpy(cfg, &out, keep);
+    }
     if (errmsg && errmsg_len > 0)
         snprintf(errmsg, errmsg_len, "%s", st == FL_OK ? "" : fl__err_msg(&err));
     return st;

@@ -76,10 +76,14 @@ uint32_t fl__sa_graph_neighbor(const struct fl__sa_graph *g, uint32_t u, uint32_
 /* ---- mask.c: key derivation and mask expansion ---- */
 
 /* HKDF-SHA256 of an X25519 agreement into a 32-byte key for the pair {u, v} of a round;
- * label is "mask" (pairwise mask seed) or "enc" (share encryption key). */
+ * label is "mask" (pairwise mask seed) or "enc" (share encryption key). A non-zero context
+ * (FL_SECAGG_CONTEXT_BYTES; NULL or all zero = none) is appended to the HKDF info. */
 int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
                            const char *label, const uint8_t sk[32], const uint8_t peer_pk[32],
-                           uint64_t round_id, uint32_t u, uint32_t v);
+                           uint64_t round_id, uint32_t u, uint32_t v, const uint8_t *context);
+
+/* 1 if the config carries a context (any non-zero byte), else 0. */
+int fl__sa_has_context(const fl_secagg_config *cfg);
 
 /* acc[i] += sign * PRG(seed)[i] (mod 2^32) for i < dim; the PRG's 4-byte little-endian
  * words are the mask elements. Expands in FL__SA_MASK_CHUNK pieces through scratch
@@ -102,9 +106,13 @@ int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32]
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
                     uint32_t u, const uint8_t b[32]);
 
-/* Signed statements (active mode). Fill buf (size given) and return the length used. */
+/* Signed statements (active mode). Fill buf (size given) and return the length used (0 if
+ * cap is too small). The advertisement statement ends with the context when it is set
+ * (context NULL or all zero = none). */
+#define FL__SA_STMT_BYTES 160
 size_t fl__sa_adv_statement(uint8_t *buf, size_t cap, uint64_t round_id, uint32_t u,
-                            const uint8_t c_pk[32], const uint8_t s_pk[32]);
+                            const uint8_t c_pk[32], const uint8_t s_pk[32],
+                            const uint8_t *context);
 size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t vk[32]);
 /* The survivor-set statement: "flotilla-secagg-u3-v1" || round || n || bitmap. Allocated
  * with a; *out_len set. NULL on failure. */

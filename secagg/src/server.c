@@ -249,11 +249,12 @@ static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__s
                            r->left, adv);
     if (s->cfg.active) {
         const struct fl__sa_crypto *cr = s->crypto;
-        uint8_t stmt[128];
+        uint8_t stmt[FL__SA_STMT_BYTES];
         size_t sl = fl__sa_cert_statement(stmt, sizeof(stmt), from, p + 64);
         if (cr->ed25519_verify(p + 96, stmt, sl, s->cfg.verify_key) != 0)
             return fl__err_set(&s->err, FL_ERR_CRYPTO, "ADVERTISE: bad certificate");
-        sl = fl__sa_adv_statement(stmt, sizeof(stmt), s->round_id, from, p, p + 32);
+        sl = fl__sa_adv_statement(stmt, sizeof(stmt), s->round_id, from, p, p + 32,
+                                  s->cfg.context);
         if (cr->ed25519_verify(p + 160, stmt, sl, p + 64) != 0)
             return fl__err_set(&s->err, FL_ERR_CRYPTO, "ADVERTISE: bad signature");
         memcpy(s->adv_active + (size_t)from * 160, p + 64, 160);
@@ -738,7 +739,7 @@ static fl_status um_remove(fl_secagg_server *s, struct um_work *uw, uint32_t v,
             continue;
         int sign_w = w < v ? +1 : -1; /* what w added */
         if (fl__sa_derive_pair_key(seed, s->crypto, "mask", secret, s->cl[w].s_pk,
-                                   s->round_id, v, w) != 0)
+                                   s->round_id, v, w, NULL) != 0)
             st = server_fail(s, FL_ERR_CRYPTO, "pairwise mask removal failed");
         else
             st = um_queue(s, uw, seed, -sign_w);

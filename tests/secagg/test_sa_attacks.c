@@ -30,12 +30,98 @@ static void test_tampered_share_ciphertext(void **state) {
     o.tamper_user = &tc;
     sa_run(&o, &r);
     assert_int_equal(tc.hits, 1);
-    /* The victim refuses to unmask (bad tag); the others carry the round. */
+    /* The victim opens its shares on arrival and fails on the bad tag before its masked
+     * input exists (it is not in the sum); the others carry the round. */
     assert_int_equal(r.client_failures, 1);
     assert_int_equal(r.client_fail_code, FL_ERR_CRYPTO);
     assert_int_equal(r.st, FL_OK);
     assert_true(r.sum_ok);
-    assert_int_equal(r.count, 5);
+    assert_int_equal(r.count, 4);
+}
+
+/* ---- contexts (server equivocation) ----
+ * Each client binds its context (in the coordinator: a hash of the session and of the
+ * model it verified) into its share encryption and pairwise keys. A server that gives
+ * some clients another model cannot make them aggregate together: every client with a
+ * neighbour of the other context fails before sending its masked input. */
+
+static void set_ctx(uint8_t ctx[FL_SECAGG_CONTEXT_BYTES], uint8_t v) {
+    memset(ctx, 0, FL_SECAGG_CONTEXT_BYTES);
+    ctx[0] = v;
+    ctx[31] = (uint8_t)(v * 7 + 1);
+}
+
+/* Same non-zero context everywhere: a normal round, with dropouts, on both backends. */
+static void test_context_same_round_ok(void **state) {
+    (void)state;
+    for (int b = 0; b < 2; b++) {
+        struct sa_opts o;
+        struct sa_result r;
+        uint8_t drop[6] = {0, SA_DROP_MASKED, 0, 0, SA_DROP_UNMASK, 0};
+        sa_opts_init(&o, 6, 33, 5, 3);
+        set_ctx(o.cfg.context, 9);
+        o.drop = drop;
+        if (b) {
+            o.client_backend = FL_SECAGG_BACKEND_MBEDTLS; /* server on sodium: cross-backend */
+            fl_secagg_config probe = o.cfg;
+            probe.backend = FL_SECAGG_BACKEND_MBEDTLS;
+            if (fl_secagg_config_resolve(&probe, NULL, 0) == FL_ERR_UNSUPPORTED)
+                continue; /* mbedTLS backend not built */
+        }
+        sa_run(&o, &r);
+        assert_int_equal(r.st, FL_OK);
+        assert_int_equal(r.client_failures, 0);
+        assert_true(r.sum_ok);
+        assert_int_equal(r.count, 5);
+    }
+}
+
+/* Two contexts in one round (complete graph): every client has a neighbour of the other
+ * context, so every client fails (FL_ERR_CRYPTO) before its masked input exists, and the
+ * server aborts with too few masked inputs: nothing is summed. */
+static void test_context_split_aborts(void **state) {
+    (void)state;
+    enum { N = 6 };
+    struct sa_opts o;
+    struct sa_result r;
+    uint8_t ctx[N][FL_SECAGG_CONTEXT_BYTES];
+    for (int i = 0; i < N; i++)
+        set_ctx(ctx[i], i < 2 ? 2 : 1); /* clients 0 and 1 were given another model */
+    sa_opts_init(&o, N, 16, N - 1, 3);
+    set_ctx(o.cfg.context, 1);
+    o.client_context = (const uint8_t(*)[FL_SECAGG_CONTEXT_BYTES])ctx;
+    sa_run(&o, &r);
+    assert_int_equal(r.client_failures, N);
+    assert_int_equal(r.client_fail_code, FL_ERR_CRYPTO);
+    assert_int_equal(r.st, FL_ERR_ABORTED);
+    assert_int_equal(r.failed_at, FL_SECAGG_PHASE_MASKED_INPUT);
+    /* A zero context on one side and a context on the other do not mix either. */
+    memset(ctx[0], 0, FL_SECAGG_CONTEXT_BYTES);
+    memset(ctx[1], 0, FL_SECAGG_CONTEXT_BYTES);
+    sa_run(&o, &r);
+    assert_int_equal(r.client_failures, N);
+    assert_int_equal(r.st, FL_ERR_ABORTED);
+}
+
+/* Active mode: the context is also in the signed advertisement, so the server (holding the
+ * honest context) already refuses the advertisement of a client on another model. */
+static void test_context_active_advertisement(void **state) {
+    (void)state;
+    enum { N = 5 };
+    uint8_t ctx[N][FL_SECAGG_CONTEXT_BYTES];
+    for (int i = 0; i < N; i++)
+        set_ctx(ctx[i], i == 3 ? 4 : 3);
+    struct sa_opts o;
+    struct sa_result r;
+    sa_opts_init(&o, N, 8, N - 1, 4);
+    o.cfg.active = 1;
+    set_ctx(o.cfg.context, 3);
+    o.client_context = (const uint8_t(*)[FL_SECAGG_CONTEXT_BYTES])ctx;
+    sa_run(&o, &r);
+    /* Client 3 never got into U1: the others complete without it. */
+    assert_int_equal(r.st, FL_OK);
+    assert_true(r.sum_ok);
+    assert_int_equal(r.count, N - 1);
 }
 
 /* A holder sends garbage shares: reconstruction does not match the commitment or the
@@ -348,6 +434,9 @@ static void test_abort_is_sticky(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tampered_share_ciphertext),
+        cmocka_unit_test(test_context_same_round_ok),
+        cmocka_unit_test(test_context_split_aborts),
+        cmocka_unit_test(test_context_active_advertisement),
         cmocka_unit_test(test_bad_shares_detected),
         cmocka_unit_test(test_replay_and_reorder),
         cmocka_unit_test(test_lying_server_caught_in_active_mode),

@@ -33,6 +33,8 @@ struct sa_opts {
     void *tamper_user;
     uint64_t seed;               /* input generator seed */
     const fl_allocator *alloc;   /* NULL = libc */
+    const uint8_t (*client_context)[FL_SECAGG_CONTEXT_BYTES]; /* (n) each client's context
+                                    (the server keeps cfg.context), NULL = cfg.context */
 };
 
 struct sa_result {
@@ -116,6 +118,8 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     uint8_t *failed = calloc(n, 1), *in_sum = calloc(n, 1);
     assert_true(cl && x && failed && in_sum);
     for (uint32_t i = 0; i < n; i++) {
+        if (o->client_context)
+            memcpy(ccfg.context, o->client_context[i], FL_SECAGG_CONTEXT_BYTES);
         assert_int_equal(fl_secagg_client_create(&cl[i], &ccfg, round_id, i,
                                                  cfg.active ? &I.ids[i] : NULL, o->alloc),
                          FL_OK);

@@ -1,5 +1,6 @@
 /* Parameters, configuration, graph, sizes, wire header and quantization helpers. */
 #include <math.h>
+#include <stddef.h>
 
 #include "test_sa_harness.h"
 #include "secagg_internal.h"
@@ -66,6 +67,7 @@ static void test_sizes(void **state) {
     assert_int_equal(fl_secagg_max_clients(), FL_SECAGG_MAX_CLIENTS);
     assert_int_equal(fl_secagg_max_dim(), FL_SECAGG_MAX_DIM);
     assert_int_equal(fl_secagg_max_edges(), FL_SECAGG_MAX_EDGES);
+    assert_int_equal(fl_secagg_context_bytes(), FL_SECAGG_CONTEXT_BYTES);
     assert_int_equal(FL__SA_SHARE_CT_BYTES, 90);
     assert_int_equal(FL_SECAGG_SEED_BYTES, FL__SA_SEED_BYTES);
     assert_int_equal(FL_SECAGG_VERIFY_KEY_BYTES, FL__SA_ED25519_PK_BYTES);
@@ -158,6 +160,32 @@ static void test_config(void **state) {
     assert_int_equal(fl_secagg_client_create(&cl, &ok, 1, 0, NULL, NULL), FL_ERR_MISUSE);
     fl_secagg_server_destroy(NULL);
     fl_secagg_client_destroy(NULL);
+}
+
+/* A caller built against the header before `context` passes the older struct size: it is
+ * accepted (all-zero context) and resolve writes back no more than that many bytes. */
+static void test_config_old_size(void **state) {
+    (void)state;
+    union {
+        fl_secagg_config c;
+        uint8_t raw[sizeof(fl_secagg_config)];
+    } u;
+    fl_secagg_config_init(&u.c);
+    u.c.num_clients = 100;
+    u.c.dim = 10;
+    size_t old = offsetof(fl_secagg_config, context);
+    u.c.struct_size = old;
+    memset(u.raw + old, 0xA5, sizeof(u.raw) - old); /* must be ignored and left alone */
+    assert_int_equal(fl_secagg_config_resolve(&u.c, NULL, 0), FL_OK);
+    assert_int_equal(u.c.struct_size, old);
+    assert_int_equal(u.c.degree, 12);
+    for (size_t i = old; i < sizeof(u.raw); i++)
+        assert_int_equal(u.raw[i], 0xA5);
+    fl_secagg_client *cl = NULL;
+    assert_int_equal(fl_secagg_client_create(&cl, &u.c, 1, 0, NULL, NULL), FL_OK);
+    fl_secagg_client_destroy(cl);
+    u.c.struct_size = old + 1;
+    assert_int_equal(fl_secagg_config_resolve(&u.c, NULL, 0), FL_ERR_MISUSE);
 }
 
 static void test_graph(void **state) {
@@ -304,6 +332,7 @@ int main(void) {
         cmocka_unit_test(test_derive_edges),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_config_old_size),
         cmocka_unit_test(test_graph),
         cmocka_unit_test(test_peek),
         cmocka_unit_test(test_quantization),

@@ -32,6 +32,7 @@ extern "C" {
 #define FL_SECAGG_MAX_CLIENTS 65536     /* upper bound on n */
 #define FL_SECAGG_MAX_DIM 268435456u    /* upper bound on d (2^28 elements) */
 #define FL_SECAGG_MAX_EDGES 4194304u    /* upper bound on n * k (graph edges, both directions) */
+#define FL_SECAGG_CONTEXT_BYTES 32      /* round context bound into keys and shares */
 
 FL_API size_t fl_secagg_seed_bytes(void);
 FL_API size_t fl_secagg_verify_key_bytes(void);
@@ -42,6 +43,7 @@ FL_API size_t fl_secagg_max_bits(void);
 FL_API size_t fl_secagg_max_clients(void);
 FL_API size_t fl_secagg_max_dim(void);
 FL_API size_t fl_secagg_max_edges(void);
+FL_API size_t fl_secagg_context_bytes(void);
 
 /* ---- configuration ---- */
 
@@ -74,6 +76,19 @@ typedef struct fl_secagg_config {
                                   the authority that certifies client signing keys */
     fl_secagg_backend backend; /* crypto backend (default FL_SECAGG_BACKEND_DEFAULT) */
     fl_logger logger;          /* optional log callback (default off) */
+    /* Added in 0.2 (a struct_size of offsetof(fl_secagg_config, context) is still accepted
+     * and means an all-zero context). */
+    uint8_t context[FL_SECAGG_CONTEXT_BYTES]; /* what every party of the round must agree on
+                                  beyond the round id, e.g. a hash of the session and of the
+                                  model the client trained on (docs/secagg.md "Context").
+                                  Bound into the share-encryption key, the shares' associated
+                                  data and (active mode) the signed advertisement: clients
+                                  with different contexts cannot open each other's shares, and
+                                  a client that receives such a share fails (FL_ERR_CRYPTO,
+                                  sticky) before it sends its masked input. In active mode the
+                                  server needs the same value (it checks advertisements); in
+                                  semi-honest mode it does not use it. All zero (default) = no
+                                  context: the derivations without it. */
 } fl_secagg_config;
 
 /* Fills cfg with the documented defaults (num_clients and dim are 0 = unset). cfg NULL is
