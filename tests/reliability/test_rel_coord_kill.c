@@ -1,9 +1,14 @@
-/* kill -9 sweep of the real `flotilla-coordinator serve` executable (docs/reliability.md).
+/* kill -9 sweep of the real `flotilla-coordinator serve` executable (docs/reliability.md),
+ * and with --power the same sweep with power cuts instead of kills.
  *
- * Two populations with secure aggregation run rounds of n stand-in devices (the secagg
+ * Three populations with secure aggregation run rounds of n stand-in devices (the secagg
  * client state machine and dp's encoders, tests/coordinator/coord_testkit.c): "kx" without
- * DP, so each completed round's model can be predicted exactly, and "kd" with central DP,
- * so each completed round spends privacy budget. Rounds alternate between them. In most
+ * DP, so each completed round's model can be predicted exactly, "kd" with central DP, so
+ * each completed round spends privacy budget, and "kp" without DP, with 2-s phase deadlines
+ * and dropouts: every other kp round has 1-2 devices go silent at a drawn secagg phase (the
+ * round must complete at the deadline with exactly the survivors in the sum), or, one plan
+ * in four, more than the round tolerates (it must be abandoned at that phase's deadline).
+ * Rounds rotate between them. In most
  * attempts the coordinator is SIGKILLed at a random point: before or during a uniformly
  * drawn request of the round (check-ins, task downloads, the four secagg posts and result
  * polls), or during the request whose arrival completes the unmask phase and so runs the
@@ -18,19 +23,29 @@
  * Every completed round is checked as it completes: kx's model is exactly the previous
  * model plus the FedAvg of the n masked inputs the devices sent (so no update was lost or
  * counted twice); kd's model is the previous model plus (the devices' sum + an integer
- * noise vector within 6 sigma) x gamma / n. At the end (after SIGTERM) the whole database
- * is checked: every round is completed or abandoned; a completed round has exactly its
- * model version (metadata round_id, parent = the round's base = the previous completed
- * version), its n completed participants, and for kd exactly one ledger entry; an abandoned
- * round has no model, no completed participant and no ledger entry; the ledger holds one
- * entry per completed kd round and matches an independent recomputation of the per-round
- * event; epsilon from dp's accountant over (completed kd rounds x that event) equals
- * /metrics' flotilla_privacy_epsilon_spent. The audit log is checked if the coordinator
- * writes one (today it does not: 0 entries, reported).
+ * noise vector within 6 sigma) x gamma / n; kp's is exact like kx's, over the devices in
+ * the sum. At the end (after SIGTERM) the whole database is checked: every round is
+ * completed or abandoned; a completed round has exactly its model version (metadata
+ * round_id, parent = the round's base = the previous completed version), its completed
+ * participants (n; kp: its `completed` count), and for kd exactly one ledger entry; an
+ * abandoned round has no model, no completed participant and no ledger entry, and a reason
+ * other than a restart only for kp's planned dropouts; the ledger holds one entry per
+ * completed kd round and matches an independent recomputation of the per-round event;
+ * epsilon from dp's accountant over (completed kd rounds x that event) equals /metrics'
+ * flotilla_privacy_epsilon_spent; the audit log has one round entry per ended round and
+ * verifies offline.
  *
- * Profiles: CI (default) ~10 kills over 10 devices; FL_RELIABILITY_PROFILE=long 1,000
- * kills and >= 24 completed rounds of 50 devices. FL_REL_KILLS, FL_REL_KILL_CLIENTS,
- * FL_REL_KILL_ROUNDS (completed rounds per population) and FL_REL_KILL_BUDGET_S override;
+ * --power: the coordinator is rel-coordinator-flfault (its main linked with
+ * rel_fault_shim.c: the fault VFS is its SQLite VFS). Each life has a power cut armed, at a
+ * uniformly drawn I/O call or (every other life) just after the request that completes a
+ * round arrives; at the cut the files are rewritten as a power loss leaves them and the
+ * process exits (86). The same checks follow, plus: every round a device was told completed
+ * is still there after every later cut.
+ *
+ * Profiles: CI (default) ~10 kills (cuts) over 10 devices; FL_RELIABILITY_PROFILE=long 1,000
+ * kills (300 cuts) and >= 36 completed rounds of 50 devices. FL_REL_KILLS (FL_REL_CUTS),
+ * FL_REL_KILL_CLIENTS, FL_REL_KILL_ROUNDS (completed rounds per population),
+ * FL_REL_KILL_BUDGET_S and FL_REL_KILL_DEADLINE_S (kp's phase deadlines) override;
  * FL_RELIABILITY_SEED replays the kill points. */
 #include <fcntl.h>
 #include <math.h>
@@ -100,6 +115,7 @@ struct sweep {
     int acked_at_cut;    /* cuts after which an acknowledged round had to be found */
     long cut_dropped, cut_kept, cut_entries;
     long lives;          /* coordinator lives started in power mode */
+    int life_model;      /* power-loss model of the running life: 0 lose-unsynced, 1 torn */
     bool commit_life;    /* this life's cut is armed by a signal before a committing request */
     bool arm_pending;    /* ... and that signal is still to be sent */
     int commit_cuts;     /* cuts of such lives */
@@ -807,8 +823,6 @@ static void after_cut_checks(struct sweep *s) {
     rel_db_close(db);
 }
 
-static int life_model; /* power-loss model of the running life: 0 lose-unsynced, 1 torn */
-
 /* Starts a new life of rel-coordinator-flfault with a power cut armed at an I/O call drawn
  * uniformly from [1, life_io] (the calibrated count of a start plus one round of each
  * population), or, every other life, armed by SIGUSR1 just before the next request that
@@ -821,7 +835,7 @@ static void power_restart(struct sweep *s) {
     io_file(s, path, sizeof(path));
     for (;;) {
         s->commit_life = s->lives % 2 == 1;
-        life_model = (int)((s->lives / 2) & 1);
+        s->life_model = (int)((s->lives / 2) & 1);
         s->lives++;
         long k = 1 + (long)(rel_next(&s->rng) % (uint64_t)(s->commit_life ? 48 : s->life_io));
         setenv("FL_REL_FLFAULT", "1", 1);
@@ -830,7 +844,7 @@ static void power_restart(struct sweep *s) {
         setenv(s->commit_life ? "FL_REL_CUT_ON_SIGNAL" : "FL_REL_CUT_AT", num, 1);
         unsetenv(s->commit_life ? "FL_REL_CUT_AT" : "FL_REL_CUT_ON_SIGNAL");
         s->arm_pending = s->commit_life;
-        setenv("FL_REL_CUT_MODEL", life_model ? "1" : "0", 1);
+        setenv("FL_REL_CUT_MODEL", s->life_model ? "1" : "0", 1);
         snprintf(num, sizeof(num), "%llu", (unsigned long long)rel_next(&s->rng));
         setenv("FL_REL_CUT_SEED", num, 1);
         double t0 = rel_mono_s();
@@ -847,7 +861,7 @@ static void power_restart(struct sweep *s) {
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == CUT_EXIT);
         s->cuts++;
         s->startup_cuts++;
-        s->cut_models[life_model]++;
+        s->cut_models[s->life_model]++;
         after_cut_checks(s);
     }
 }
@@ -1046,7 +1060,7 @@ static void run_sweep(struct sweep *s, bool power) {
         if (power) {
             s->cuts++;
             s->commit_cuts += s->commit_life;
-            s->cut_models[life_model]++;
+            s->cut_models[s->life_model]++;
             after_cut_checks(s);
             if (s->cuts % 50 == 0)
                 fprintf(stderr, "  %d cuts, %d + %d + %d rounds completed, %.0f s\n", s->cuts,
