@@ -53,7 +53,7 @@ steps=(
 "client_heap|120|$B/client/bench_round_heap --d 10000 --d 100000"
 "client_libsize|60|sh tests/bench/client/lib_size.sh $(ls -t "$build"/client-sdk/libflotilla-client-sdk.so* 2>/dev/null | head -1)"
 "coord_round|300|for c in 1 16; do for s in 0 1; do $B/coordinator/bench_coord_round --n 100 --d 10000 --rounds 5 --secagg \$s --concurrency \$c || exit; done; done"
-"coord_checkin|120|bash tests/bench/coordinator/checkin_wrk.sh $build 10 32"
+"coord_checkin|120|bash tests/bench/coordinator/checkin_wrk.sh $build --seconds 10 --connections 32"
 "coord_flower|420|$py tests/bench/coordinator/flower_round.py --build $build --n 100 --d 10000 --secagg 0 --reps 7"
 "coord_flower_secagg|600|$py tests/bench/coordinator/flower_round.py --build $build --secagg 1 --n 20,50 --d 10000 --reps 3 --flotilla-rounds 2"
 "storage_registry|300|$B/storage/bench_registry --count 200"
