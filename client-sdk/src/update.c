@@ -310,110 +310,76 @@ out:
 
 /* ---- update pipeline ---- */
 
-/* ---- streaming central encoder ----
- * fl_dp_central_encode needs, next to the float input, a d-double workspace and a d-int64
- * output: 20 bytes per parameter on top of the 4-byte delta and the 4-byte wire vector, which
- * made the encode the peak of the whole round (6 x 4d). The same mechanism is run here
- * straight from the float delta into the wire words: the clip-and-scale factor is applied on
- * the fly and each rounded coordinate is reduced mod 2^b as it is produced, so the encode
- * needs only the delta and the output vector (2 x 4d with 32-bit words).
- *
- * It is the dp library's algorithm step for step (dp/src/central.c and lattice.c): x_i =
- * delta_i * f with f = min(1, c / ||delta||) / gamma, |x_i| < 2^61, q_i = floor(x_i) +
- * [u < x_i - floor(x_i)] with u a 53-bit uniform from the dp rng, the whole vector redrawn
- * until sum q_i^2 <= B (at most 1000 draws). B, the exact integer norm bound the privacy
- * analysis rests on, is not recomputed here: it is read back from fl_dp_central_info_get,
- * which reports sqrt(B) as a double. For B < 2^50 the integer whose square root is that
- * double is unique and is recovered exactly; larger bounds (huge weights or clip/gamma) make
- * the caller fall back to fl_dp_central_encode. */
-
-#define CENTRAL_STREAM_MAX_BOUND (UINT64_C(1) << 50) /* B recoverable exactly below this */
-#define CENTRAL_ROUND_TRIES 1000                     /* as FL__DP_ROUND_TRIES */
-#define CENTRAL_RAND_WORDS 512                       /* uniforms drawn per rng call (4 KiB) */
-
-/* Recovers B from the reported l2 bound; false when it is not exactly recoverable. */
-static bool central_bound(uint64_t *bound, const fl_dp_central_params *p, size_t d) {
-    fl_dp_central_info info;
-    if (fl_dp_central_info_get(&info, p, d) != FL_OK || !(info.l2_bound >= 0))
-        return false;
-    double sq = info.l2_bound * info.l2_bound;
-    if (!(sq < (double)CENTRAL_STREAM_MAX_BOUND))
-        return false;
-    int64_t guess = (int64_t)llround(sq);
-    int found = 0;
-    for (int64_t b = guess - 2; b <= guess + 2; b++)
-        if (b >= 0 && sqrt((double)b) == info.l2_bound) {
-            *bound = (uint64_t)b;
-            found++;
-        }
-    return found == 1;
-}
-
-/* Encodes delta (d floats, not modified) into vec (d words of wb bytes, each reduced with
- * mask). Returns FL_OK, FL_ERR_RANGE (non-finite delta, or values too large for gamma),
- * FL_ERR_AGAIN (every draw over the bound), FL_ERR_UNSUPPORTED (bound not recoverable: use
- * fl_dp_central_encode), or the rng's error. */
-static fl_status central_encode_stream(fl_dp_rng *rng, void *vec, size_t wb, uint64_t mask,
-                                       const float *delta, size_t d,
-                                       const fl_dp_central_params *p) {
-    uint64_t bound = 0;
-    if (!central_bound(&bound, p, d))
-        return FL_ERR_UNSUPPORTED;
-    double norm;
-    if (fl_dp_l2_norm(&norm, delta, d) != FL_OK)
-        return FL_ERR_RANGE;
-    double f = (norm > p->clip ? p->clip / norm : 1.0) / p->granularity;
+/* Distributed mode: *delta (d floats) goes into a buffer of L = d' + 1 doubles that
+ * fl_dp_distributed_encode_inplace turns into the d' noised words, the delta being freed
+ * first unless keep_delta (a test observer wants it); the buffer is then shrunk to the L wire
+ * words of wb bytes. On FL_OK *vec is that vector (weight word not yet set). */
+static fl_status encode_distributed(void **vec, const struct fl__client_task *t, float **delta,
+                                    size_t d, size_t L, size_t wb, double bound, bool keep_delta,
+                                    fl_dp_rng *rng, const fl_allocator *a,
+                                    const fl_allocator *ea, struct fl__err *err) {
+    fl_dp_distributed_params p;
+    fl_dp_distributed_params_init(&p);
+    p.dim = d;
+    p.clip = bound;
+    p.granularity = t->granularity;
+    p.beta = t->beta;
+    p.modulus_bits = t->modulus_bits;
+    p.n_min = t->min_survivors;
+    p.sigma2_num = t->client_var_num;
+    p.sigma2_den = t->client_var_den;
+    /* L doubles: d' for the encoder, and room for L words of 8 bytes when b > 32. */
+    double *buf = fl__alloc_array(a, L, sizeof(double));
+    if (!buf)
+        return fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
     for (size_t i = 0; i < d; i++)
-        if (!(fabs((double)delta[i] * f) < 0x1p61))
-            return FL_ERR_RANGE;
-    uint64_t u[CENTRAL_RAND_WORDS];
-    fl_status rc = FL_ERR_AGAIN;
-    for (int attempt = 0; attempt < CENTRAL_ROUND_TRIES && rc == FL_ERR_AGAIN; attempt++) {
-        uint64_t ss = 0;
-        int over = 0;
-        size_t avail = 0;
-        for (size_t i = 0; i < d && !over; i++) {
-            if (avail == 0) {
-                rc = fl_dp_rng_bytes(rng, (uint8_t *)u, sizeof(u));
-                if (rc != FL_OK)
-                    goto out;
-                rc = FL_ERR_AGAIN;
-                avail = CENTRAL_RAND_WORDS;
-            }
-            double x = (double)delta[i] * f;
-            double fl = floor(x);
-            double un = (double)(u[--avail] >> 11) * 0x1p-53;
-            int64_t q = (int64_t)fl + (un < x - fl);
-            uint64_t a = q < 0 ? (uint64_t)0 - (uint64_t)q : (uint64_t)q;
-            /* ss <= B < 2^50 before the add and a^2 <= 2^52 after the test: no overflow. */
-            over = a > (UINT64_C(1) << 26) || (ss += a * a) > bound;
-            uint64_t v = (uint64_t)q & mask; /* two's complement mod 2^b */
-            if (wb == 4)
-                ((uint32_t *)vec)[i] = (uint32_t)v;
-            else
-                ((uint64_t *)vec)[i] = v;
-        }
-        if (!over)
-            rc = FL_OK;
+        buf[i] = (double)(*delta)[i];
+    if (!keep_delta) {
+        /* The float delta is spent: free it before the encoder runs (memory peak). */
+        fl_memzero(*delta, d * sizeof(float));
+        fl__free(a, *delta, d * sizeof(float));
+        *delta = NULL;
     }
-out:
-    fl_memzero(u, sizeof(u));
+    fl_status rc = fl_dp_distributed_encode_inplace(rng, buf, L, wb, &p, t->rotation_seed, NULL,
+                                                    ea);
+    if (rc != FL_OK) {
+        fl__err_set(err, rc, "distributed DP encoding failed: %s",
+                    rc == FL_ERR_MISUSE ? "bad task parameters" : fl_status_str(rc));
+        goto out_free;
+    }
+    if (L * wb == L * sizeof(double)) {
+        *vec = buf;
+        return FL_OK;
+    }
+    /* The words are the front of the buffer, the rest is wiped: shrink to the wire size. */
+    void *v = fl__realloc(a, buf, L * sizeof(double), L * wb);
+    if (!v) {
+        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+        goto out_free;
+    }
+    *vec = v;
+    return FL_OK;
+out_free:
+    fl_memzero(buf, L * sizeof(double));
+    fl__free(a, buf, L * sizeof(double));
     return rc;
 }
 
 /* Builds the vector of docs/protocol.md 5.1 from the task and the trained/global tensors.
  *
  * none/central: clip (flat, or per layer), multiply by the weight w, then
- * fl_dp_central_encode with clip = w * C (C the flat bound or the per-layer total), which
- * scales by 1/gamma and rounds with conditional randomised rounding; reduce mod 2^b.
- * distributed: fl_dp_distributed_encode with the task's exact per-device variance, n_min and
- * rotation seed (clip, pad to d', rotate, round, add the device's discrete Gaussian noise,
- * reduce mod 2^b); w is 1. In every mode the weight is appended as the last word.
+ * fl_dp_central_encode_into with clip = w * C (C the flat bound or the per-layer total): the
+ * dp library's central mechanism (scale by 1/gamma, conditional randomised rounding against
+ * the exact integer bound) streamed from the float delta straight into the wire words,
+ * reduced mod 2^b. distributed: fl_dp_distributed_encode_inplace with the task's exact
+ * per-device variance, n_min and rotation seed (clip, pad to d', rotate, round, add the
+ * device's discrete Gaussian noise, reduce mod 2^b) on a d'-double buffer that becomes the
+ * wire vector; w is 1. In every mode the weight is appended as the last word.
  * Randomness (rounding, noise) comes from the OS CSPRNG through a dp rng. Peak memory, after
  * the caller's model copies are released through src->release: none/central, the d-float
- * delta + the output (2 x 4d with 32-bit words; central_encode_stream); distributed, the
- * delta + the dp encoder's d'-int64 output and d'-double workspace (4d + 16d'), the delta
- * being freed before the output is allocated. */
+ * delta + the output (2 x 4d with 32-bit words); distributed, the delta + the (d' + 1)-double
+ * buffer (4d + 8d'), the delta being freed before the encode, whose only other need is a
+ * d'/8-byte bitmap; the buffer is then shrunk to the wire words (4d' with 32-bit words). */
 fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_bytes,
                                   const struct fl__client_task *t,
                                   const struct fl__client_update_src *src, uint64_t examples,
@@ -425,7 +391,6 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
     size_t d = 0, *sizes = NULL, max_t = 0;
     float *delta = NULL, *g = NULL;
     void *vec = NULL;
-    uint64_t *enc = NULL;                   /* (L - 1) encoded words before reduction */
     fl_dp_rng *rng = NULL;
     const fl_allocator *ea = fl__client_ext_alloc(a);
     size_t L = 0, wb = t->modulus_bits <= 32 ? 4 : 8;
@@ -518,80 +483,29 @@ fl_status fl__client_update_build(void **out, size_t *out_len, size_t *word_byte
         fl__err_set(err, rc, "could not open the OS random source");
         goto out;
     }
+    if (t->dp_mode == FL__DP_DISTRIBUTED) {
+        rc = encode_distributed(&vec, t, &delta, d, L, wb, bound, obs != NULL, rng, a, ea, err);
+        if (rc != FL_OK)
+            goto out;
+        goto weight;
+    }
     fl_dp_central_params cp;
     fl_dp_central_params_init(&cp);
     cp.clip = (double)w * bound;
     cp.granularity = t->granularity;
     cp.beta = t->beta;
-    if (t->dp_mode != FL__DP_DISTRIBUTED) {
-        /* none/central: straight into the wire words, no d-sized workspace (see above). */
-        vec = fl__alloc_array(a, L, wb);
-        if (!vec) {
-            rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
-            goto out;
-        }
-        rc = central_encode_stream(rng, vec, wb, mask, delta, d, &cp);
-        if (rc != FL_OK && rc != FL_ERR_UNSUPPORTED) {
-            fl__err_set(err, rc, "quantization failed (%s)",
-                        rc == FL_ERR_RANGE ? "values too large for the granularity"
-                                           : fl_status_str(rc));
-            goto out;
-        }
-        if (rc == FL_OK)
-            goto weight;
-    }
-    /* Distributed mode, or a central bound too large to stream: the dp library's encoders,
-     * which need the (L - 1)-word int64 output plus their own double workspace. */
-    enc = fl__alloc_array(a, L - 1, sizeof(uint64_t));
-    if (!enc) {
+    /* none/central: straight into the wire words, no d-sized workspace. */
+    vec = fl__alloc_array(a, L, wb);
+    if (!vec) {
         rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
         goto out;
     }
-    if (t->dp_mode == FL__DP_DISTRIBUTED) {
-        fl_dp_distributed_params p;
-        fl_dp_distributed_params_init(&p);
-        p.dim = d;
-        p.clip = bound;
-        p.granularity = t->granularity;
-        p.beta = t->beta;
-        p.modulus_bits = t->modulus_bits;
-        p.n_min = t->min_survivors;
-        p.sigma2_num = t->client_var_num;
-        p.sigma2_den = t->client_var_den;
-        rc = fl_dp_distributed_encode(rng, enc, L - 1, delta, &p, t->rotation_seed, NULL, ea);
-        if (rc != FL_OK) {
-            fl__err_set(err, rc, "distributed DP encoding failed: %s",
-                        rc == FL_ERR_MISUSE ? "bad task parameters" : fl_status_str(rc));
-            goto out;
-        }
-    } else {
-        rc = fl_dp_central_encode(rng, (int64_t *)enc, delta, d, &cp, NULL, ea);
-        if (rc != FL_OK) {
-            fl__err_set(err, rc, "quantization failed (%s)",
-                        rc == FL_ERR_RANGE ? "values too large for the granularity"
-                                           : fl_status_str(rc));
-            goto out;
-        }
-    }
-    if (t->dp_mode == FL__DP_DISTRIBUTED && !obs) {
-        /* The float delta is spent (the dp library clipped and rotated its own copy): free it
-         * before the wire vector exists, so the vector is never live together with it and the
-         * encoder's buffers. Only a test's observer still wants it. */
-        fl_memzero(delta, d * sizeof(float));
-        fl__free(a, delta, d * sizeof(float));
-        delta = NULL;
-    }
-    if (!vec && !(vec = fl__alloc_array(a, L, wb))) {
-        rc = fl__err_set(err, FL_ERR_NOMEM, "out of memory for the update vector");
+    rc = fl_dp_central_encode_into(rng, vec, d, wb, t->modulus_bits, delta, d, &cp, NULL);
+    if (rc != FL_OK) {
+        fl__err_set(err, rc, "quantization failed (%s)",
+                    rc == FL_ERR_RANGE ? "values too large for the granularity"
+                                       : fl_status_str(rc));
         goto out;
-    }
-    /* Reduce modulo 2^b (two's complement of the int64 in central mode). */
-    for (size_t k = 0; k + 1 < L; k++) {
-        uint64_t v = enc[k] & mask;
-        if (wb == 4)
-            ((uint32_t *)vec)[k] = (uint32_t)v;
-        else
-            ((uint64_t *)vec)[k] = v;
     }
 weight:
     if (wb == 4)
@@ -608,10 +522,6 @@ out:
     fl_dp_rng_destroy(rng);
     if (vec)
         fl__free(a, vec, L * wb);
-    if (enc) {
-        fl_memzero(enc, (L - 1) * sizeof(uint64_t));
-        fl__free(a, enc, (L - 1) * sizeof(uint64_t));
-    }
     if (g)
         fl__free(a, g, max_t * sizeof(float));
     if (delta) {

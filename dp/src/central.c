@@ -90,6 +90,54 @@ out_free_w:
     return st;
 }
 
+/* The streaming twin of fl_dp_central_encode: the clip-and-scale factor is applied as each
+ * coordinate is rounded, and the rounded value goes straight into the caller's word, so the
+ * encode needs no d-double workspace and no d-int64 vector (a client's update then costs its
+ * float delta plus its wire words). Same checks, same doubles, same rng draws. */
+fl_status fl_dp_central_encode_into(fl_dp_rng *rng, void *out, size_t out_len, size_t word_bytes,
+                                    uint32_t modulus_bits, const float *update, size_t dim,
+                                    const fl_dp_central_params *p, double *norm_out) {
+    if (!rng)
+        return FL_ERR_MISUSE;
+    fl__dp_u128 b;
+    struct fl__dp_dgauss g;
+    if ((!out || !update) && dim > 0)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE, "fl_dp_central_encode_into: NULL vector");
+    if (out_len != dim)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_central_encode_into: out_len %zu != dim %zu", out_len, dim);
+    if ((word_bytes != 4 && word_bytes != 8) || modulus_bits < 1 ||
+        modulus_bits > 8 * word_bytes)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_central_encode_into: word_bytes must be 4 or 8 and "
+                           "modulus_bits in [1, 8 * word_bytes]");
+    if (central_check(p, dim, &b, &g) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE, "fl_dp_central_encode_into: invalid params");
+    if (rng->failed)
+        return rng->failed;
+    double norm;
+    if (fl_dp_l2_norm(&norm, update, dim) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_RANGE,
+                           "fl_dp_central_encode_into: non-finite update");
+    double f = (norm > p->clip ? p->clip / norm : 1.0) / p->granularity;
+    for (size_t i = 0; i < dim; i++)
+        if (!(fabs((double)update[i] * f) < FL__DP_LATTICE_MAX))
+            return fl__err_set(&rng->err, FL_ERR_RANGE,
+                               "fl_dp_central_encode_into: value too large");
+    uint64_t mask = modulus_bits >= 64 ? UINT64_MAX : ((uint64_t)1 << modulus_bits) - 1;
+    fl_status st = fl__dp_round_conditional_words(rng, out, word_bytes, mask, update, f, dim, b);
+    if (st != FL_OK) {
+        if (st == FL_ERR_AGAIN)
+            fl__err_set(&rng->err, st, "fl_dp_central_encode_into: conditional rounding failed");
+        if (dim > 0)
+            fl_memzero(out, dim * word_bytes);
+        return st;
+    }
+    if (norm_out)
+        *norm_out = norm;
+    return FL_OK;
+}
+
 fl_status fl_dp_central_noise(fl_dp_rng *rng, int64_t *sum, size_t dim,
                               const fl_dp_central_params *p) {
     if (!rng)

@@ -210,6 +210,109 @@ out_free_w:
     return st;
 }
 
+/* Sum of squares in double, as fl_dp_l2_norm computes it for floats (same order, so the same
+ * value for float-exact inputs). */
+static double sum_sq_d(const double *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += v[i] * v[i];
+    return s;
+}
+
+/* fl_dp_distributed_encode without its two d'-sized buffers. The rotated vector lives in buf;
+ * conditional rounding only records its up/down decisions in a bitmap (one attempt may be
+ * redrawn, so the rotated values must survive it), then one pass reads x[i], draws the noise
+ * and writes word i over the front of buf. Word i occupies bytes [wb i, wb (i + 1)), which for
+ * wb <= 8 never reaches a double x[j] with j > i, so every x[j] is read before it is
+ * overwritten. Words are stored with memcpy (buf's bytes change type from double to word). */
+fl_status fl_dp_distributed_encode_inplace(fl_dp_rng *rng, double *buf, size_t buf_len,
+                                           size_t word_bytes, const fl_dp_distributed_params *p,
+                                           const uint8_t *rotation_seed, double *norm_out,
+                                           const fl_allocator *alloc) {
+    if (!rng)
+        return FL_ERR_MISUSE;
+    fl__dp_u128 b;
+    struct fl__dp_dgauss g;
+    if (check(p, &b, &g) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_distributed_encode_inplace: invalid params");
+    size_t dpad = fl_dp_distributed_padded_dim(p->dim);
+    if (!buf || !rotation_seed || buf_len < dpad)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_distributed_encode_inplace: NULL argument or buf_len < %zu",
+                           dpad);
+    if ((word_bytes != 4 && word_bytes != 8) || (word_bytes == 4 && p->modulus_bits > 32))
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_distributed_encode_inplace: word_bytes must be 8, or 4 with "
+                           "modulus_bits <= 32");
+    fl_allocator a;
+    if (fl__allocator_copy(&a, alloc) != FL_OK)
+        return fl__err_set(&rng->err, FL_ERR_MISUSE,
+                           "fl_dp_distributed_encode_inplace: bad allocator");
+    if (rng->failed)
+        return rng->failed;
+    double s = sum_sq_d(buf, p->dim);
+    if (!isfinite(s))
+        return fl__err_set(&rng->err, FL_ERR_RANGE,
+                           "fl_dp_distributed_encode_inplace: non-finite update");
+    double norm = sqrt(s);
+    size_t nbits = (dpad + 7) / 8;
+    uint8_t *bits = fl__alloc(&a, nbits);
+    if (!bits)
+        return FL_ERR_NOMEM;
+    fl_status st;
+    /* 1. clip to c and scale by 1/gamma, zero-pad to d' (as fl_dp_distributed_encode). */
+    double f = (norm > p->clip ? p->clip / norm : 1.0) / p->granularity;
+    for (size_t i = 0; i < p->dim; i++)
+        buf[i] = buf[i] * f;
+    for (size_t i = p->dim; i < dpad; i++)
+        buf[i] = 0;
+    /* 2. rotate: H D x. */
+    st = fl_dp_rotation_forward(buf, dpad, rotation_seed);
+    if (st != FL_OK)
+        goto out_wipe;
+    /* 3. conditional randomized rounding: decisions only. */
+    st = fl__dp_round_conditional_bits(rng, bits, buf, dpad, b);
+    if (st != FL_OK) {
+        if (st == FL_ERR_AGAIN)
+            fl__err_set(&rng->err, st,
+                        "fl_dp_distributed_encode_inplace: conditional rounding failed");
+        goto out_wipe;
+    }
+    /* 4. per-client discrete Gaussian and 5. reduction mod 2^b, word i over the front. */
+    const uint64_t mask = ((uint64_t)1 << p->modulus_bits) - 1;
+    unsigned char *o = (unsigned char *)buf;
+    for (size_t i = 0; i < dpad; i++) {
+        int64_t q = (int64_t)floor(buf[i]) + (int64_t)((bits[i >> 3] >> (i & 7)) & 1);
+        int64_t z;
+        st = fl__dp_dgauss_one(rng, &g, &z);
+        if (st != FL_OK) {
+            if (st == FL_ERR_RANGE)
+                fl__err_set(&rng->err, st, "fl_dp_distributed_encode_inplace: sampler overflow");
+            goto out_wipe;
+        }
+        uint64_t w = ((uint64_t)q + (uint64_t)z) & mask;
+        if (word_bytes == 4) {
+            uint32_t w32 = (uint32_t)w;
+            memcpy(o + 4 * i, &w32, 4);
+        } else {
+            memcpy(o + 8 * i, &w, 8);
+        }
+    }
+    /* The back half of buf (4-byte words) still holds rotated values: wipe it. */
+    fl_memzero(o + dpad * word_bytes, buf_len * sizeof(double) - dpad * word_bytes);
+    if (norm_out)
+        *norm_out = norm;
+    goto out_free;
+out_wipe:
+    /* Never leave the un-noised rotation or a partly noised vector behind. */
+    fl_memzero(buf, buf_len * sizeof(double));
+out_free:
+    fl_memzero(bits, nbits);
+    fl__free(&a, bits, nbits);
+    return st;
+}
+
 fl_status fl_dp_distributed_decode(float *out, const uint64_t *sum, size_t sum_len,
                                    const fl_dp_distributed_params *p, const uint8_t *rotation_seed,
                                    const fl_allocator *alloc) {

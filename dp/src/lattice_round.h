@@ -25,4 +25,19 @@ fl_status fl__dp_round_bound_sq(fl__dp_u128 *out, double cs, double d, double be
 fl_status fl__dp_round_conditional(struct fl_dp_rng *rng, int64_t *out, const double *x, size_t n,
                                    fl__dp_u128 bound_sq);
 
+/* The same rounding of x[i] = (double)v[i] * f computed on the fly (callers guarantee
+ * |x[i]| < FL__DP_LATTICE_MAX), each q[i] stored as a word of wb (4 or 8) bytes, reduced with
+ * mask, into out. Draws the same random words as fl__dp_round_conditional on the stored x, so
+ * the words are its output modulo mask + 1. Returns FL_OK, FL_ERR_AGAIN, or the rng's
+ * failure. */
+fl_status fl__dp_round_conditional_words(struct fl_dp_rng *rng, void *out, size_t wb,
+                                         uint64_t mask, const float *v, double f, size_t n,
+                                         fl__dp_u128 bound_sq);
+
+/* The same rounding, recording the decisions instead of the values: bit i of bits (LSB first
+ * within each byte; (n + 7) / 8 bytes) is q[i] - floor(x[i]). Same random words as
+ * fl__dp_round_conditional. Returns FL_OK, FL_ERR_AGAIN, or the rng's failure. */
+fl_status fl__dp_round_conditional_bits(struct fl_dp_rng *rng, uint8_t *bits, const double *x,
+                                        size_t n, fl__dp_u128 bound_sq);
+
 #endif /* FLOTILLA_DP_LATTICE_ROUND_H */

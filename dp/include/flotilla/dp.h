@@ -274,6 +274,22 @@ FL_API fl_status fl_dp_central_encode(fl_dp_rng *rng, int64_t *out, const float 
                                       const fl_dp_central_params *p, double *norm_out,
                                       const fl_allocator *alloc);
 
+/* Streaming variant of fl_dp_central_encode for memory-tight clients: the same mechanism run
+ * straight from the float update into the caller's words, each reduced modulo 2^modulus_bits,
+ * with no workspace (nothing is allocated). out: out_len == dim words of word_bytes bytes
+ * (4: an array of uint32_t, 8: of uint64_t); 1 <= modulus_bits <= 8 * word_bytes. Word i is
+ * q[i] mod 2^b (two's complement), where q is the int64 vector fl_dp_central_encode writes for
+ * the same rng state: it draws the same random words in the same order, so with word_bytes 8
+ * and modulus_bits 64 the output equals fl_dp_central_encode's bit for bit. norm_out
+ * (optional): pre-clip norm. Returns FL_OK, FL_ERR_MISUSE (NULL vectors, out_len != dim, bad
+ * word_bytes / modulus_bits, invalid params), FL_ERR_RANGE (non-finite update, or the scaled
+ * values too large; out untouched), FL_ERR_AGAIN (1000 rounding attempts failed), or the rng's
+ * error. out is zeroed on FL_ERR_AGAIN and on an rng failure. */
+FL_API fl_status fl_dp_central_encode_into(fl_dp_rng *rng, void *out, size_t out_len,
+                                           size_t word_bytes, uint32_t modulus_bits,
+                                           const float *update, size_t dim,
+                                           const fl_dp_central_params *p, double *norm_out);
+
 /* Server side: adds N_Z(0, sigma^2) to every coordinate of the integer sum (dim int64) in place.
  * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_RANGE (int64 overflow), or the rng's error. */
 FL_API fl_status fl_dp_central_noise(fl_dp_rng *rng, int64_t *sum, size_t dim,
@@ -357,6 +373,28 @@ FL_API fl_status fl_dp_distributed_encode(fl_dp_rng *rng, uint64_t *out, size_t 
                                           const float *update, const fl_dp_distributed_params *p,
                                           const uint8_t *rotation_seed, double *norm_out,
                                           const fl_allocator *alloc);
+
+/* In-place variant of fl_dp_distributed_encode for memory-tight clients: it needs neither a
+ * separate d'-word output nor a d'-double workspace, only a d'/8-byte bitmap.
+ * buf: buf_len >= dim_padded doubles in memory from an allocator (no declared type: its bytes
+ * are reused as words). On entry buf[0..p->dim) holds the update (the rest is ignored). On
+ * FL_OK the first dim_padded words of word_bytes bytes (4: read buf as uint32_t, 8: as
+ * uint64_t) hold the encoded vector, each in [0, 2^b) (word_bytes 4 needs modulus_bits <= 32),
+ * and the bytes after them (up to buf_len doubles) are zeroed, so nothing of the un-noised
+ * rotation remains. For an update of floats converted exactly (buf[i] = (double)update[i]) the
+ * words equal those fl_dp_distributed_encode writes for the same rng state, bit for bit
+ * (conditional rounding records its decisions in the bitmap, and the noised words are
+ * written in a second pass over the rotated vector). rotation_seed, rng, norm_out: as for
+ * fl_dp_distributed_encode. alloc: NULL = libc, for the bitmap. Returns FL_OK, FL_ERR_MISUSE
+ * (NULL args, buf_len < dim_padded, bad word_bytes, invalid params; buf untouched),
+ * FL_ERR_RANGE (non-finite update; buf untouched), FL_ERR_NOMEM (buf untouched),
+ * FL_ERR_AGAIN (1000 rounding attempts failed), or the rng's error; after FL_ERR_AGAIN, a
+ * sampler overflow or an rng failure the whole of buf is zeroed. */
+FL_API fl_status fl_dp_distributed_encode_inplace(fl_dp_rng *rng, double *buf, size_t buf_len,
+                                                  size_t word_bytes,
+                                                  const fl_dp_distributed_params *p,
+                                                  const uint8_t *rotation_seed, double *norm_out,
+                                                  const fl_allocator *alloc);
 
 /* Server side. Decodes sum (dim_padded words, the secure-aggregation sum mod 2^b) into out
  * (p->dim floats): centered lift, times gamma, inverse rotation. The result estimates the
