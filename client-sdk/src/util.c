@@ -631,3 +631,62 @@ size_t fl_client_max_tensors(void) {
 size_t fl_client_max_json_bytes(void) {
     return FL_CLIENT_MAX_JSON_BYTES;
 }
+
+/* ---- version, status names, trainer creation with its reason ---- */
+
+int fl_client_version_number(void) {
+    return fl_version_number();
+}
+
+const char *fl_client_version_string(void) {
+    return fl_version_string();
+}
+
+const char *fl_client_status_name(fl_status code) {
+    return fl_status_name(code);
+}
+
+const char *fl_client_status_str(fl_status code) {
+    return fl_status_str(code);
+}
+
+/* The failed trainer is freed inside fl_client_trainer_create with its message, so the reason
+ * is found again here the way the trainer finds it: the safetensors parse, then the network
+ * shape check (fl__client_net_from_safetensors, which writes the message naming the
+ * tensor). Only failures cost the second parse. */
+fl_status fl_client_trainer_create_v2(fl_client_trainer **out, const void *model,
+                                      size_t model_len, const fl_allocator *alloc,
+                                      char *errmsg_out, size_t errmsg_len) {
+    if (errmsg_out && errmsg_len > 0)
+        errmsg_out[0] = 0;
+    fl_status rc = fl_client_trainer_create(out, model, model_len, alloc);
+    if (rc == FL_OK || !errmsg_out || errmsg_len == 0)
+        return rc;
+    struct fl__err err = {0};
+    fl_allocator a;
+    if (!out || !model || model_len == 0) {
+        fl__err_set(&err, rc, "fl_client_trainer_create: %s is NULL or empty",
+                    !out ? "out" : "model");
+    } else if (fl__allocator_copy(&a, alloc) != FL_OK) {
+        fl__err_set(&err, rc, "fl_client_trainer_create: incomplete allocator");
+    } else if (rc == FL_ERR_NOMEM) {
+        fl__err_set(&err, rc, "out of memory creating the trainer");
+    } else {
+        fl_safetensors *st = NULL;
+        struct fl__client_layer ly[FL_CLIENT_MAX_LAYERS];
+        size_t nl = 0, np = 0;
+        fl_status r2 = fl_safetensors_create(&st, fl__client_ext_alloc(&a));
+        if (r2 == FL_OK) {
+            r2 = fl_safetensors_parse(st, model, model_len);
+            if (r2 != FL_OK)
+                fl__err_set(&err, r2, "model: %s", fl_safetensors_errmsg(st));
+            else
+                r2 = fl__client_net_from_safetensors(st, ly, &nl, &np, &err);
+        }
+        fl_safetensors_destroy(st);
+        if (r2 == FL_OK || !err.msg[0])
+            fl__err_set(&err, rc, "trainer creation failed: %s", fl_status_str(rc));
+    }
+    snprintf(errmsg_out, errmsg_len, "%s", fl__err_msg(&err));
+    return rc;
+}

@@ -105,7 +105,8 @@ def test_struct_layouts_match_c_compiler(tmp_path):
     structs = [_native.fl_allocator, _native.fl_logger, _native.fl_client_store_config,
                _native.fl_client_train_params, _native.fl_client_transport,
                _native.fl_client_curl_config, _native.fl_client_eligibility,
-               _native.fl_client_config, _native.fl_client_stats]
+               _native.fl_client_config, _native.fl_client_stats, _native.fl_client_request,
+               _native.fl_client_tensor]
     src = tmp_path / "layout.c"
     src.write_text(_c_layout_program(structs))
     exe = tmp_path / "layout"

@@ -161,3 +161,99 @@ def test_wrong_pinned_key_fails_enrollment(coord):
         assert c.stats().state == "FAILED"
         with pytest.raises(fc.FlotillaError):
             c.step()  # sticky
+
+
+def _urllib_transport(base_url, log):
+    """A transport written in Python: urllib, one request per call, non-2xx answers passed
+    through (not raised)."""
+    def send(req):
+        log.append((req.method, req.path))
+        r = urllib.request.Request(base_url + req.path, method=req.method,
+                                   data=req.body if req.method == "POST" else None)
+        for name, value in req.headers:
+            r.add_header(name, value)
+        timeout = req.timeout_ms / 1000 + 5
+        try:
+            with urllib.request.urlopen(r, timeout=timeout) as resp:
+                return resp.status, list(resp.headers.items()), resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, list(e.headers.items()), e.read()
+    return send
+
+
+def test_round_through_python_transport_and_python_trainer(coord, counting):
+    """A whole round where the SDK's network and training are both Python: every request goes
+    through the ctypes transport (urllib), and the trainer callback moves each tensor by a
+    known step. The coordinator's new model must be the old one plus that step (FedAvg of
+    one device, no DP)."""
+    pop = {"name": "pycb", "allowed_regions": ["EU"],
+           "selection": {"target": 1, "over_selection": 1.0, "min_participants": 1,
+                         "forming_s": 60, "jitter_s": 0, "min_retry_s": 30, "max_retry_s": 600},
+           "training": {"epochs": 3, "batch_size": 4, "learning_rate": 0.05},
+           "update": {"tensors": ["fc1.weight", "fc1.bias"]},
+           "strategy": {"name": "fedavg"}, "secagg": {"enabled": False},
+           "privacy": {"mode": "none"}}
+    code, out = coord.call("/v1/admin/populations", pop)
+    assert code == 201
+    model = fc.model_init([6, 3], seed=4)
+    assert coord.call("/v1/admin/populations/pycb/models", model,
+                      "application/octet-stream")[0] == 201
+    assert coord.call("/v1/admin/populations/pycb/start", b"")[0] == 200
+
+    calls, log = [], []
+
+    def train(tensors, params, store):
+        calls.append((sorted(tensors), params["epochs"], params["batch_size"]))
+        tensors["fc1.weight"] += 0.125  # exactly representable: no rounding surprises
+        tensors["fc1.bias"] -= 0.25
+        return 7
+
+    x, y = blobs(12, dim=6, classes=3, seed=1)
+    with fc.Store(":memory:", feature_dim=6, allocator=counting) as st:
+        st.add_many(x, y)
+        with fc.Client(None, "pycb", "EU", coord.public_key, st,
+                       enrollment_token=out["enrollment_token"], seed=9, allocator=counting,
+                       transport=_urllib_transport(coord.url, log), train_fn=train,
+                       backoff_initial_ms=100, backoff_max_ms=1000) as c:
+            c.set_eligibility(charging=True, unmetered=True, idle=True, battery_pct=90)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                nxt = c.step()
+                s = c.stats()
+                if s.rounds_completed or s.rounds_failed or s.state == "FAILED":
+                    break
+                time.sleep(min(max((nxt or 0) - int(time.time() * 1000), 0), 200) / 1000)
+            s = c.stats()
+            detail = "stats %r, requests %r, transport error %r, train error %r" % (
+                s, log, c.transport_error, c.train_error)
+            assert s.rounds_completed == 1 and s.uploads == 1, detail
+            assert s.examples_trained == 7, detail
+            assert calls == [(["fc1.bias", "fc1.weight"], 3, 4)], calls
+            paths = [p for _, p in log]
+            assert paths[0] == "/v1/enroll" and "/v1/checkin" in paths, paths
+            assert any(p.startswith("/v1/rounds/") for p in paths), paths
+            tok = c.token()
+    code, p = coord.call("/v1/admin/populations/pycb")
+    assert code == 200 and p["model_version"] == 2, p
+    # The new model is base + step: the steps are multiples of the lattice step and the
+    # delta is under the clip norm, so quantization is exact.
+    r = urllib.request.Request(coord.url + "/v1/models/pycb/2")
+    r.add_header("Authorization", "Bearer " + tok)
+    with urllib.request.urlopen(r, timeout=10) as resp:
+        new = _tensors(resp.read())
+    base = _tensors(model)
+    np.testing.assert_allclose(new["fc1.weight"], base["fc1.weight"] + 0.125, atol=1e-6)
+    np.testing.assert_allclose(new["fc1.bias"], base["fc1.bias"] - 0.25, atol=1e-6)
+
+
+def _tensors(image):
+    """{name: float32 array} of a safetensors image."""
+    import struct
+    (n,) = struct.unpack_from("<Q", image, 0)
+    hdr = json.loads(bytes(image[8: 8 + n]))
+    hdr.pop("__metadata__", None)
+    out = {}
+    for k, v in hdr.items():
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(image[8 + n + a: 8 + n + b], dtype="<f4").reshape(v["shape"])
+    return out

@@ -51,6 +51,24 @@ FL_API size_t fl_client_max_layers(void);
 FL_API size_t fl_client_max_tensors(void);
 FL_API size_t fl_client_max_json_bytes(void);
 
+/* ---- version and status names ----
+ * The shared library exports only fl_client_* names, so the core's version and status-name
+ * getters are offered again under this prefix for apps and bindings that load the SDK alone.
+ * All are thread-safe and return static strings. */
+
+/* The library's version as M * 1000000 + m * 1000 + p: compare it with FL_VERSION_NUMBER
+ * from flotilla/version.h to check that the header and the loaded library match. */
+FL_API int fl_client_version_number(void);
+
+/* The library's version as "M.m.p". */
+FL_API const char *fl_client_version_string(void);
+
+/* Short symbolic name of a status code, e.g. "FL_ERR_MISUSE" (as fl_status_name). */
+FL_API const char *fl_client_status_name(fl_status code);
+
+/* English description of a status code, never NULL (as fl_status_str). */
+FL_API const char *fl_client_status_str(fl_status code);
+
 /* Writes the key id of a coordinator public key (docs/protocol.md 4.1: lowercase hex of the
  * first 8 bytes of SHA-256(pk)) into out as FL_CLIENT_KEY_ID_CHARS chars plus a NUL.
  *   out      buffer of at least FL_CLIENT_KEY_ID_CHARS + 1 bytes.
@@ -186,6 +204,15 @@ typedef struct fl_client_trainer fl_client_trainer;
  * the message names the tensor), FL_ERR_UNSUPPORTED (non-F32 tensor), FL_ERR_NOMEM. */
 FL_API fl_status fl_client_trainer_create(fl_client_trainer **out, const void *model,
                                           size_t model_len, const fl_allocator *alloc);
+
+/* fl_client_trainer_create with the reason for a failure: since a trainer that fails to be
+ * created is never returned, its errmsg cannot be read, so the detail (which tensor is
+ * missing or has the wrong shape or dtype, what is wrong with the safetensors image) is
+ * written to errmsg_out (optional; errmsg_len bytes, NUL-terminated, truncated to fit; an
+ * empty string on FL_OK). Same arguments and codes as fl_client_trainer_create. */
+FL_API fl_status fl_client_trainer_create_v2(fl_client_trainer **out, const void *model,
+                                             size_t model_len, const fl_allocator *alloc,
+                                             char *errmsg_out, size_t errmsg_len);
 
 /* Frees the trainer. NULL is a no-op. */
 FL_API void fl_client_trainer_destroy(fl_client_trainer *tr);

@@ -94,6 +94,25 @@ class fl_client_transport(ctypes.Structure):
                 ("cancel", c_void_p), ("ctx", c_void_p)]
 
 
+class fl_client_request(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("method", c_char_p), ("path", c_char_p),
+                ("headers", P(c_char_p)), ("n_headers", c_size_t), ("body", P(c_u8)),
+                ("body_len", c_size_t), ("timeout_ms", c_u32)]
+
+
+class fl_client_tensor(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("ndim", c_size_t), ("shape", P(c_u64)),
+                ("data", P(ctypes.c_float)), ("numel", c_size_t)]
+
+
+# transport vtable entries and the custom trainer (fl_client_train_fn)
+SEND_FN = ctypes.CFUNCTYPE(c_int, c_void_p, P(fl_client_request))
+RECV_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p)
+CANCEL_FN = ctypes.CFUNCTYPE(None, c_void_p)
+TRAIN_FN = ctypes.CFUNCTYPE(c_int, c_void_p, P(fl_client_tensor), c_size_t,
+                            P(fl_client_train_params), c_void_p, P(c_u64))
+
+
 class fl_client_curl_config(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("allocator", P(fl_allocator)),
                 ("base_url", c_char_p), ("pinned_public_key", c_char_p),
@@ -193,13 +212,22 @@ _PROTOS = {
     "fl_client_token": (c_int, [_VP, c_char_p, c_size_t]),
     "fl_client_worker_start": (c_int, [_VP]),
     "fl_client_worker_stop": (None, [_VP]),
+    # responses (what a transport written in Python reports)
+    "fl_client_response_set_status": (c_int, [_VP, c_int]),
+    "fl_client_response_add_header": (c_int, [_VP, c_char_p, c_size_t, c_char_p, c_size_t]),
+    "fl_client_response_append": (c_int, [_VP, c_void_p, c_size_t]),
+    "fl_client_response_limit": (c_size_t, [_VP]),
 }
 
-# Symbols the binding uses when the library exports them (core's version and status-name
-# getters are not part of the client SDK's export map today).
+# Symbols the binding uses when the library exports them (added in later releases; the core's
+# own getters are not in the client SDK's export map, which keeps only fl_client_*).
 _OPTIONAL = {
     "fl_client_version_number": (c_int, []),
     "fl_client_version_string": (c_char_p, []),
+    "fl_client_status_name": (c_char_p, [c_int]),
+    "fl_client_status_str": (c_char_p, [c_int]),
+    "fl_client_trainer_create_v2": (c_int, [P(_VP), c_void_p, c_size_t, P(fl_allocator),
+                                            c_char_p, c_size_t]),
     "fl_version_number": (c_int, []),
     "fl_version_string": (c_char_p, []),
     "fl_status_name": (c_char_p, [c_int]),

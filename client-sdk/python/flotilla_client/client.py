@@ -4,6 +4,8 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import _native
 from .errors import FlotillaError, check
 
@@ -45,6 +47,139 @@ def key_id(public_key):
     return out.value.decode()
 
 
+# ---- callbacks written in Python: transport and trainer ----
+
+@dataclass
+class Request:
+    """One HTTP request the SDK wants sent (a copy of fl_client_request)."""
+    method: str          # "GET" or "POST"
+    path: str            # absolute path and query, e.g. "/v1/checkin"
+    headers: list        # [(name, value)] in the SDK's order
+    body: bytes          # b"" for GET
+    timeout_ms: int      # whole-request timeout the SDK asks for (long polls included)
+
+
+def _status_of(exc):
+    """The fl_status a transport exception stands for: timeouts are FL_ERR_TIMEOUT, a
+    FlotillaError keeps its code, anything else is network trouble (FL_ERR_IO), which the SDK
+    retries with backoff."""
+    if isinstance(exc, FlotillaError) and exc.status != 0:
+        return exc.status
+    if isinstance(exc, TimeoutError):
+        return _native.FL_ERR_TIMEOUT
+    return _native.FL_ERR_IO
+
+
+class _PyTransport:
+    """An fl_client_transport whose send/recv are ctypes callbacks around handler(Request) ->
+    (status, headers, body). Blocking: send only records the request, recv calls the handler
+    and reports its answer through fl_client_response_*. Exceptions never cross into C: they
+    become status codes and the last one is kept in .error."""
+
+    def __init__(self, lib, handler):
+        self._lib = lib
+        self._handler = handler
+        self._pending = None
+        self.error = None
+        self.requests = 0
+        # The CFUNCTYPE objects must outlive the client handle (kept by the Client).
+        self._send = _native.SEND_FN(self._on_send)
+        self._recv = _native.RECV_FN(self._on_recv)
+        self._cancel = _native.CANCEL_FN(self._on_cancel)
+
+    def install(self, vt):
+        vt.struct_size = ctypes.sizeof(_native.fl_client_transport)
+        vt.send = ctypes.cast(self._send, ctypes.c_void_p)
+        vt.recv = ctypes.cast(self._recv, ctypes.c_void_p)
+        vt.cancel = ctypes.cast(self._cancel, ctypes.c_void_p)
+        vt.ctx = None
+
+    def _on_send(self, ctx, req_p):
+        try:
+            r = req_p.contents
+            headers = []
+            for i in range(r.n_headers):
+                line = r.headers[i].decode("latin-1")
+                name, _, value = line.partition(":")
+                headers.append((name.strip(), value.strip()))
+            body = ctypes.string_at(r.body, r.body_len) if r.body_len else b""
+            self._pending = Request(r.method.decode(), r.path.decode(), headers, body,
+                                    int(r.timeout_ms))
+            self.requests += 1
+            return 0
+        except BaseException as e:  # noqa: BLE001 (must not unwind into C)
+            self.error = e
+            return _native.FL_ERR_INTERNAL
+
+    def _on_recv(self, ctx, resp):
+        req, self._pending = self._pending, None
+        if req is None:
+            return _native.FL_ERR_MISUSE
+        lib = self._lib
+        try:
+            status, headers, body = self._handler(req)
+            if isinstance(headers, dict):
+                headers = list(headers.items())
+            rc = lib.fl_client_response_set_status(resp, int(status))
+            for name, value in headers or ():
+                if rc != 0:
+                    break
+                n, v = str(name).encode("latin-1"), str(value).encode("latin-1")
+                rc = lib.fl_client_response_add_header(resp, n, len(n), v, len(v))
+                if rc == _native.FL_ERR_TOO_LARGE:
+                    rc = 0  # a long header the SDK does not read
+            body = bytes(body or b"")
+            if rc == 0 and body:
+                rc = lib.fl_client_response_append(resp, body, len(body))
+            return rc
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+            return _status_of(e)
+
+    def _on_cancel(self, ctx):
+        self._pending = None
+
+
+class _PyTrainer:
+    """fl_client_train_fn around train_fn(tensors, params, store) -> examples used. tensors:
+    {name: float32 ndarray} viewing the SDK's copies (write the trained values in place; the
+    views are valid only during the call); params: the round's hyper-parameters as a dict."""
+
+    def __init__(self, train_fn, store):
+        self._fn = train_fn
+        self._store = store
+        self.error = None
+        self.calls = 0
+        self._cb = _native.TRAIN_FN(self._on_train)
+
+    def pointer(self):
+        return ctypes.cast(self._cb, ctypes.c_void_p)
+
+    def _on_train(self, user, tensors_p, n, params_p, store_p, used_p):
+        try:
+            self.calls += 1
+            tensors = {}
+            for i in range(n):
+                t = tensors_p[i]
+                shape = tuple(int(t.shape[k]) for k in range(t.ndim))
+                if t.numel:
+                    arr = np.ctypeslib.as_array(t.data, shape=(t.numel,)).reshape(shape)
+                else:
+                    arr = np.zeros(shape, np.float32)
+                tensors[t.name.decode()] = arr
+            p = params_p.contents
+            params = {k: getattr(p, k) for k, _ in _native.fl_client_train_params._fields_
+                      if k != "struct_size"}
+            used = int(self._fn(tensors, params, self._store))
+            if used < 0:
+                raise ValueError("train_fn returned a negative example count")
+            used_p[0] = used
+            return 0
+        except BaseException as e:  # noqa: BLE001 (must not unwind into C)
+            self.error = e
+            return _native.FL_ERR_ABORTED
+
+
 @dataclass
 class ClientStats:
     """fl_client_stats, with the state as its name."""
@@ -72,10 +207,23 @@ class Client:
            client_token=None, platform=None, seed=0, allocator=None, logger=None,
            pinned_public_key=None, ca_file=None, connect_timeout_ms=None, **config)
 
-    url               coordinator base URL ("https://host:port"; http:// only for loopback)
+    url               coordinator base URL ("https://host:port"; http:// only for loopback);
+                      None with transport=
     coordinator_key   the coordinator's Ed25519 public key (32 bytes), pinned
     store             a Store with the device's examples (borrowed; must stay open)
     logger            optional callable(level:int, msg:str)
+    transport         optional callable(Request) -> (status, headers, body) used instead of
+                      libcurl: it sends the request however the app likes and returns the
+                      HTTP status, the response headers ([(name, value)] or a dict) and the
+                      body bytes. Raising TimeoutError gives FL_ERR_TIMEOUT, a FlotillaError
+                      its code, anything else FL_ERR_IO (all retried with backoff); the last
+                      exception is kept in .transport_error.
+    train_fn          optional callable(tensors, params, store) -> examples used, replacing
+                      the built-in trainer: tensors is {name: float32 ndarray} over the SDK's
+                      copies of the global model (write the trained values in place; valid
+                      only during the call), params the round's hyper-parameters (dict),
+                      store this client's Store. An exception abandons the round
+                      (FL_ERR_ABORTED, nothing is sent) and is kept in .train_error.
     config            other fl_client_config fields: momentum, weight_decay,
                       max_model_bytes, backoff_initial_ms, backoff_max_ms,
                       request_timeout_ms, long_poll_s, secagg_backend
@@ -88,10 +236,18 @@ class Client:
 
     def __init__(self, url, population, region, coordinator_key, store, enrollment_token=None,
                  client_token=None, platform=None, seed=0, allocator=None, logger=None,
-                 pinned_public_key=None, ca_file=None, connect_timeout_ms=None, **config):
+                 pinned_public_key=None, ca_file=None, connect_timeout_ms=None, transport=None,
+                 train_fn=None, **config):
         self._lib = lib = _native.lib()
         self._h = None
         self._curl = None
+        self._pyt = self._pytr = None
+        if transport is not None and not callable(transport):
+            raise TypeError("transport must be callable(Request) -> (status, headers, body)")
+        if train_fn is not None and not callable(train_fn):
+            raise TypeError("train_fn must be callable(tensors, params, store) -> int")
+        if transport is None and url is None:
+            raise ValueError("url is required without transport=")
         unknown = set(config) - set(self._CONFIG_FIELDS)
         if unknown:
             raise TypeError("unknown client option(s): %s" % ", ".join(sorted(unknown)))
@@ -100,7 +256,8 @@ class Client:
             raise ValueError("coordinator_key must be %d bytes, got %d"
                              % (lib.fl_client_public_key_bytes(), len(key)))
         store._handle()  # raises if closed
-        _curl_global_init()
+        if transport is None:
+            _curl_global_init()
         alloc = allocator.pointer() if allocator is not None else None
         self._allocator, self._store = allocator, store
         # Every string handed to C stays referenced by self for the handle's lifetime (the SDK
@@ -114,23 +271,35 @@ class Client:
             self._keep.append(b)
             return b
 
-        tbuf, tc = lib.init_struct(_native.fl_client_curl_config, "fl_client_curl_config_init")
-        tc.base_url = cs(url)
-        tc.pinned_public_key = cs(pinned_public_key)
-        tc.ca_file = cs(ca_file)
-        if connect_timeout_ms is not None:
-            tc.connect_timeout_ms = int(connect_timeout_ms)
-        if alloc is not None:
-            tc.allocator = alloc
         err = ctypes.create_string_buffer(512)
-        t = ctypes.c_void_p()
-        check(lib.fl_client_curl_create(ctypes.byref(t), ctypes.addressof(tbuf), err, len(err)),
-              "fl_client_curl_create", lambda: err.value)
-        self._curl = t
+        t = None
+        if transport is None:
+            tbuf, tc = lib.init_struct(_native.fl_client_curl_config,
+                                       "fl_client_curl_config_init")
+            tc.base_url = cs(url)
+            tc.pinned_public_key = cs(pinned_public_key)
+            tc.ca_file = cs(ca_file)
+            if connect_timeout_ms is not None:
+                tc.connect_timeout_ms = int(connect_timeout_ms)
+            if alloc is not None:
+                tc.allocator = alloc
+            t = ctypes.c_void_p()
+            check(lib.fl_client_curl_create(ctypes.byref(t), ctypes.addressof(tbuf), err,
+                                            len(err)),
+                  "fl_client_curl_create", lambda: err.value)
+            self._curl = t
         try:
             cbuf, cfg = lib.init_struct(_native.fl_client_config, "fl_client_config_init")
-            check(lib.fl_client_curl_transport(t, ctypes.byref(cfg.transport)),
-                  "fl_client_curl_transport", lambda: "cannot get the curl vtable")
+            if transport is None:
+                check(lib.fl_client_curl_transport(t, ctypes.byref(cfg.transport)),
+                      "fl_client_curl_transport", lambda: "cannot get the curl vtable")
+            else:
+                self._pyt = _PyTransport(lib, transport)
+                self._pyt.install(cfg.transport)
+            if train_fn is not None:
+                self._pytr = _PyTrainer(train_fn, store)
+                cfg.train_fn = self._pytr.pointer()
+                cfg.train_user = None
             if alloc is not None:
                 cfg.allocator = alloc
             cfg.population = cs(population)
@@ -156,7 +325,8 @@ class Client:
                   "fl_client_create", lambda: err.value)
             self._h = h
         except BaseException:
-            lib.fl_client_curl_destroy(t)
+            if t is not None:
+                lib.fl_client_curl_destroy(t)
             self._curl = None
             raise
         store._users.add(self)
@@ -176,6 +346,16 @@ class Client:
     @property
     def closed(self):
         return self._h is None
+
+    @property
+    def transport_error(self):
+        """The last exception the Python transport raised (None if none, or with libcurl)."""
+        return self._pyt.error if self._pyt is not None else None
+
+    @property
+    def train_error(self):
+        """The last exception the Python train_fn raised (None if none)."""
+        return self._pytr.error if self._pytr is not None else None
 
     def __enter__(self):
         return self

@@ -5,13 +5,25 @@ from . import _native
 
 
 def status_name(code):
-    """Symbolic name of an fl_status code, e.g. "FL_ERR_MISUSE"."""
-    f = _native.lib().optional.get("fl_status_name")
+    """Symbolic name of an fl_status code, e.g. "FL_ERR_MISUSE" (from the library's
+    fl_client_status_name when it exports it, else the binding's table)."""
+    opt = _native.lib().optional
+    f = opt.get("fl_client_status_name") or opt.get("fl_status_name")
     if f is not None:
-        return f(int(code)).decode()
-    if 0 <= code < len(_native.STATUS_NAMES):
+        name = f(int(code)).decode()
+        if name != "FL_ERR_UNKNOWN":  # the library's name for codes it does not know
+            return name
+    elif 0 <= code < len(_native.STATUS_NAMES):
         return _native.STATUS_NAMES[code]
     return "FL_STATUS_%d" % code
+
+
+def status_str(code):
+    """English description of an fl_status code (fl_client_status_str), or None when the
+    loaded library predates it."""
+    opt = _native.lib().optional
+    f = opt.get("fl_client_status_str") or opt.get("fl_status_str")
+    return f(int(code)).decode() if f is not None else None
 
 
 class FlotillaError(Exception):

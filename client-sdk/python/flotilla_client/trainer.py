@@ -118,13 +118,17 @@ class Trainer:
         image = bytes(model)
         self._allocator = allocator
         h = ctypes.c_void_p()
-        rc = self._lib.fl_client_trainer_create(
-            ctypes.byref(h), image, len(image),
-            allocator.pointer() if allocator is not None else None)
-        # No handle exists on failure, so the message comes from fl_client_trainer_errmsg(NULL)
-        # (generic); the code still says what went wrong.
-        check(rc, "fl_client_trainer_create",
-              lambda: self._lib.fl_client_trainer_errmsg(None))
+        alloc = allocator.pointer() if allocator is not None else None
+        v2 = self._lib.optional.get("fl_client_trainer_create_v2")
+        if v2 is not None:
+            # No handle exists on failure: _v2 writes the reason (naming the tensor).
+            err = ctypes.create_string_buffer(512)
+            rc = v2(ctypes.byref(h), image, len(image), alloc, err, len(err))
+            check(rc, "fl_client_trainer_create_v2", lambda: err.value)
+        else:
+            rc = self._lib.fl_client_trainer_create(ctypes.byref(h), image, len(image), alloc)
+            check(rc, "fl_client_trainer_create",
+                  lambda: self._lib.fl_client_trainer_errmsg(None))
         self._h = h
         self.layout = safetensors_layout(image)
 
