@@ -189,6 +189,69 @@ static void test_norm_central_boosted(void **state) {
     boosted_round(*state, "cb", "central", 100.0);
 }
 
+/* FedBuff (buffer of K = 2, no DP): an honest device sends a zero delta, the other one x100
+ * the clip. The step applied to the model is the clipped update / K: at most B gamma / 2,
+ * where unclipped it would be 50 x clip. */
+static void test_norm_fedbuff_boosted(void **state) {
+    struct fx *f = *state;
+    enum { N = 2 };
+    struct popcfg pc = {"fbn", 10, 1, false, 0, "none", NULL, "fedbuff", 0, 32,
+                        "\"buffer_size\":2"};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    long clipped0 = clipped_total(f);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                     "\"unmetered\":true,\"idle\":true},\"capabilities\":{\"secagg\":false}}";
+    for (int i = 0; i < N; i++) {
+        c[i].tok = tok[i];
+        struct resp r = http_json(f, "POST", "/v1/checkin", c[i].tok, ok);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+        snprintf(c[i].pid, sizeof(c[i].pid), "%s",
+                 json_string_value(json_object_get(j, "participation_id")));
+        int64_t rid = json_integer_value(json_object_get(j, "round_id"));
+        json_decref(j);
+        resp_free(&r);
+        char path[128];
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+        r = http_req(f, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid);
+        assert_int_equal(r.status, 200);
+        parse_task(&r, &c[i].task);
+        resp_free(&r);
+    }
+    const double clip = c[0].task.clip, gamma = c[0].task.gran;
+    float zero[D] = {0}, big[D];
+    for (int j = 0; j < D; j++)
+        big[j] = (float)(100.0 * clip / sqrt((double)D));
+    encode_delta(&c[0], zero, clip);
+    encode_delta(&c[1], big, 101.0 * clip);
+    float w1[D], b[2];
+    fetch_model(f, &c[0], "fbn", 1, w1, b);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(post_update(f, &c[i], c[i].task.rid), 202);
+    float w2[D];
+    fetch_model(f, &c[0], "fbn", 2, w2, b);
+    double moved2 = 0;
+    for (int j = 0; j < D; j++)
+        moved2 += ((double)w2[j] - w1[j]) * ((double)w2[j] - w1[j]);
+    fl_dp_central_params cp;
+    fl_dp_central_info info;
+    fl_dp_central_params_init(&cp);
+    cp.clip = clip;
+    cp.granularity = gamma;
+    cp.beta = c[0].task.beta;
+    assert_int_equal(fl_dp_central_info_get(&info, &cp, D), FL_OK);
+    fprintf(stderr, "fedbuff: x100 device moved the model by %.4f x clip/K\n",
+            sqrt(moved2) / (clip / N));
+    assert_true(sqrt(moved2) <= info.l2_bound * gamma / N * 1.0001);
+    assert_true(sqrt(moved2) > 0.9 * clip / N); /* clipped, not dropped */
+    assert_int_equal(clipped_total(f) - clipped0, 1);
+    clients_free(c, N);
+}
+
 /* A bad update is still refused before its norm is looked at, and changes nothing. */
 static void test_norm_refusal_unchanged(void **state) {
     struct fx *f = *state;
@@ -224,6 +287,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_norm_plain_boosted, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_norm_central_boosted, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_norm_fedbuff_boosted, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_norm_refusal_unchanged, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
