@@ -202,7 +202,8 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
         static const char *const lkeys[] = {"enroll_bytes", "checkin_bytes", "admin_json_bytes",
                                             "model_bytes", "connection_timeout_s",
                                             "per_ip_connections", "max_connections",
-                                            "connection_memory", NULL};
+                                            "connection_memory", "request_deadline_s",
+                                            "request_min_body_rate", NULL};
         if (!json_is_object(v))
             BAD(FL_ERR_FORMAT, "'limits' must be an object");
         json_t *lv;
@@ -226,6 +227,15 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
         LIM("max_connections", max_connections)
         LIM("connection_memory", connection_memory)
 #undef LIM
+        /* Deadline fields live at the end of fl_coord_config (grown after the limits). */
+        x = cfg->request_deadline_s;
+        if (!get_uint(v, "request_deadline_s", UINT32_MAX, &x))
+            BAD(FL_ERR_FORMAT, "'limits.request_deadline_s' must be a non-negative integer");
+        cfg->request_deadline_s = (unsigned)x;
+        x = cfg->request_min_body_rate;
+        if (!get_uint(v, "request_min_body_rate", UINT32_MAX, &x))
+            BAD(FL_ERR_FORMAT, "'limits.request_min_body_rate' must be a non-negative integer");
+        cfg->request_min_body_rate = (unsigned)x;
     }
     if ((v = json_object_get(o, "audit"))) {
         static const char *const akeys[] = {"origin", "pseudonym_key_file", "retention_days",

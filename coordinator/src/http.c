@@ -1,9 +1,12 @@
 /* HTTP layer: the libmicrohttpd daemon, request bodies with per-route caps, routing,
  * error bodies and the operational endpoints (/healthz, /readyz, /metrics). */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +16,212 @@
 #include <openssl/evp.h>
 
 #include "coord_internal.h"
+
+/* ---- request deadlines and half-closed clients ----
+ *
+ * libmicrohttpd 0.9.75 has an idle timeout only: a client that trickles a request (one byte
+ * every few seconds) keeps its connection forever, and a client that half-closes in the
+ * middle of a request is sometimes not noticed until the idle timeout. Every connection is
+ * therefore tracked here (NOTIFY_CONNECTION), and a watchdog thread (one per coordinator,
+ * started with the daemon) shuts down the socket of a connection whose request did not
+ * arrive within its deadline, or whose client sent EOF before the request was complete
+ * (seen on two sweeps in a row, so a complete request that just arrived with its EOF is
+ * never cut). shutdown() makes MHD's next read return 0 and MHD closes the connection
+ * itself; the fd is closed only by MHD, after CLOSED is notified, and the notification
+ * takes the same mutex as the sweep, so a sweep never touches a reused fd. */
+
+enum conn_phase {
+    CONN_IDLE = 0,    /* kept alive between requests */
+    CONN_READING = 1, /* a request is arriving (or the first one is awaited) */
+    CONN_BUSY = 2     /* the request is complete: handled, parked or being answered */
+};
+
+struct conn_watch {
+    struct conn_watch *prev, *next;  /* in watch->head (watch->mu) */
+    int fd;                          /* the connection's socket (MHD owns it) */
+    atomic_int phase;                /* enum conn_phase */
+    _Atomic int64_t since_ms;        /* monotonic ms: READING since / IDLE since */
+    _Atomic int64_t allowance_ms;    /* body allowance added to the deadline */
+    int eof_sweeps;                  /* sweeps in a row that saw EOF (watchdog only) */
+    bool shut;                       /* already shut down (watchdog only) */
+};
+
+struct fl__coord_http_watch {
+    fl_coord *co;
+    pthread_mutex_t mu;              /* guards head and every record's membership */
+    pthread_cond_t cv;               /* wakes the watchdog at stop */
+    bool stop;                       /* guarded by mu */
+    bool thread_started;
+    pthread_t thread;
+    struct conn_watch *head;
+    int64_t deadline_ms;             /* request deadline; 0 = none */
+    int64_t idle_ms;                 /* the idle timeout */
+    atomic_uint_fast64_t closed_deadline; /* connections shut for a missed deadline */
+    atomic_uint_fast64_t closed_eof;      /* connections shut after an early EOF */
+};
+
+#define WATCH_SWEEP_MS 100
+
+static int64_t mono_ms(void) {
+    return fl__coord_mono_ms();
+}
+
+static struct conn_watch *conn_watch_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (struct conn_watch *)ci->socket_context : NULL;
+}
+
+/* True when the request of w is past its deadline. */
+static bool conn_late(const struct fl__coord_http_watch *wa, const struct conn_watch *w,
+                      int64_t now) {
+    if (wa->deadline_ms <= 0)
+        return false;
+    int64_t since = atomic_load(&w->since_ms);
+    int ph = atomic_load(&w->phase);
+    if (ph == CONN_READING)
+        return now - since > wa->deadline_ms + atomic_load(&w->allowance_ms);
+    /* Between requests MHD's idle timeout closes a silent connection; a request line that
+     * trickles in (no callback sees it until it is complete) is bounded here. */
+    if (ph == CONN_IDLE)
+        return now - since > wa->idle_ms + wa->deadline_ms;
+    return false;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    struct fl__coord_http_watch *wa = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn_watch *w = ci ? calloc(1, sizeof(*w)) : NULL;
+        if (!w)
+            return; /* not watched: the idle timeout still applies */
+        w->fd = ci->connect_fd;
+        atomic_store(&w->phase, CONN_READING);
+        atomic_store(&w->since_ms, mono_ms());
+        pthread_mutex_lock(&wa->mu);
+        w->next = wa->head;
+        if (wa->head)
+            wa->head->prev = w;
+        wa->head = w;
+        pthread_mutex_unlock(&wa->mu);
+        *socket_context = w;
+        return;
+    }
+    struct conn_watch *w = *socket_context;
+    if (!w)
+        return;
+    pthread_mutex_lock(&wa->mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        wa->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    pthread_mutex_unlock(&wa->mu);
+    free(w);
+    *socket_context = NULL;
+}
+
+/* The request line of a request arrived (MHD_OPTION_URI_LOG_CALLBACK): on a kept-alive
+ * connection its deadline starts now. Returns the initial request context (none). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls;
+    (void)uri;
+    struct conn_watch *w = conn_watch_of(conn);
+    if (w && atomic_load(&w->phase) == CONN_IDLE) {
+        atomic_store(&w->allowance_ms, 0);
+        atomic_store(&w->since_ms, mono_ms());
+        atomic_store(&w->phase, CONN_READING);
+    }
+    return NULL;
+}
+
+static void watch_sweep(struct fl__coord_http_watch *wa) {
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&wa->mu);
+    for (struct conn_watch *w = wa->head; w; w = w->next) {
+        if (w->shut || atomic_load(&w->phase) == CONN_BUSY) {
+            w->eof_sweeps = 0;
+            continue;
+        }
+        bool late = conn_late(wa, w, now);
+        if (!late) {
+            char c;
+            ssize_t k = recv(w->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            w->eof_sweeps = k == 0 ? w->eof_sweeps + 1 : 0;
+        }
+        if (late || w->eof_sweeps >= 2) {
+            shutdown(w->fd, SHUT_RDWR);
+            w->shut = true;
+            atomic_fetch_add(late ? &wa->closed_deadline : &wa->closed_eof, 1);
+        }
+    }
+    pthread_mutex_unlock(&wa->mu);
+}
+
+static void *watch_main(void *arg) {
+    struct fl__coord_http_watch *wa = arg;
+    pthread_mutex_lock(&wa->mu);
+    while (!wa->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += WATCH_SWEEP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        int rc = pthread_cond_timedwait(&wa->cv, &wa->mu, &ts);
+        if (wa->stop)
+            break;
+        if (rc == ETIMEDOUT || rc == 0) {
+            pthread_mutex_unlock(&wa->mu);
+            watch_sweep(wa);
+            pthread_mutex_lock(&wa->mu);
+        }
+    }
+    pthread_mutex_unlock(&wa->mu);
+    return NULL;
+}
+
+static struct fl__coord_http_watch *watch_create(fl_coord *co) {
+    struct fl__coord_http_watch *wa = calloc(1, sizeof(*wa));
+    if (!wa)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wa->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&wa->mu, NULL);
+    wa->co = co;
+    wa->deadline_ms = (int64_t)co->request_deadline_s * 1000;
+    wa->idle_ms = (int64_t)co->limits.connection_timeout_s * 1000;
+    return wa;
+}
+
+/* Stops the watchdog thread (before the daemon stops: no sweep runs during teardown). */
+static void watch_stop_thread(struct fl__coord_http_watch *wa) {
+    if (!wa || !wa->thread_started)
+        return;
+    pthread_mutex_lock(&wa->mu);
+    wa->stop = true;
+    pthread_cond_signal(&wa->cv);
+    pthread_mutex_unlock(&wa->mu);
+    pthread_join(wa->thread, NULL);
+    wa->thread_started = false;
+}
+
+static void watch_destroy(struct fl__coord_http_watch *wa) {
+    if (!wa)
+        return;
+    watch_stop_thread(wa);
+    /* Records left are freed by MHD's CLOSED notifications before this point. */
+    pthread_cond_destroy(&wa->cv);
+    pthread_mutex_destroy(&wa->mu);
+    free(wa);
+}
 
 /* ---- per-request context ---- */
 
@@ -26,6 +235,7 @@ struct req_ctx {
     bool parked;       /* the handler suspended the connection (long poll) */
     bool close;        /* close the connection after the reply (framing errors: what
                           follows on it cannot be trusted) */
+    struct conn_watch *watch; /* the connection's deadline record, or NULL */
     EVP_MD_CTX *md;    /* SHA-256 of the body as it arrives (update and secagg posts), so
                           the handler, under the coordinator lock, does not hash it */
     struct fl__coord_req rq;
@@ -555,12 +765,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->route = route_of(&ctx->rq, url);
         ctx->rq.route = ctx->route;
         ctx->cap = route_cap(co, &ctx->rq, ctx->route, method);
+        ctx->watch = co->watch ? conn_watch_of(conn) : NULL;
         if (early_checks(co, ctx, conn, method, version, &rep)) {
             ctx->answered = true;
+            if (ctx->watch)
+                atomic_store(&ctx->watch->phase, CONN_BUSY);
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
             reply_clear(&rep);
             return r;
         }
+        if (ctx->watch && ctx->body_len > 0)
+            atomic_store(&ctx->watch->allowance_ms,
+                         (int64_t)(ctx->body_len * 1000 / co->request_min_body_rate));
         return MHD_YES;
     }
     if (ctx->parked) {
@@ -574,6 +790,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
+        if (ctx->watch && conn_late(co->watch, ctx->watch, mono_ms())) {
+            /* A body trickling past its deadline: close now (MHD_NO), no reply. */
+            atomic_fetch_add(&co->watch->closed_deadline, 1);
+            return MHD_NO;
+        }
         if (n > ctx->body_len - ctx->body_got) {
             /* More than Content-Length: MHD prevents this; refuse defensively. */
             ctx->answered = true;
@@ -595,6 +816,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* Body complete. */
     ctx->answered = true;
+    if (ctx->watch)
+        atomic_store(&ctx->watch->phase, CONN_BUSY);
     ctx->rq.body = ctx->body;
     ctx->rq.body_len = ctx->body_got;
     if (ctx->md) {
@@ -634,6 +857,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!ctx)
         return;
+    if (ctx->watch) {
+        /* Kept alive: the next request's deadline starts at its request line. */
+        atomic_store(&ctx->watch->since_ms, mono_ms());
+        atomic_store(&ctx->watch->phase, CONN_IDLE);
+    }
     if (ctx->rq.waiter.linked) {
         /* Only at daemon shutdown: a parked poll that was never resumed. */
         fl_coord *co = ctx->rq.co;
@@ -691,7 +919,10 @@ fl_status fl__coord_http_start(fl_coord *co) {
             return fl__err_set(&co->err, FL_ERR_UNSUPPORTED, "libmicrohttpd was built without TLS");
         flags |= MHD_USE_TLS;
     }
-    struct MHD_OptionItem opts[16];
+    co->watch = watch_create(co);
+    if (!co->watch)
+        return fl__err_set(&co->err, FL_ERR_NOMEM, "out of memory");
+    struct MHD_OptionItem opts[18];
     size_t k = 0;
 #define OPT(o, v, p) opts[k++] = (struct MHD_OptionItem){o, (intptr_t)(v), p}
     OPT(MHD_OPTION_THREAD_POOL_SIZE, co->threads, NULL);
@@ -701,6 +932,8 @@ fl_status fl__coord_http_start(fl_coord *co) {
     OPT(MHD_OPTION_CONNECTION_MEMORY_LIMIT, co->limits.connection_memory, NULL);
     OPT(MHD_OPTION_SOCK_ADDR, 0, &ss);
     OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, co);
+    OPT(MHD_OPTION_NOTIFY_CONNECTION, on_connection, co->watch);
+    OPT(MHD_OPTION_URI_LOG_CALLBACK, on_request_line, co);
     OPT(MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL);
     if (co->tls_cert) {
         OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, co->tls_cert);
@@ -713,17 +946,28 @@ fl_status fl__coord_http_start(fl_coord *co) {
                                   MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, co,
                                   MHD_OPTION_ARRAY, opts,
                                   MHD_OPTION_END);
-    if (!co->daemon)
+    if (!co->daemon) {
+        watch_destroy(co->watch);
+        co->watch = NULL;
         return fl__err_set(&co->err, FL_ERR_IO, "could not start the HTTP server on %s:%u",
                            co->listen_address, co->port_cfg);
+    }
+    if (pthread_create(&co->watch->thread, NULL, watch_main, co->watch) == 0)
+        co->watch->thread_started = true;
+    else
+        fl__log(&co->logger, FL_LOG_WARN,
+                "http: no watchdog thread: request deadlines are not enforced");
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(co->daemon, MHD_DAEMON_INFO_BIND_PORT);
     co->port = info ? info->port : co->port_cfg;
     return FL_OK;
 }
 
 void fl__coord_http_stop(fl_coord *co) {
+    watch_stop_thread(co->watch);
     if (co->daemon) {
         MHD_stop_daemon(co->daemon);
         co->daemon = NULL;
     }
+    watch_destroy(co->watch);
+    co->watch = NULL;
 }

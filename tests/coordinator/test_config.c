@@ -113,6 +113,59 @@ static void test_load_errors(void **state) {
                      FL_ERR_IO);
 }
 
+/* The request deadline: defaults, file fields under "limits", and the ranges checked at
+ * create (limit-1, limit, limit+1 on each bound). */
+static void test_request_deadline_config(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    fl_coord_config_init(&cfg);
+    assert_int_equal(cfg.request_deadline_s, 10);
+    assert_int_equal(cfg.request_min_body_rate, 16384);
+    assert_int_equal(load("{\"database\":\"x.db\",\"limits\":{\"request_deadline_s\":3,"
+                          "\"request_min_body_rate\":2048,\"connection_timeout_s\":20}}",
+                          &cfg, &doc, err, sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.request_deadline_s, 3);
+    assert_int_equal(cfg.request_min_body_rate, 2048);
+    assert_int_equal(cfg.limits.connection_timeout_s, 20);
+    fl_coord_config_doc_free(doc);
+    doc = NULL;
+    assert_int_equal(load("{\"limits\":{\"request_deadline_s\":-1}}", &cfg, &doc, err,
+                          sizeof(err)),
+                     FL_ERR_FORMAT);
+    assert_non_null(strstr(err, "request_deadline_s"));
+    assert_int_equal(load("{\"limits\":{\"request_min_body_rate\":\"fast\"}}", &cfg, &doc, err,
+                          sizeof(err)),
+                     FL_ERR_FORMAT);
+    assert_non_null(strstr(err, "request_min_body_rate"));
+    static const struct {
+        unsigned deadline, rate;
+        fl_status want;
+    } cases[] = {
+        {0, 16384, FL_OK},          /* 0 = no deadline */
+        {3599, 16384, FL_OK},       {3600, 16384, FL_OK},         {3601, 16384, FL_ERR_MISUSE},
+        {10, 1023, FL_ERR_MISUSE},  {10, 1024, FL_OK},            {10, 1025, FL_OK},
+        {10, 999999999u, FL_OK},    {10, 1000000000u, FL_OK},     {10, 1000000001u, FL_ERR_MISUSE},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fl_coord_config_init(&cfg);
+        cfg.db_path = ":memory:";
+        cfg.request_deadline_s = cases[i].deadline;
+        cfg.request_min_body_rate = cases[i].rate;
+        fl_coord *co = NULL;
+        fl_status rc = fl_coord_create(&co, &cfg, err, sizeof(err));
+        if (rc != cases[i].want)
+            fprintf(stderr, "case %zu: %d (%s)\n", i, (int)rc, err);
+        assert_int_equal(rc, cases[i].want);
+        if (rc != FL_OK)
+            assert_non_null(strstr(err, cases[i].deadline > 3600 ? "request_deadline_s"
+                                                                 : "request_min_body_rate"));
+        fl_coord_destroy(co);
+    }
+}
+
 static void test_signed_message(void **state) {
     (void)state;
     uint8_t m[64];
@@ -137,6 +190,7 @@ int main(void) {
         cmocka_unit_test(test_defaults_and_sizes),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_request_deadline_config),
         cmocka_unit_test(test_signed_message),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

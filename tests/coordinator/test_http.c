@@ -44,6 +44,9 @@ static void test_log(void *user, fl_log_level level, const char *msg) {
         fprintf(stderr, "  [coordinator] %s\n", msg);
 }
 
+/* Deadline settings of the next setup (0 = defaults); test_request_deadline sets them. */
+static unsigned g_deadline_s, g_body_rate;
+
 static int setup(void **state) {
     struct fx *f = calloc(1, sizeof(*f));
     snprintf(f->dir, sizeof(f->dir), "/tmp/fl-coord-test-XXXXXX");
@@ -62,6 +65,10 @@ static int setup(void **state) {
     cfg.clock_user = f;
     cfg.logger.fn = test_log;
     cfg.logger.min_level = FL_LOG_DEBUG;
+    if (g_deadline_s)
+        cfg.request_deadline_s = g_deadline_s;
+    if (g_body_rate)
+        cfg.request_min_body_rate = g_body_rate;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK) {
         fprintf(stderr, "create: %s\n", err);
@@ -432,6 +439,124 @@ static void test_http_strictness(void **state) {
                      200);
     assert_true(closed);
     assert_true(mono_s() - t0 < 5.0);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Sends req in pieces of step bytes, gap_s apart; stops early when the server closes. Returns
+ * the status of the answer (0: none) and sets *closed and *elapsed (seconds from connect to
+ * the close or the answer). */
+static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s, bool *closed,
+                       double *elapsed) {
+    int fd = raw_connect(f);
+    double t0 = mono_s();
+    size_t n = strlen(req);
+    char out[4096] = "";
+    *closed = false;
+    for (size_t off = 0; off < n; off += step) {
+        size_t k = n - off < step ? n - off : step;
+        if (send(fd, req + off, k, MSG_NOSIGNAL) != (ssize_t)k) {
+            *closed = true;
+            break;
+        }
+        if (off + k < n) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, (int)(gap_s * 1000)) > 0) {
+                *closed = true; /* the server closed (or answered early) mid-request */
+                break;
+            }
+        }
+    }
+    if (*closed)
+        (void)raw_read_all(fd, out, sizeof(out), 3000); /* an early answer, if any */
+    else
+        *closed = raw_read_all(fd, out, sizeof(out), 1500) && !out[0];
+    *elapsed = mono_s() - t0;
+    close(fd);
+    return strncmp(out, "HTTP/1.", 7) == 0 ? atoi(out + 9) : 0;
+}
+
+/* Request deadline 2 s (idle timeout 30 s): requests that arrive within it are served (also
+ * in slow pieces, and a body within its allowance at the minimum body rate); a silent
+ * connection, trickled headers and a trickled body are closed at the deadline (well before
+ * the idle timeout), with no answer; a half-closed incomplete request is closed at once; a
+ * kept-alive connection may idle past the deadline between requests. */
+static void test_request_deadline(void **state) {
+    struct fx *f = *state;
+    const char *get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    bool closed;
+    double el;
+    /* Within the deadline: 3 pieces 0.3 s apart. */
+    assert_int_equal(raw_trickle(f, get, 14, 0.3, &closed, &el), 200);
+    /* Silent connection: closed at the deadline. */
+    int fd = raw_connect(f);
+    double t0 = mono_s();
+    char out[4096];
+    assert_true(raw_read_all(fd, out, sizeof(out), 15000));
+    el = mono_s() - t0;
+    close(fd);
+    assert_string_equal(out, "");
+    if (el < 1.5 || el > 12)
+        fprintf(stderr, "silent connection closed after %.2f s\n", el);
+    assert_true(el >= 1.5 && el < 12);
+    /* Headers trickled one byte per 0.25 s (~9 s for the request): closed, unanswered. */
+    assert_int_equal(raw_trickle(f, get, 1, 0.25, &closed, &el), 0);
+    assert_true(closed);
+    assert_true(el >= 1.5 && el < 12);
+    /* A body trickled past the deadline plus its allowance (4 bytes: none). */
+    const char *post = "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                       "\r\nContent-Length: 40\r\n\r\n{\"population\":\"kb-en\",\"region\":\"EU\"   }";
+    assert_int_equal(raw_trickle(f, post, 4, 0.5, &closed, &el), 0);
+    assert_true(closed);
+    assert_true(el >= 1.5 && el < 12);
+    /* A 4000-byte body at ~3.3 KB/s: 1.2 s after its 2 s deadline, but within the 3.9 s
+     * allowance of the 1024 B/s minimum rate: answered (401: no enrollment token). */
+    char big[4400];
+    int hl = snprintf(big, sizeof(big),
+                      "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                      "\r\nContent-Length: 4000\r\n\r\n");
+    memset(big + hl, ' ', 4000);
+    big[hl + 4000] = '\0';
+    memcpy(big + hl, "{}", 2);
+    int st = raw_trickle(f, big, 500, 0.4, &closed, &el);
+    if (st != 401)
+        fprintf(stderr, "slow 4000-byte body: status %d after %.2f s\n", st, el);
+    assert_int_equal(st, 401);
+    /* Incomplete request, then EOF: closed at once (every time: MHD alone sometimes waited
+     * for the idle timeout). */
+    for (int i = 0; i < 5; i++) {
+        t0 = mono_s();
+        assert_int_equal(raw_request(f, "GET /healthz HTTP/1.1\r\nHost: x", true, 15000, &closed,
+                                     out, sizeof(out)),
+                         0);
+        assert_true(closed);
+        assert_true(mono_s() - t0 < 1.9); /* before the 2 s deadline could close it */
+        assert_int_equal(raw_request(f, post, true, 15000, &closed, out, sizeof(out)), 0);
+        assert_true(closed);
+    }
+    /* Keep-alive: a second request after 2.5 s of idling (past the deadline) is served. */
+    fd = raw_connect(f);
+    raw_send(fd, get);
+    struct pollfd p = {fd, POLLIN, 0};
+    assert_true(poll(&p, 1, 5000) == 1);
+    assert_true(recv(fd, out, sizeof(out) - 1, 0) > 0);
+    sleep_s(2.5);
+    raw_send(fd, get);
+    assert_false(raw_read_all(fd, out, sizeof(out), 1500));
+    assert_int_equal(strncmp(out, "HTTP/1.1 200", 12), 0);
+    close(fd);
+}
+
+static int setup_deadline(void **state) {
+    g_deadline_s = 2;
+    g_body_rate = 1024;
+    int rc = setup(state);
+    g_deadline_s = 0;
+    g_body_rate = 0;
+    return rc;
 }
 
 /* ---- tests ---- */
@@ -891,6 +1016,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_strictness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_request_deadline, setup_deadline, teardown),
         cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enrollment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkin_selection, setup, teardown),

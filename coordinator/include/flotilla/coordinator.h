@@ -89,6 +89,14 @@ typedef struct fl_coord_config {
     unsigned retention_days;       /* retention sweep: clients not seen and participations
                                       older than this many days are deleted (hourly);
                                       0 (default) = no sweeps; at most 36500 */
+    /* request deadline (docs/protocol.md section 7; "limits" in the config file) */
+    unsigned request_deadline_s;   /* seconds in which a request (line, headers, body) must
+                                      arrive, counted from the connection's opening or, on a
+                                      kept-alive connection, from its request line; else the
+                                      connection is closed. 0 = none; 0..3600, default 10 */
+    unsigned request_min_body_rate;/* bytes/s: a body of B bytes adds B / rate seconds to the
+                                      deadline (slow uplinks); 1024..1000000000, default
+                                      16384 */
 } fl_coord_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
