@@ -304,9 +304,6 @@ struct fl_coord {
     unsigned request_deadline_s;  /* per-request deadline, seconds; 0 = none (http.c) */
     unsigned request_min_body_rate; /* bytes/s a body's deadline allowance assumes */
     struct fl__coord_http_watch *watch; /* request deadlines, half-closed clients (http.c) */
-    unsigned request_deadline_s;  /* per-request deadline, seconds; 0 = none (http.c) */
-    unsigned request_min_body_rate; /* bytes/s a body's deadline allowance assumes */
-    struct fl__coord_http_watch *watch; /* request deadlines, half-closed clients (http.c) */
     unsigned max_long_poll_s;
     fl_coord_clock_fn clock;
     void *clock_user;
