@@ -34,6 +34,52 @@ static const char *opt_string(json_t *o, const char *key, size_t max, bool *bad)
 
 /* ---- enrollment ---- */
 
+/* Enrolment limits of p at now (lock held): 403 enrollment_closed when max_clients are
+ * enrolled, 429 rate_limited (retry_after_s) when the max_per_minute bucket is empty.
+ * Returns 0 when the enrolment may go ahead (the caller then takes a token with
+ * enroll_take), else the status set in rep. */
+static int enroll_limits(fl_coord *co, struct fl__coord_pop *p, int64_t now,
+                         struct fl__coord_reply *rep) {
+    if (p->enroll_max_clients > 0) {
+        int64_t n = 0;
+        fl_status rc = fl_store_population_client_count(co->store, p->id, &n);
+        if (rc != FL_OK)
+            return store_fail(co, rep, rc);
+        if (n >= p->enroll_max_clients)
+            return fl__coord_error(rep, 403, "enrollment_closed", NULL,
+                                   "population '%s' has its %lld clients (enrollment.max_clients)",
+                                   p->name, (long long)p->enroll_max_clients);
+    }
+    if (p->enroll_per_minute > 0) {
+        double cap = (double)p->enroll_per_minute;
+        if (p->enroll_refill_at == 0 || now < p->enroll_refill_at) {
+            p->enroll_tokens = p->enroll_refill_at == 0 ? cap : p->enroll_tokens;
+            p->enroll_refill_at = now; /* first use, or the clock went back */
+        }
+        p->enroll_tokens += (double)(now - p->enroll_refill_at) * cap / 60000.0;
+        if (p->enroll_tokens > cap)
+            p->enroll_tokens = cap;
+        p->enroll_refill_at = now;
+        if (p->enroll_tokens < 1.0) {
+            double wait_ms = (1.0 - p->enroll_tokens) * 60000.0 / cap;
+            rep->retry_after_s = (int)ceil(wait_ms / 1000.0 - 1e-6); /* float slack */
+            if (rep->retry_after_s < 1)
+                rep->retry_after_s = 1;
+            /* counted in flotilla_http_requests_total{route="enroll",code="429"} */
+            return fl__coord_error(rep, 429, "rate_limited", NULL,
+                                   "population '%s' takes at most %lld enrolments a minute",
+                                   p->name, (long long)p->enroll_per_minute);
+        }
+    }
+    return 0;
+}
+
+/* Takes one enrolment from p's bucket (after a successful enrolment; lock held). */
+static void enroll_take(struct fl__coord_pop *p) {
+    if (p->enroll_per_minute > 0)
+        p->enroll_tokens -= 1.0;
+}
+
 int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
     const char *tok = fl__coord_bearer(rq);
@@ -92,6 +138,9 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                  "population '%s' does not accept region '%s'", p->name, region);
         goto out_unlock;
     }
+    status = enroll_limits(co, p, fl__coord_now(co), rep);
+    if (status != 0)
+        goto out_unlock;
     uint8_t idb[8], secret[32];
     char cid[FL__COORD_CLIENT_ID_CHARS + 1], sec[FL__COORD_SECRET_CHARS + 1];
     char token[4 + FL__COORD_CLIENT_ID_CHARS + 1 + FL__COORD_SECRET_CHARS + 1];
@@ -114,6 +163,7 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     p->clients++;
+    enroll_take(p);
     atomic_fetch_add(&co->metrics.enrollments, 1);
     fl__log(&co->logger, FL_LOG_INFO, "client %s enrolled in %s (%s, %s)", cid, p->name, region,
             platform ? platform : "unknown platform");
@@ -1034,7 +1084,8 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
 }
 
 /* PATCH /v1/admin/populations/{name} (lock held): changes the mutable settings of a
- * population (docs/protocol.md section 8): selection.*, deadlines_s.*, allowed_regions and,
+ * population (docs/protocol.md section 8): selection.*, deadlines_s.*, allowed_regions,
+ * enrollment.* and,
  * with DP, privacy.epsilon_budget, which may only go down and never below the epsilon
  * already spent. The merged configuration is validated exactly like a creation; on success
  * it replaces the population's settings, in memory and in its storage row (so a restart
@@ -1064,11 +1115,12 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
         if (strcmp(key, "allowed_regions") == 0)
             continue;
         bool sel = strcmp(key, "selection") == 0, dl = strcmp(key, "deadlines_s") == 0,
-             pr = strcmp(key, "privacy") == 0;
-        if (!sel && !dl && !pr) {
+             pr = strcmp(key, "privacy") == 0, en = strcmp(key, "enrollment") == 0;
+        if (!sel && !dl && !pr && !en) {
             status = fl__coord_error(rep, 400, "invalid_field", key,
                                      "'%.32s' cannot be changed (mutable: selection, "
-                                     "deadlines_s, allowed_regions, privacy.epsilon_budget)",
+                                     "deadlines_s, allowed_regions, enrollment, "
+                                     "privacy.epsilon_budget)",
                                      key);
             goto out;
         }
@@ -1089,6 +1141,8 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
                     ok |= strcmp(k2, fl__coord_phase_names[i]) == 0;
             if (pr)
                 ok = strcmp(k2, "epsilon_budget") == 0;
+            if (en)
+                ok = strcmp(k2, "max_per_minute") == 0 || strcmp(k2, "max_clients") == 0;
             if (!ok) {
                 snprintf(field, sizeof(field), "%.32s.%.48s", key, k2);
                 status = fl__coord_error(rep, 400, "invalid_field", field, "'%s' cannot be changed",
@@ -1163,6 +1217,10 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
     p->any_region = tmp->any_region;
     p->sel = tmp->sel;
     memcpy(p->deadlines_s, tmp->deadlines_s, sizeof(p->deadlines_s));
+    p->enroll_per_minute = tmp->enroll_per_minute;
+    p->enroll_max_clients = tmp->enroll_max_clients;
+    if (p->enroll_tokens > (double)p->enroll_per_minute)
+        p->enroll_tokens = (double)p->enroll_per_minute; /* a smaller bucket */
     p->budget_exhausted = false; /* the next round start checks the budget again */
     fl__coord_epsilon_refresh(co, p);
     fl__coord_audit_checkpoint(co);

@@ -254,6 +254,13 @@ struct fl__coord_pop {
     uint64_t dropouts[FL__PH_COUNT];         /* clients dropped, by the phase they missed */
     uint64_t rounds_done[2];                 /* rounds completed / abandoned (this process) */
     double epsilon_spent;                    /* epsilon of the ledger at the budget's delta */
+    /* enrolment limits (config "enrollment"; docs/protocol.md section 2) */
+    int64_t enroll_per_minute;               /* max_per_minute: bucket size and refill per
+                                                minute; 0 = no limit */
+    int64_t enroll_max_clients;              /* max_clients enrolled at once; 0 = no limit */
+    double enroll_tokens;                    /* enrolments the bucket allows now */
+    int64_t enroll_refill_at;                /* Unix ms the bucket was last refilled; 0 =
+                                                never (full) */
     double epsilon_budget;                   /* 0 without DP */
 };
 

@@ -210,6 +210,18 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
                    false;
     }
 
+    /* enrolment limits per enrollment token (the population's): a bucket of max_per_minute
+     * enrolments refilled at max_per_minute per minute, and a cap on enrolled clients;
+     * 0 = no limit */
+    json_t *en = sub_object(cfg, "enrollment", rep);
+    if (!en)
+        return false;
+    if (!get_int(en, "enrollment", "max_per_minute", 0, 0, 1000000, &p->enroll_per_minute,
+                 rep) ||
+        !get_int(en, "enrollment", "max_clients", 0, 0, INT64_C(1000000000),
+                 &p->enroll_max_clients, rep))
+        return false;
+
     /* deadlines */
     json_t *dl = sub_object(cfg, "deadlines_s", rep);
     if (!dl)

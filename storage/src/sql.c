@@ -39,6 +39,7 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_POP_CONFIG_SET] = "UPDATE populations SET config_json = ?2, epsilon = ?3, "
                                  "delta = ?4, allowed_regions_json = ?5 WHERE id = ?1",
     [FL__STORE_POP_LIST] = "SELECT " POP_COLS " FROM populations ORDER BY id",
+    [FL__STORE_POP_CLIENT_COUNT] = "SELECT count(*) FROM clients WHERE population_id = ?1",
 
     [FL__STORE_CLIENT_INSERT] = "INSERT INTO clients (client_id, token_sha256, region, "
                                 "population_id, enrolled_at, last_seen) "

@@ -237,6 +237,34 @@ fl_status fl_store_population_list(fl_store *st, fl_store_population **out, size
     return r;
 }
 
+fl_status fl_store_population_client_count(fl_store *st, int64_t id, int64_t *count) {
+    fl_status r = fl__store_enter(st, "population_client_count");
+    if (r != FL_OK)
+        return r;
+    if (!count)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "count is NULL");
+    *count = 0;
+    if (id <= 0)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "id must be > 0");
+    r = fl__store_op_begin(st, 0);
+    if (r != FL_OK)
+        return r;
+    r = fl__store_population_exists(st, id);
+    sqlite3_stmt *s = r == FL_OK ? fl__store_stmt(st, FL__STORE_POP_CLIENT_COUNT) : NULL;
+    if (r == FL_OK && !s)
+        r = st->err.code;
+    if (s) {
+        sqlite3_bind_int64(s, 1, id);
+        int rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW)
+            *count = sqlite3_column_int64(s, 0);
+        else
+            r = fl__store_sqlerr(st, rc, "counting the population's clients");
+        fl__store_done(s);
+    }
+    return fl__store_op_end(st, r);
+}
+
 /* ==== clients ==== */
 
 static void decode_client(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

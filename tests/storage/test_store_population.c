@@ -187,6 +187,26 @@ static void test_list_empty(void **state) {
     store_tdir_rm(&d);
 }
 
+static void test_client_count(void **state) {
+    struct fixture *f = *state;
+    int64_t n = -1, other = 0;
+    STORE_OK(f->st, fl_store_population_client_count(f->st, f->pop, &n));
+    assert_int_equal(n, 0);
+    STORE_OK(f->st, fl_store_population_create(f->st, &other, "speech", NULL, 1.0, 0, NULL));
+    static const uint8_t tok[FL_STORE_TOKEN_MIN_BYTES] = "0123456789abcdef";
+    STORE_OK(f->st, fl_store_client_enroll(f->st, "c1", tok, sizeof(tok), "eu", f->pop));
+    STORE_OK(f->st, fl_store_client_enroll(f->st, "c2", tok, sizeof(tok), "eu", f->pop));
+    STORE_OK(f->st, fl_store_client_enroll(f->st, "c3", tok, sizeof(tok), "eu", other));
+    STORE_OK(f->st, fl_store_population_client_count(f->st, f->pop, &n));
+    assert_int_equal(n, 2);
+    STORE_OK(f->st, fl_store_population_client_count(f->st, other, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(fl_store_population_client_count(f->st, other + 1, &n), FL_ERR_NOT_FOUND);
+    assert_int_equal(fl_store_population_client_count(f->st, 0, &n), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_population_client_count(f->st, f->pop, NULL), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_population_client_count(NULL, f->pop, &n), FL_ERR_MISUSE);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_update_round_trip, setup, teardown),
@@ -194,6 +214,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_update_with_audit_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list, setup, teardown),
         cmocka_unit_test(test_list_empty),
+        cmocka_unit_test_setup_teardown(test_client_count, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

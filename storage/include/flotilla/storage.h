@@ -219,6 +219,11 @@ FL_API fl_status fl_store_population_update_config(fl_store *st, int64_t id,
 FL_API fl_status fl_store_population_list(fl_store *st, fl_store_population **out,
                                           size_t *count);
 
+/* Number of clients enrolled in population id (erased and swept clients are gone) into
+ * *count. Returns FL_OK; FL_ERR_NOT_FOUND (no population id); FL_ERR_MISUSE; FL_ERR_BUSY;
+ * FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_population_client_count(fl_store *st, int64_t id, int64_t *count);
+
 /* ---- clients ----
  * Clients are pseudonymous: the coordinator picks an opaque ID and a random auth token.
  * Only SHA-256(token) is stored; the token itself never touches the disk. */
