@@ -250,10 +250,10 @@ fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p,
     fl_store_free(co->store, r);
     if (rc == FL_OK)
         rc = fl_store_round_abandon(co->store, round_id, "coordinator restarted");
-    if (rc == FL_OK && !p->audit_off &&
-        fl_store_audit_append_round(co->store, NULL, &info) != FL_OK)
-        fl__log(&co->logger, FL_LOG_WARN, "round %lld: audit entry not logged: %s",
-                (long long)round_id, fl_store_errmsg(co->store));
+    /* The abandonment and its entry are one (the caller's transaction): a refused append is
+     * returned, so the caller rolls the abandonment back too. */
+    if (rc == FL_OK && !p->audit_off)
+        rc = fl_store_audit_append_round(co->store, NULL, &info);
     return rc;
 }
 

@@ -552,18 +552,27 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     fl_store_round *last = NULL;
     if (fl_store_round_find(co->store, &last, p->id, 0) == FL_OK) {
         if (last->state == FL_STORE_ROUND_OPEN || last->state == FL_STORE_ROUND_RUNNING) {
-            bool tx = fl_store_begin(co->store) == FL_OK;
-            fl_status arc = fl__coord_audit_restart_abandon(co, p, last->id);
-            if (tx && (arc != FL_OK || fl_store_commit(co->store) != FL_OK)) {
+            /* The abandonment and its audit entry commit together or not at all; when they
+             * cannot, the coordinator does not start (a round ended without its entry, or a
+             * new round beside an open one, would break the log's promises). */
+            int64_t rid = last->id;
+            fl_status arc = fl_store_begin(co->store);
+            if (arc == FL_OK)
+                arc = fl__coord_audit_restart_abandon(co, p, rid);
+            if (arc == FL_OK)
+                arc = fl_store_commit(co->store);
+            if (arc != FL_OK) {
+                rc = fl__err_set(&co->err, arc, "population %s: round %lld, left open by the "
+                                 "previous process, could not be abandoned (nothing written): "
+                                 "%s", p->name, (long long)rid, fl_store_errmsg(co->store));
                 if (fl_store_in_transaction(co->store))
                     fl_store_rollback(co->store);
-                arc = arc == FL_OK ? FL_ERR_IO : arc;
+                fl_store_free(co->store, last);
+                goto out;
             }
-            if (arc == FL_OK) {
-                fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: coordinator "
-                        "restarted", (long long)last->id, p->name);
-                atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
-            }
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: coordinator "
+                    "restarted", (long long)rid, p->name);
+            atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
         }
         fl_store_free(co->store, last);
     }
