@@ -62,52 +62,6 @@ static int enroll_limits(fl_coord *co, struct fl__coord_pop *p, int64_t now,
         p->enroll_refill_at = now;
         if (p->enroll_tokens < 1.0) {
             double wait_ms = (1.0 - p->enroll_tokens) * 60000.0 / cap;
-            rep->retry_after_s = (int)ceil(wait_ms / 1000.0);
-            if (rep->retry_after_s < 1)
-                rep->retry_after_s = 1;
-            atomic_fetch_add(&co->metrics.rate_limited, 1);
-            return fl__coord_error(rep, 429, "rate_limited", NULL,
-                                   "population '%s' takes at most %lld enrolments a minute",
-                                   p->name, (long long)p->enroll_per_minute);
-        }
-    }
-    return 0;
-}
-
-/* Takes one enrolment from p's bucket (after a successful enrolment; lock held). */
-static void enroll_take(struct fl__coord_pop *p) {
-    if (p->enroll_per_minute > 0)
-        p->enroll_tokens -= 1.0;
-}
-
-/* Enrolment limits of p at now (lock held): 403 enrollment_closed when max_clients are
- * enrolled, 429 rate_limited (retry_after_s) when the max_per_minute bucket is empty.
- * Returns 0 when the enrolment may go ahead (the caller then takes a token with
- * enroll_take), else the status set in rep. */
-static int enroll_limits(fl_coord *co, struct fl__coord_pop *p, int64_t now,
-                         struct fl__coord_reply *rep) {
-    if (p->enroll_max_clients > 0) {
-        int64_t n = 0;
-        fl_status rc = fl_store_population_client_count(co->store, p->id, &n);
-        if (rc != FL_OK)
-            return store_fail(co, rep, rc);
-        if (n >= p->enroll_max_clients)
-            return fl__coord_error(rep, 403, "enrollment_closed", NULL,
-                                   "population '%s' has its %lld clients (enrollment.max_clients)",
-                                   p->name, (long long)p->enroll_max_clients);
-    }
-    if (p->enroll_per_minute > 0) {
-        double cap = (double)p->enroll_per_minute;
-        if (p->enroll_refill_at == 0 || now < p->enroll_refill_at) {
-            p->enroll_tokens = p->enroll_refill_at == 0 ? cap : p->enroll_tokens;
-            p->enroll_refill_at = now; /* first use, or the clock went back */
-        }
-        p->enroll_tokens += (double)(now - p->enroll_refill_at) * cap / 60000.0;
-        if (p->enroll_tokens > cap)
-            p->enroll_tokens = cap;
-        p->enroll_refill_at = now;
-        if (p->enroll_tokens < 1.0) {
-            double wait_ms = (1.0 - p->enroll_tokens) * 60000.0 / cap;
             rep->retry_after_s = (int)ceil(wait_ms / 1000.0 - 1e-6); /* float slack */
             if (rep->retry_after_s < 1)
                 rep->retry_after_s = 1;
