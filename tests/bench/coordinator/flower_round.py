@@ -307,13 +307,15 @@ def summarise(r, conc):
     return out
 
 
-def print_table(rows, a):
+def print_header(a, version):
     print("Flower %s (run_simulation, Ray, %d actors) vs flotilla-coordinator, same round, "
-          "interleaved; medians of %d rounds each" % (rows[0]["flower_version"],
-                                                     os.cpu_count(), a.reps))
+          "interleaved; medians of %d rounds each" % (version, os.cpu_count(), a.reps))
     print("%5s %7s %6s %6s | %9s %9s %9s | %8s %7s %7s %7s %7s | %7s %8s %8s"
           % ("n", "d", "secagg", "k/t", "flower_s", "flot_s", "flot1_s", "x_median",
              "x_pairs", "x_min", "x_seq", "x_nopoll", "flotMB", "flwDrvMB", "flwTreeMB"))
+
+
+def print_rows(rows):
     for r in rows:
         c, s = r["flotilla_conc"], r["flotilla_seq"]
         print("%5d %7d %6s %6s | %9.3f %9.3f %9.3f | %7.1fx %6.1fx %6.1fx %6.1fx %7.1fx | "
@@ -325,6 +327,9 @@ def print_table(rows, a):
                   c["speedup_pairs_min"], s["speedup"], c["speedup_without_flower_polling"],
                   c["peak_rss_kb"] / 1024,
                   r["flower_driver_peak_rss_kb"] / 1024, r["flower_tree_peak_rss_kb"] / 1024))
+
+
+def print_footer(rows, a):
     print("flot_s: flotilla round wall time with %d connections (flot1_s: one request at a "
           "time), stand-in devices' secagg compute included; x_*: Flower round time / "
           "flotilla's (median, median of pairs, worst pair, sequential flotilla, and with "
@@ -378,12 +383,16 @@ def main():
         worker(a, a.worker)
         return
     py = VENV_PY if os.path.exists(VENV_PY) else sys.executable
-    check = subprocess.run([py, "-c", "import flwr, ray"], capture_output=True)
+    check = subprocess.run([py, "-c", "import flwr, ray; print(flwr.__version__)"],
+                           capture_output=True, text=True)
     if check.returncode != 0:
         print("flower_round.py: flwr[simulation] is not installed in %s (run "
               "scripts/pydeps.sh)" % py, file=sys.stderr)
         sys.exit(3)
     rows = []
+    if not a.json:
+        print_header(a, check.stdout.strip())
+        sys.stdout.flush()
     for n in a.n:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tf:
             path = tf.name
@@ -406,13 +415,12 @@ def main():
             os.unlink(path)
         rows.extend(new)
         if not a.json:
-            print_table(new, a)
+            print_rows(new)  # as each N finishes
             sys.stdout.flush()
     if a.json:
         print(json.dumps({"bench": "coordinator_vs_flower", "rows": rows}))
-    elif len(a.n) > 1:
-        print("\nall sizes:")
-        print_table(rows, a)
+    else:
+        print_footer(rows, a)
 
 
 if __name__ == "__main__":
