@@ -206,7 +206,7 @@ static void cleanup(void) {
     if (g_dir[0]) {
         char p[300];
         static const char *const names[] = {"coord.db", "coord.db-wal", "coord.db-shm",
-                                            "c.json", "serve.log", NULL};
+                                            "c.json",   "serve.log",    NULL};
         for (int i = 0; names[i]; i++) {
             snprintf(p, sizeof(p), "%s/%s", g_dir, names[i]);
             unlink(p);
@@ -230,9 +230,10 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
     FILE *f = fopen(conf, "w");
     if (!f)
         die("config");
-    fprintf(f, "{\"database\":\"%s/coord.db\",\"port\":0,\"threads\":%u,"
-               "\"admin_token_sha256\":\"%s\",\"log_level\":\"info\","
-               "\"limits\":{\"per_ip_connections\":0,\"model_bytes\":1000000000}}\n",
+    fprintf(f,
+            "{\"database\":\"%s/coord.db\",\"port\":0,\"threads\":%u,"
+            "\"admin_token_sha256\":\"%s\",\"log_level\":\"info\","
+            "\"limits\":{\"per_ip_connections\":0,\"model_bytes\":1000000000}}\n",
             g_dir, threads, hex);
     fclose(f);
     posix_spawn_file_actions_t fa;
@@ -435,12 +436,12 @@ static uint32_t *words(uint8_t *rows, size_t stride, unsigned i) {
 
 /* State shared by the batch callbacks of one round. */
 struct round_ctx {
-    struct dev *dv;        /* the N devices */
-    uint8_t *rows;         /* (N, stride): 16-byte round header ("FLUP"...) + L words */
-    size_t stride;         /* bytes per row: 16 + 4 L */
-    size_t L;              /* words per update: d + 1 */
-    int phase;             /* secagg phase 0..3 */
-    double client_s;       /* device compute inside the round, seconds */
+    struct dev *dv;  /* the N devices */
+    uint8_t *rows;   /* (N, stride): 16-byte round header ("FLUP"...) + L words */
+    size_t stride;   /* bytes per row: 16 + 4 L */
+    size_t L;        /* words per update: d + 1 */
+    int phase;       /* secagg phase 0..3 */
+    double client_s; /* device compute inside the round, seconds */
 };
 
 static const char *const k_phases[4] = {"advertise", "share", "masked", "unmask"};
@@ -497,8 +498,7 @@ static void done_task(unsigned i, long st, const struct buf *b, void *u) {
     r->dv[i].n = (uint32_t)json_integer_value(json_object_get(sa, "num_clients"));
     r->dv[i].k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
     r->dv[i].t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
-    if ((size_t)json_integer_value(json_object_get(json_object_get(j, "update"), "length")) !=
-        r->L)
+    if ((size_t)json_integer_value(json_object_get(json_object_get(j, "update"), "length")) != r->L)
         die("unexpected update length");
     json_decref(j);
 }
@@ -575,8 +575,8 @@ static unsigned parse_uint(const char *flag, const char *v, unsigned lo, unsigne
     errno = 0;
     double x = strtod(v, &end); /* accepts 1e4 */
     if (errno || end == v || *end || x < lo || x > hi || x != (double)(unsigned)x) {
-        fprintf(stderr, "bench_coord_round: %s wants an integer in [%u, %u], got '%s'\n", flag,
-                lo, hi, v);
+        fprintf(stderr, "bench_coord_round: %s wants an integer in [%u, %u], got '%s'\n", flag, lo,
+                hi, v);
         exit(2);
     }
     return (unsigned)x;
@@ -630,8 +630,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
         else {
-            fprintf(stderr, "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
-                            "[--threads T] [--concurrency C] [--exe PATH] [--dir DIR] [--json]\n",
+            fprintf(stderr,
+                    "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
+                    "[--threads T] [--concurrency C] [--exe PATH] [--dir DIR] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -664,9 +665,9 @@ int main(int argc, char **argv) {
     snprintf(etok, sizeof(etok), "%s", json_string_value(json_object_get(j, "enrollment_token")));
     json_decref(j);
     char hdr[160];
-    int hl = snprintf(hdr, sizeof(hdr),
-                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", d,
-                      d * 4);
+    int hl =
+        snprintf(hdr, sizeof(hdr),
+                 "{\"w\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", d, d * 4);
     size_t mlen = 8 + (size_t)hl + d * 4;
     uint8_t *model = calloc(1, mlen);
     if (!model)
@@ -674,8 +675,8 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 8; b++)
         model[b] = (uint8_t)((uint64_t)hl >> (8 * b));
     memcpy(model + 8, hdr, (size_t)hl);
-    if (req("POST", "/v1/admin/populations/bench/models", ADMIN, "application/octet-stream",
-            model, mlen, NULL) != 201)
+    if (req("POST", "/v1/admin/populations/bench/models", ADMIN, "application/octet-stream", model,
+            mlen, NULL) != 201)
         die("model upload");
     free(model);
     json_decref(req_json(200, "POST", "/v1/admin/populations/bench/start", ADMIN, NULL, NULL));
@@ -741,8 +742,8 @@ int main(int argc, char **argv) {
                 cfg.bits = 32;
                 cfg.degree = dv[i].k;
                 cfg.threshold = dv[i].t;
-                if (fl_secagg_client_create(&dv[i].sa, &cfg, (uint64_t)dv[i].rid, dv[i].index,
-                                            NULL, NULL) != FL_OK ||
+                if (fl_secagg_client_create(&dv[i].sa, &cfg, (uint64_t)dv[i].rid, dv[i].index, NULL,
+                                            NULL) != FL_OK ||
                     fl_secagg_client_set_input(dv[i].sa, words(rows, stride, i), L) != FL_OK ||
                     fl_secagg_client_start(dv[i].sa, &dv[i].out, &dv[i].out_len) != FL_OK)
                     die("secagg client");
@@ -780,8 +781,8 @@ int main(int argc, char **argv) {
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}",
-               n, d, secagg ? "true" : "false", rounds, threads, conc, dv[0].k, dv[0].t, wall,
-               cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu, median(wall_r, rounds), med,
+               n, d, secagg ? "true" : "false", rounds, threads, conc, dv[0].k, dv[0].t, wall, cli,
+               coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu, median(wall_r, rounds), med,
                rss_setup, hwm, phase_wall[0] / rounds, phase_wall[1] / rounds,
                phase_wall[2] / rounds, phase_wall[3] / rounds, phase_wall[4] / rounds,
                phase_wall[5] / rounds);

@@ -7,7 +7,7 @@
 # Defaults: 5 s, 64 connections, 2 server threads; wrk uses 2 threads. --json prints one
 # JSON object (requests/s, mean latency) after wrk's own report.
 set -euo pipefail
-BUILD=${1:?usage: checkin_wrk.sh BUILD_DIR [--seconds S] [--connections C] [--server-threads T] [--json]}
+BUILD=${1:?usage: checkin_wrk.sh BUILD_DIR [--seconds S] [--connections C] [--server-threads T]}
 shift
 SECS=5 CONNS=64 SRV_THREADS=2 JSON=0 pos=0
 while [ $# -gt 0 ]; do
@@ -21,9 +21,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 for v in "$SECS" "$CONNS" "$SRV_THREADS"; do
-    case "$v" in ''|*[!0-9]*|0) echo "checkin_wrk.sh: sizes must be positive integers, got '$v'" >&2; exit 2 ;; esac
+    case "$v" in
+        '' | *[!0-9]* | 0)
+            echo "checkin_wrk.sh: sizes must be positive integers, got '$v'" >&2
+            exit 2 ;;
+    esac
 done
-command -v wrk >/dev/null || { echo "checkin_wrk.sh: wrk is not installed (Debian package wrk)" >&2; exit 3; }
+if ! command -v wrk >/dev/null; then
+    echo "checkin_wrk.sh: wrk is not installed (Debian package wrk)" >&2
+    exit 3
+fi
 BIN=$BUILD/coordinator/tools/flotilla-coordinator
 PORT=${FL_BENCH_PORT:-18931}
 DIR=$(mktemp -d /tmp/fl-coord-bench-XXXXXX)
