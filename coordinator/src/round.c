@@ -996,7 +996,8 @@ int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *
         status = reply_outcome(rep, r);
         goto out_unlock;
     }
-    bool closed = r->state != FL__ROUND_FORMING && r->phase > k;
+    bool closed = r->state != FL__ROUND_FORMING && r->phase > k &&
+                  !(k == FL__PH_UNMASK && r->phase == FL__PH_DONE);
     if (closed && pt->result[k]) {
         /* Copied under the lock: closing the next phase frees the cached message. */
         rep->bytes_owned = malloc(pt->result_len[k] ? pt->result_len[k] : 1);
