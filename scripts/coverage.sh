@@ -62,6 +62,8 @@ mkdir -p "$out"
 # taken by construction (e.g. in assert expansions), not real decisions.
 "$gcovr" -r "$root" --object-directory "$build" -j "$jobs" \
     --filter "$root/(core|storage|secagg|dp|coordinator|client-sdk|datacenter)/" \
+    --exclude-directories "$build/CMakeFiles" --gcov-ignore-errors=source_not_found \
+    --gcov-ignore-errors=no_working_dir_found \
     --exclude-unreachable-branches --gcov-ignore-parse-errors=negative_hits.warn \
     --json-summary "$out/summary.json" --json-summary-pretty \
     --html-details "$out/index.html" >/dev/null
