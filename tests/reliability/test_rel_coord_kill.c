@@ -921,16 +921,17 @@ static int sweep_teardown(void **state) {
     return 0;
 }
 
-/* Sets the attempt's dropout plan: kp attempts get one every drop_every-th time, one in four
- * of them (from the second on) "too many" (at advertise, share or masked), the others
- * tolerable at any phase. */
+/* Sets the attempt's dropout plan: kp attempts get one every drop_every-th time. Plan j
+ * (0, 1, ...): j % 4 == 0 is "too many" (at advertise, share or masked), the others are
+ * tolerable at any phase; plans 0 and 2 (mod 4) run to their end, 1 and 3 may be killed
+ * (see run_sweep), so the first three plans already cover each path. */
 static void plan_attempt_dropouts(struct sweep *s, int p, long attempts, int drop_every) {
     s->drop_phase = -1;
     s->drop_many = false;
     s->drop_count = 0;
     if (p != POP_KP || (attempts / POPS) % drop_every != 0)
         return;
-    s->drop_many = (attempts / POPS / drop_every) % 4 == 1; /* the 2nd, 6th, ... plan */
+    s->drop_many = (attempts / POPS / drop_every) % 4 == 0; /* the 1st, 5th, ... plan */
     s->drop_phase = (int)(rel_next(&s->rng) % (s->drop_many ? 3 : 4));
 }
 
@@ -943,7 +944,7 @@ static void run_sweep(struct sweep *s, bool power) {
     long kills_target =
         rel_envl(power ? "FL_REL_CUTS" : "FL_REL_KILLS", lng ? (power ? 300 : 1000) : 10);
     long rounds_target = rel_envl("FL_REL_KILL_ROUNDS", lng ? 12 : 2); /* per population */
-    double budget_s = (double)rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 25);
+    double budget_s = (double)rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 15);
     long deadline_s = rel_envl("FL_REL_KILL_DEADLINE_S", 2); /* kp's phase deadlines */
     int drop_every = power ? 4 : 2;
     assert_true(s->n >= 4 && s->n <= NDEV);
@@ -1016,7 +1017,11 @@ static void run_sweep(struct sweep *s, bool power) {
         if (!power && !kill && !want_rounds)
             kill = true; /* both targets met for this population: keep killing */
         plan_attempt_dropouts(s, p, attempts, drop_every);
-        if (s->drop_phase >= 0 && (attempts / POPS / drop_every) % 2 == 1)
+        if (s->drop_phase >= 0 && rel_mono_s() - t_start > budget_s - 4.0 * deadline_s) {
+            s->drop_phase = -1; /* its wait would overrun the time cap */
+            s->drop_many = false;
+        }
+        if (s->drop_phase >= 0 && (attempts / POPS / drop_every) % 2 == 0)
             kill = false; /* every other dropout plan runs to its end (deadline paths) */
         attempts++;
         s->step = 0;
