@@ -9,7 +9,8 @@
  * is). Loopback packets pass the input hook once, so every segment, SYN and ACK of both
  * directions is lost with probability 0.1 and TCP recovers by retransmission.
  *
- * The rule applies to the coordinator's port, so the loss is on the proxy-coordinator leg.
+ * The rule applies to the proxy's connections to the coordinator (from 127.0.0.2), so the
+ * loss is on the devices' path and not on the test's own checks.
  * On top of that the devices talk to the coordinator through a small TCP proxy in this
  * process that resets connections: for every connection (FL_REL_NET_RESET_PCT) it draws a
  * byte count B (1..6000) of device-to-coordinator traffic (a few requests on a keep-alive
@@ -143,8 +144,10 @@ static int set_rto_min(unsigned ms) {
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-/* The loss rule on the coordinator's TCP port, both directions (with a counter of those
- * packets before it). */
+/* The loss rule on the devices' traffic to and from the coordinator's TCP port, both
+ * directions: the proxy connects from 127.0.0.2, so the test's own checks (model
+ * downloads, /metrics, from 127.0.0.1) are not slowed down. A counter of those packets
+ * comes before it. */
 static int nft_install(const char *dir, int loss_pct, unsigned port) {
     char path[160], rule[64];
     snprintf(path, sizeof(path), "%s/rules.nft", dir);
@@ -156,10 +159,10 @@ static int nft_install(const char *dir, int loss_pct, unsigned port) {
             "table inet flnet {\n"
             "  chain in {\n"
             "    type filter hook input priority 0; policy accept;\n"
-            "    tcp dport %u counter\n"
-            "    tcp sport %u counter\n"
-            "    tcp dport %u %s counter drop\n"
-            "    tcp sport %u %s counter drop\n"
+            "    ip saddr 127.0.0.2 tcp dport %u counter\n"
+            "    ip daddr 127.0.0.2 tcp sport %u counter\n"
+            "    ip saddr 127.0.0.2 tcp dport %u %s counter drop\n"
+            "    ip daddr 127.0.0.2 tcp sport %u %s counter drop\n"
             "  }\n"
             "}\n",
             port, port, port, rule, port, rule);
@@ -241,12 +244,16 @@ static void *pconn_main(void *arg) {
     struct pconn *pc = arg;
     struct proxy *px = pc->px;
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa;
+    struct sockaddr_in sa, from;
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)px->target);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    memset(&from, 0, sizeof(from));
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7F000002); /* 127.0.0.2: the lossy path */
+    if (s < 0 || bind(s, (struct sockaddr *)&from, sizeof(from)) != 0 ||
+        connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         if (s >= 0)
             close(s);
         rst_close(pc->c);
@@ -667,8 +674,8 @@ static void test_net_faults(void **state) {
     assert_true(t->n >= 3 && t->n <= NDEV && loss >= 0 && loss < 100);
     fprintf(stderr,
             "network faults: seed %llu, %d devices, %ld rounds (secagg and plain alternating), "
-            "%d%% packet loss on the coordinator's port (lo), %d%% of proxied connections "
-            "reset, TCP rto_min %s\n",
+            "%d%% packet loss between the proxy and the coordinator (lo), %d%% of proxied "
+            "connections reset, TCP rto_min %s\n",
             (unsigned long long)seed, t->n, rounds, loss, reset,
             rto_set ? "lowered to FL_REL_NET_RTO_MIN_MS" : "200 ms (kernel default)");
     fx_proc_start(t->f, FL_COORD_EXE);
@@ -745,7 +752,7 @@ static void test_net_faults(void **state) {
             "network faults: %ld device requests, %ld retries (%ld transport errors, %ld of "
             "them timeouts; %ld 5xx), %ld answers marked Idempotent-Replayed; proxy: %ld "
             "connections, %ld reset mid-upload, %ld reset after the coordinator answered; "
-            "coordinator port on lo: %lld packets, %lld dropped (%.1f%%)\n",
+            "proxy-coordinator packets on lo: %lld, dropped %lld (%.1f%%)\n",
             t->requests, t->retries, t->transport_errors, t->timeouts, t->http_5xx, t->replayed,
             atomic_load(&t->px.conns), atomic_load(&t->px.cut_upload),
             atomic_load(&t->px.cut_response), seen, dropped,
