@@ -1013,7 +1013,8 @@ static void run_sweep(struct sweep *s, bool power) {
         }
         int p = (int)(attempts % POPS);
         bool want_rounds = s->completed[p] < rounds_target;
-        bool kill = !power && s->kills < kills_target && !(want_rounds && attempts % clean_every == 0);
+        bool kill = !power && s->kills < kills_target &&
+                    !(want_rounds && attempts % clean_every == 0);
         if (!power && !kill && !want_rounds)
             kill = true; /* both targets met for this population: keep killing */
         plan_attempt_dropouts(s, p, attempts, drop_every);
