@@ -1083,6 +1083,45 @@ static int admin_set_running(fl_coord *co, struct fl__coord_reply *rep, struct f
     return fl__coord_json(rep, 200, fl__coord_pop_state_json(co, p));
 }
 
+/* POST /v1/admin/populations/{name}/enrollment-token (lock held): a fresh enrollment token
+ * replaces the population's (the old one stops working at once; enrolled clients keep their
+ * own tokens). The new hash is stored and a config_changed entry logged in one transaction;
+ * on failure the old token stays. Answers the new token once. */
+static int admin_rotate_token(fl_coord *co, struct fl__coord_reply *rep,
+                              struct fl__coord_pop *p) {
+    uint8_t secret[32], old[32];
+    char sec[FL__COORD_SECRET_CHARS + 1], token[4 + FL__COORD_SECRET_CHARS + 1];
+    fl__coord_random(secret, sizeof(secret));
+    fl__coord_b64url(sec, secret, sizeof(secret));
+    snprintf(token, sizeof(token), "flp_%s", sec);
+    memcpy(old, p->enroll_hash, 32);
+    fl__coord_sha256(p->enroll_hash, token, strlen(token));
+    fl_status rc = fl_store_begin(co->store);
+    if (rc == FL_OK)
+        rc = audit_config(co, p, p->config, p->running);
+    if (rc == FL_OK)
+        rc = store_config(co, p, p->config);
+    if (rc == FL_OK)
+        rc = fl_store_commit(co->store);
+    int status;
+    if (rc != FL_OK) {
+        if (fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+        memcpy(p->enroll_hash, old, 32);
+        status = store_fail(co, rep, rc);
+        goto out;
+    }
+    fl__coord_audit_checkpoint(co);
+    fl__log(&co->logger, FL_LOG_INFO, "population %s: enrollment token rotated", p->name);
+    status = fl__coord_json(rep, 200, json_pack("{s:s, s:o}", "enrollment_token", token,
+                                                "population", fl__coord_pop_state_json(co, p)));
+out:
+    fl_memzero(token, sizeof(token));
+    fl_memzero(sec, sizeof(sec));
+    fl_memzero(secret, sizeof(secret));
+    return status;
+}
+
 /* PATCH /v1/admin/populations/{name} (lock held): changes the mutable settings of a
  * population (docs/protocol.md section 8): selection.*, deadlines_s.*, allowed_regions,
  * enrollment.* and,
@@ -1298,6 +1337,9 @@ int fl__coord_h_admin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         break;
     case FL__R_ADMIN_POP_MODELS:
         status = admin_upload_model(co, rq, rep, p);
+        break;
+    case FL__R_ADMIN_POP_TOKEN:
+        status = admin_rotate_token(co, rep, p);
         break;
     case FL__R_ADMIN_POP_ROUNDS: {
         int64_t limit = 50;

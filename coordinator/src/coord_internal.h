@@ -50,6 +50,7 @@ enum fl__coord_route {
     FL__R_AUDIT_CONSISTENCY,/* GET /v1/audit/proof/consistency */
     FL__R_ADMIN_AUDIT_BUNDLE, /* GET /v1/admin/audit/bundle */
     FL__R_ADMIN_CLIENT_ERASE, /* POST /v1/admin/clients/{id}/erase */
+    FL__R_ADMIN_POP_TOKEN,  /* POST /v1/admin/populations/{name}/enrollment-token */
     FL__R_COUNT
 };
 

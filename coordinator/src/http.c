@@ -336,7 +336,7 @@ static const char *route_allow(enum fl__coord_route r) {
         return "GET";
     case FL__R_ENROLL: case FL__R_CHECKIN: case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP:
     case FL__R_ADMIN_POP_MODELS: case FL__R_SECAGG_POST: case FL__R_UPDATE:
-    case FL__R_ADMIN_CLIENT_ERASE:
+    case FL__R_ADMIN_CLIENT_ERASE: case FL__R_ADMIN_POP_TOKEN:
         return "POST";
     case FL__R_ADMIN_POPS:
         return "GET, POST";
@@ -354,7 +354,7 @@ const char *fl__coord_route_name(enum fl__coord_route r) {
         "admin_population_stop", "admin_population_models", "admin_population_rounds",
         "admin_round", "secagg_post", "secagg_result", "update", "status",
         "audit_checkpoint", "audit_inclusion", "audit_consistency", "admin_audit_bundle",
-        "admin_client_erase"};
+        "admin_client_erase", "admin_population_enrollment_token"};
     return (unsigned)r < FL__R_COUNT ? names[r] : "unknown";
 }
 
@@ -430,6 +430,8 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
                 return FL__R_ADMIN_POP_MODELS;
             if (k == 5 && SEG(4, "rounds"))
                 return FL__R_ADMIN_POP_ROUNDS;
+            if (k == 5 && SEG(4, "enrollment-token"))
+                return FL__R_ADMIN_POP_TOKEN;
         }
         if (k == 4 && SEG(2, "rounds"))
             return FL__R_ADMIN_ROUND;
@@ -453,6 +455,7 @@ static size_t route_cap(fl_coord *co, const struct fl__coord_req *rq, enum fl__c
     case FL__R_ADMIN_POP_MODELS: return co->limits.model_bytes;
     case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP: return 1024;
     case FL__R_ADMIN_CLIENT_ERASE: return 1024;
+    case FL__R_ADMIN_POP_TOKEN: return 1024;
     default: return 0;
     }
 }
@@ -513,7 +516,7 @@ static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         return fl__coord_h_model(rq, rep);
     case FL__R_ADMIN_POPS: case FL__R_ADMIN_POP: case FL__R_ADMIN_POP_START:
     case FL__R_ADMIN_POP_STOP: case FL__R_ADMIN_POP_MODELS: case FL__R_ADMIN_POP_ROUNDS:
-    case FL__R_ADMIN_ROUND:
+    case FL__R_ADMIN_ROUND: case FL__R_ADMIN_POP_TOKEN:
         return fl__coord_h_admin(rq, rep);
     case FL__R_SECAGG_POST:
         return fl__coord_h_secagg_post(rq, rep);

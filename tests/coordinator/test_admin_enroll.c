@@ -2,7 +2,7 @@
  * max_per_minute enrolments refilled at that rate (429 rate_limited with retry_after_s when
  * empty) and a cap on enrolled clients (403 enrollment_closed), each checked at limit-1,
  * limit and limit+1 on the injected clock; refusals enrol nobody; both limits can be
- * changed by PATCH and survive a restart. */
+ * changed by PATCH and survive a restart, as does a rotated enrollment token. */
 #include "coord_testkit.h"
 
 static const char *POP =
@@ -110,7 +110,40 @@ static void test_enrollment_limits(void **state) {
         assert_int_equal(enroll(f, etok, &ra), 201);
     assert_int_equal(clients(f), 11);
 
-    /* The limits are persisted: after a restart a 2-a-minute bucket (full again) applies. */
+    /* Rotation: the old enrollment token stops working, the new one (shown once) enrols; an
+     * unauthenticated or GET request changes nothing. */
+    r = http_json(f, "POST", "/v1/admin/populations/lim/enrollment-token", NULL, NULL);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/admin/populations/lim/enrollment-token", ADMIN_TOKEN, NULL, NULL,
+                 0, NULL);
+    assert_error(&r, 405, "method_not_allowed");
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/nope/enrollment-token", ADMIN_TOKEN, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    int64_t changes = db_int(f, "SELECT count(*) FROM audit_entries WHERE type = "
+                                "'config_changed'");
+    r = http_json(f, "POST", "/v1/admin/populations/lim/enrollment-token", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    char *etok2 = strdup(json_string_value(json_object_get(j, "enrollment_token")));
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(strncmp(etok2, "flp_", 4), 0);
+    assert_string_not_equal(etok2, etok);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = "
+                               "'config_changed'"),
+                     changes + 1);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"lim\",\"region\":\"EU\"}");
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    assert_int_equal(clients(f), 11);
+    free(etok);
+    etok = etok2;
+
+    /* The limits and the new token are persisted: after a restart a 2-a-minute bucket (full
+     * again) applies to the new token. */
     assert_int_equal(patch(f, "{\"enrollment\":{\"max_per_minute\":2}}"), 200);
     fx_stop(f);
     fx_start(f);
