@@ -93,11 +93,12 @@ def run(t):
     # Valgrind is 20-50x slower; give each test 30x its ctest timeout (at least 20 min).
     limit = max(1200.0, 30.0 * float(props.get("TIMEOUT", 60) or 60))
     k = kind(cmd) if cmd else None
+    will_fail = bool(props.get("WILL_FAIL"))
     start = time.time()
     if k is None:
         r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=limit)
-        return name, "native", r.returncode, 0, 0, time.time() - start
+        return name, "native", r.returncode, 0, 0, time.time() - start, will_fail
     vg = ["valgrind", "--tool=memcheck", "--error-exitcode=97", "--leak-check=full",
           "--errors-for-leak-kinds=definite", "--show-leak-kinds=definite",
           "--trace-children=yes", "--trace-children-skip=" + SKIP,
@@ -118,13 +119,15 @@ def run(t):
         errors += sum(int(x) for x in m)
         leaks += sum(int(x.replace(",", "")) for x in
                      re.findall(r"definitely lost: ([\d,]+) bytes", text))
-    return name, k, rc, errors, leaks, time.time() - start
+    return name, k, rc, errors, leaks, time.time() - start, will_fail
 
 results = []
 with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
     futs = [ex.submit(run, t) for t in tests]
     for f in concurrent.futures.as_completed(futs):
-        name, k, rc, errors, leaks, secs = f.result()
+        name, k, rc, errors, leaks, secs, will_fail = f.result()
+        if will_fail and rc not in (0, "timeout", 97):
+            rc = 0  # WILL_FAIL tests pass by failing
         verdict = ("not checked" if k == "native" else
                    "ERRORS" if errors else "clean")
         status = "ok" if rc in (0, 77) else f"exit {rc}"
