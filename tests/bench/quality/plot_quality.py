@@ -48,6 +48,7 @@ def main():
         r = runs[c]
         ax.plot([x[0] for x in r], [x[4] for x in r], label=label(c),
                 linestyle="--" if c.startswith("dp") else ":" if c.startswith("flower") else "-")
+    ax.axhline(0.85, color="grey", linestyle=":", linewidth=1, label="85% (issue goal, no DP)")
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
     ax.set_title("Fashion-MNIST, 1,000 clients, 100/round, Dirichlet 0.5, SecAgg+\n"
