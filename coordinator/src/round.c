@@ -662,76 +662,202 @@ int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uin
     return scale < 1.0 ? (int64_t)((double)z * scale) : z;
 }
 
-int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
-                             size_t len, struct fl__coord_reply *rep, uint64_t *w_out,
-                             double *scale_out) {
+/* ---- the squared norm of a plain update ----
+ * With 4-byte words (b <= 32) every centred value has |z| <= 2^31, so z^2 < 2^62 and the sum
+ * over d < 2^32 coordinates is kept exactly in two 64-bit halves (the low and high 32 bits
+ * of each square, summed apart: no carries, so the loop vectorises) and rounded to a double
+ * once. It does not depend on the order of the words, and it is not a chain of dependent
+ * floating-point adds (latency-bound, several cycles a word; the integer loop vectorises).
+ * With 8-byte words (b up to 62) the squares need more than 64 bits, so the sum stays a
+ * double accumulated in word order. */
+
+/* Magnitude of the centred value of a 4-byte word x < 2^b (as plain_word, without the
+ * sign), with half = 2^(b-1) and mod32 = 2^b mod 2^32 (0 for b = 32, where the difference
+ * wraps to the right value). A word at or above 2^b gives a meaningless value, and such an
+ * update is refused. All 32-bit, with the square widened once, so that the loops vectorise
+ * (a 64-bit multiply does not, without AVX-512). */
+static inline uint32_t centred_mag32(uint32_t x, uint32_t half, uint32_t mod32) {
+    return x >= half ? mod32 - x : x;
+}
+
+/* The exact sum hi * 2^32 + lo as the nearest-ish double (at most two roundings). */
+static double norm2_of(uint64_t hi, uint64_t lo) {
+    uint64_t top = hi >> 32, low = hi << 32;
+    low += lo;
+    top += low < lo;
+    return (double)top * 18446744073709551616.0 + (double)low;
+}
+
+/* ||z||^2 over the first dim words of a body whose words are all below 2^b. */
+static double plain_norm2(const struct fl__coord_round_params *rp, const uint8_t *b) {
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    uint64_t mod = (uint64_t)1 << rp->bits;
+    if (wb == 4) {
+        uint32_t half = (uint32_t)(mod >> 1), mod32 = (uint32_t)mod;
+        uint64_t hi = 0, lo = 0;
+        for (size_t i = 0; i < rp->dim; i++) {
+            uint32_t a = centred_mag32(fl__get_u32le(b + i * 4), half, mod32);
+            uint64_t sq = (uint64_t)a * a;
+            lo += sq & 0xffffffffu;
+            hi += sq >> 32;
+        }
+        return norm2_of(hi, lo);
+    }
+    double n2 = 0.0;
+    for (size_t i = 0; i < rp->dim; i++) {
+        double z = (double)plain_word(b, i, 8, mod);
+        n2 += z * z;
+    }
+    return n2;
+}
+
+/* Length and weight checks of a plain update (the first two refusals, in this order); the
+ * weight coordinate goes to *w_out. Returns 202 or the error status set in rep. */
+static int plain_shape(const struct fl__coord_round_params *rp, const uint8_t *b, size_t len,
+                       struct fl__coord_reply *rep, uint64_t *w_out) {
     size_t wb = rp->bits <= 32 ? 4 : 8;
     if (len != rp->vec_len * wb)
         return fl__coord_error(rep, 400, "invalid_message", NULL,
                                "an update is %zu little-endian %zu-byte words (%zu bytes), got "
                                "%zu bytes", rp->vec_len, wb, rp->vec_len * wb, len);
-    uint64_t mask = rp->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << rp->bits) - 1;
     uint64_t w = wb == 4 ? fl__get_u32le(b + (rp->vec_len - 1) * 4)
                          : fl__get_u64le(b + (rp->vec_len - 1) * 8);
     int64_t wmax = rp->weight_examples ? rp->weight_cap : 1;
     if (w < 1 || w > (uint64_t)wmax)
         return fl__coord_error(rep, 400, "invalid_message", NULL,
                                "the weight coordinate must be 1..%lld", (long long)wmax);
-    if (words_over(b, rp->vec_len, wb, mask)) {
-        /* Rare: find the first offending word for the message. */
-        for (size_t i = 0; i < rp->vec_len; i++)
-            if (words_over(b + i * wb, 1, wb, mask))
-                return fl__coord_error(rep, 400, "invalid_message", NULL,
-                                       "coordinate %zu is not below 2^%u", i, rp->bits);
-    }
-    /* The norm bound (docs/protocol.md section 5.1). The server decodes plain updates
-     * anyway, so it enforces what the DP ledger and the clip/n influence bound assume
-     * instead of trusting the device: an update over the bound is scaled down to it, as
-     * central-DP servers clip (refusing it would let a device that clips slightly
-     * differently lose its round; clipping keeps the round and bounds the damage). The
-     * comparison is in doubles with a 1e-9 relative slack, so an honest update at the
-     * bound is never touched by rounding; what that slack lets through is negligible. */
-    uint64_t mod = (uint64_t)1 << rp->bits;
-    double n2 = 0.0;
-    for (size_t i = 0; i < rp->dim; i++) {
-        double z = (double)plain_word(b, i, wb, mod);
-        n2 += z * z;
-    }
-    double b2 = plain_bound2(rp, w);
-    *scale_out = n2 > b2 * (1.0 + 1e-9) ? sqrt(b2 / n2) * (1.0 - 1e-12) : 1.0;
     *w_out = w;
     return 202;
 }
 
+/* The refusal of a body with some word at or above 2^b, naming the first one (rare). */
+static int plain_over_error(const struct fl__coord_round_params *rp, const uint8_t *b,
+                            struct fl__coord_reply *rep) {
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    uint64_t mask = ((uint64_t)1 << rp->bits) - 1;
+    size_t i = 0;
+    while (i + 1 < rp->vec_len && !words_over(b + i * wb, 1, wb, mask))
+        i++;
+    return fl__coord_error(rep, 400, "invalid_message", NULL,
+                           "coordinate %zu is not below 2^%u", i, rp->bits);
+}
+
+/* The norm bound (docs/protocol.md section 5.1). The server decodes plain updates anyway,
+ * so it enforces what the DP ledger and the clip/n influence bound assume instead of
+ * trusting the device: an update over the bound is scaled down to it, as central-DP servers
+ * clip (refusing it would let a device that clips slightly differently lose its round;
+ * clipping keeps the round and bounds the damage). The comparison is in doubles with a 1e-9
+ * relative slack, so an honest update at the bound is never touched by rounding; what that
+ * slack lets through is negligible. Returns the scale (1.0: untouched). */
+static double plain_scale(const struct fl__coord_round_params *rp, uint64_t w, double n2) {
+    double b2 = plain_bound2(rp, w);
+    return n2 > b2 * (1.0 + 1e-9) ? sqrt(b2 / n2) * (1.0 - 1e-12) : 1.0;
+}
+
+int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint8_t *b,
+                             size_t len, struct fl__coord_reply *rep, uint64_t *w_out,
+                             double *scale_out) {
+    size_t wb = rp->bits <= 32 ? 4 : 8;
+    uint64_t mask = ((uint64_t)1 << rp->bits) - 1, w;
+    int st = plain_shape(rp, b, len, rep, &w);
+    if (st != 202)
+        return st;
+    if (words_over(b, rp->vec_len, wb, mask))
+        return plain_over_error(rp, b, rep);
+    *scale_out = plain_scale(rp, w, plain_norm2(rp, b));
+    *w_out = w;
+    return 202;
+}
+
+/* One pass over a plain update that passed plain_shape: adds every word into acc (mod 2^b),
+ * and returns the OR of the words' bits above 2^b (as words_over) with ||z||^2 of the first
+ * dim words in *n2 (the same value plain_norm2 computes: exact with 4-byte words, the same
+ * adds in the same order with 8-byte words). Validation and fold used to be three passes
+ * (range, norm, fold) under the coordinator lock; at d = 1e6 a body is 4 MB and the
+ * accumulator 8 MB, well beyond the caches, so each extra pass was a trip to memory. The
+ * caller takes the update out again (plain_unfold) in the rare cases where it is refused or
+ * clipped. */
+static uint64_t plain_fold(uint64_t *acc, const struct fl__coord_round_params *rp,
+                           const uint8_t *b, double *n2) {
+    size_t n = rp->vec_len, dim = rp->dim;
+    uint64_t mod = (uint64_t)1 << rp->bits, mask = mod - 1;
+    if (rp->bits <= 32) {
+        uint32_t m32 = (uint32_t)mask, bad = 0, half = (uint32_t)(mod >> 1), mod32 = (uint32_t)mod;
+        uint64_t hi = 0, lo = 0;
+        for (size_t i = 0; i < dim; i++) {
+            uint32_t x = fl__get_u32le(b + i * 4), a = centred_mag32(x, half, mod32);
+            uint64_t sq = (uint64_t)a * a;
+            bad |= x & ~m32;
+            acc[i] = (acc[i] + x) & mask;
+            lo += sq & 0xffffffffu;
+            hi += sq >> 32;
+        }
+        for (size_t i = dim; i < n; i++) {
+            uint32_t x = fl__get_u32le(b + i * 4);
+            bad |= x & ~m32;
+            acc[i] = (acc[i] + x) & mask;
+        }
+        *n2 = norm2_of(hi, lo);
+        return bad;
+    }
+    uint64_t bad = 0;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = fl__get_u64le(b + i * 8);
+        bad |= x & ~mask;
+        acc[i] = (acc[i] + x) & mask;
+        if (i < dim) {
+            double z = (double)(x >= (mod >> 1) ? -(int64_t)(mod - x) : (int64_t)x);
+            s += z * z;
+        }
+    }
+    *n2 = s;
+    return bad;
+}
+
+/* Takes back what plain_fold added: acc held values below 2^b, and (acc + x - x) mod 2^b is
+ * acc again whatever x was, so the accumulator is exactly as before the update. */
+static void plain_unfold(uint64_t *acc, const struct fl__coord_round_params *rp,
+                         const uint8_t *b) {
+    uint64_t mask = ((uint64_t)1 << rp->bits) - 1;
+    if (rp->bits <= 32)
+        for (size_t i = 0; i < rp->vec_len; i++)
+            acc[i] = (acc[i] - fl__get_u32le(b + i * 4)) & mask;
+    else
+        for (size_t i = 0; i < rp->vec_len; i++)
+            acc[i] = (acc[i] - fl__get_u64le(b + i * 8)) & mask;
+}
+
 /* Folds a plain update into the accumulator after validating every word; an update over
- * the norm bound goes in clipped (and is counted in flotilla_updates_clipped_total). */
+ * the norm bound goes in clipped (and is counted in flotilla_updates_clipped_total). The
+ * refusals and the clipping are those of fl__coord_plain_validate, and a refused update
+ * leaves the accumulator as it was. */
 static int fold_plain(fl_coord *co, struct fl__coord_round *r, const uint8_t *b, size_t len,
                       struct fl__coord_reply *rep) {
     const struct fl__coord_round_params *rp = &r->rp;
     size_t wb = rp->bits <= 32 ? 4 : 8;
-    uint64_t mask = rp->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << rp->bits) - 1;
+    uint64_t mask = ((uint64_t)1 << rp->bits) - 1;
     uint64_t w;
-    double scale;
-    int st = fl__coord_plain_validate(rp, b, len, rep, &w, &scale);
+    int st = plain_shape(rp, b, len, rep, &w);
     if (st != 202)
         return st;
     uint64_t *acc = r->acc;
-    size_t n = rp->vec_len;
+    double n2;
+    uint64_t bad = plain_fold(acc, rp, b, &n2);
+    double scale = bad ? 1.0 : plain_scale(rp, w, n2);
+    if (bad || scale < 1.0)
+        plain_unfold(acc, rp, b);
+    if (bad)
+        return plain_over_error(rp, b, rep);
     if (scale < 1.0) {
         for (size_t i = 0; i < rp->dim; i++)
             acc[i] = (acc[i] + (uint64_t)fl__coord_plain_value(rp, b, i, scale)) & mask;
-        for (size_t i = rp->dim; i < n; i++)
+        for (size_t i = rp->dim; i < rp->vec_len; i++)
             acc[i] = (acc[i] + (wb == 4 ? fl__get_u32le(b + i * 4) : fl__get_u64le(b + i * 8))) &
                      mask;
         atomic_fetch_add(&co->metrics.updates_clipped, 1);
         fl__log(&co->logger, FL_LOG_INFO, "round %lld: an update over the norm bound was "
                 "clipped (scale %.3g)", (long long)r->id, scale);
-    } else if (wb == 4) {
-        for (size_t i = 0; i < n; i++)
-            acc[i] = (acc[i] + fl__get_u32le(b + i * 4)) & mask;
-    } else {
-        for (size_t i = 0; i < n; i++)
-            acc[i] = (acc[i] + fl__get_u64le(b + i * 8)) & mask;
     }
     r->received++;
     return 202;

@@ -3,7 +3,7 @@
  * temporary database).
  *
  *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--rounds R] [--threads T]
- *                     [--concurrency C] [--exe PATH] [--dir DIR] [--json]
+ *                     [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] [--json]
  *
  * N stand-in devices run R rounds each: check-in, signed task, then the plain update
  * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine). All
@@ -12,10 +12,13 @@
  * figures); C > 1 keeps up to C requests in flight, as concurrent devices would. Every step
  * is a barrier: all N check-ins, then all N task fetches, then all N uploads (or, per secagg
  * phase, all N posts, then all N result fetches). Every update is a fixed random vector (no
- * training), encoded before the timer starts. The device-side compute inside the round
- * (secagg client key agreement, masking, share handling) is timed separately and
- * subtracted: the reported coordinator time is round wall time minus device compute, i.e.
- * HTTP on loopback plus all server work (selection, secagg server, aggregation, commit).
+ * training), encoded before the timer starts; --distinct M keeps only M different vectors
+ * (device i sends vector i mod M; default M = N), so that N x d beyond this machine's memory
+ * (N = 5000, d = 1e6 is 20 GB of updates) still runs: the coordinator sees the same bytes.
+ * The device-side compute inside the round (secagg client key agreement, masking, share
+ * handling) is timed separately and subtracted: the reported coordinator time is round wall
+ * time minus device compute, i.e. HTTP on loopback plus all server work (selection, secagg
+ * server, aggregation, commit).
  * coordinator_cpu_s is the CPU time (user + system) the coordinator process used per round,
  * which varies less than wall time on a loaded machine. Per-round figures are in the JSON
  * arrays, with their medians. Peak RSS is the child's VmHWM from /proc; the secagg
@@ -27,6 +30,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -429,9 +433,11 @@ struct dev {
 
 #define UPDATE_HEADER_BYTES 16 /* plain update round header (docs/protocol.md 5.2) */
 
+static unsigned g_distinct; /* distinct update vectors (--distinct); device i sends i mod it */
+
 /* Device i's update words: after the header, 4-byte aligned (malloc'd rows, stride 4k). */
 static uint32_t *words(uint8_t *rows, size_t stride, unsigned i) {
-    return (uint32_t *)(void *)(rows + (size_t)i * stride + UPDATE_HEADER_BYTES);
+    return (uint32_t *)(void *)(rows + (size_t)(i % g_distinct) * stride + UPDATE_HEADER_BYTES);
 }
 
 /* State shared by the batch callbacks of one round. */
@@ -510,7 +516,7 @@ static void prep_update(unsigned i, struct call *c, void *u) {
     c->token = r->dv[i].tok;
     c->ctype = "application/octet-stream";
     /* Protocol 1.1 plain body: "FLUP" || u32le 1 || u64le round id || words (LE host). */
-    uint8_t *row = r->rows + (size_t)i * r->stride;
+    uint8_t *row = r->rows + (size_t)(i % g_distinct) * r->stride;
     uint64_t rid = (uint64_t)r->dv[i].rid;
     memcpy(row, "FLUP", 4);
     row[4] = 1;
@@ -623,6 +629,8 @@ int main(int argc, char **argv) {
             threads = parse_uint("--threads", argv[++i], 1, 256);
         else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc)
             conc = parse_uint("--concurrency", argv[++i], 1, 10000);
+        else if (strcmp(argv[i], "--distinct") == 0 && i + 1 < argc)
+            g_distinct = parse_uint("--distinct", argv[++i], 1, 1000000);
         else if (strcmp(argv[i], "--exe") == 0 && i + 1 < argc)
             exe = argv[++i];
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
@@ -632,13 +640,16 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
-                    "[--threads T] [--concurrency C] [--exe PATH] [--dir DIR] [--json]\n",
+                    "[--threads T] [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] "
+                    "[--json]\n",
                     argv[0]);
             return 2;
         }
     }
     if (conc > n)
         conc = n;
+    if (g_distinct == 0 || g_distinct > n)
+        g_distinct = n;
     if (sodium_init() < 0)
         die("sodium");
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -650,7 +661,12 @@ int main(int argc, char **argv) {
     atexit(cleanup); /* also stops the child when start_coordinator gives up */
     start_coordinator(exe, threads, base);
 
-    /* Population, model (d zeros in "w"), n enrolled devices: not timed. */
+    /* Population, model (d zeros in "w"), n enrolled devices: not timed. The clip norm (in
+     * units of the granularity 2^-10) is above the updates' norm (words below 2001, so at
+     * most 2000 sqrt(d)), as an honest device's updates are: the coordinator's norm check
+     * passes them unclipped. (With the default clip of 1.0 every update here was clipped,
+     * which measured the rare over-the-bound path instead of a normal round.) */
+    double clip = 2000.0 * sqrt((double)d) / 1024.0 * 1.001 + 1.0;
     char body[2048];
     snprintf(body, sizeof(body),
              "{\"name\":\"bench\",\"allowed_regions\":[\"*\"],"
@@ -658,8 +674,9 @@ int main(int argc, char **argv) {
              "\"require\":[],\"forming_s\":3600,\"jitter_s\":0,\"min_retry_s\":1},"
              "\"deadlines_s\":{\"advertise\":3600,\"share\":3600,\"masked\":3600,"
              "\"unmask\":3600},\"update\":{\"tensors\":[\"w\"]},"
-             "\"secagg\":{\"enabled\":%s},\"privacy\":{\"mode\":\"none\",\"modulus_bits\":32}}",
-             n, n, secagg ? "true" : "false");
+             "\"secagg\":{\"enabled\":%s},\"privacy\":{\"mode\":\"none\",\"modulus_bits\":32,"
+             "\"granularity\":0.0009765625,\"clip_norm\":%.6f}}",
+             n, n, secagg ? "true" : "false", clip);
     json_t *j = req_json(201, "POST", "/v1/admin/populations", ADMIN, body, NULL);
     char etok[128];
     snprintf(etok, sizeof(etok), "%s", json_string_value(json_object_get(j, "enrollment_token")));
@@ -693,12 +710,12 @@ int main(int argc, char **argv) {
     /* Fixed random update vectors (d words + the weight 1), encoded before the clock. */
     size_t L = d + 1;
     size_t stride = UPDATE_HEADER_BYTES + L * sizeof(uint32_t);
-    uint8_t *rows = malloc((size_t)n * stride);
+    uint8_t *rows = malloc((size_t)g_distinct * stride);
     double *wall_r = calloc(rounds, sizeof(double)), *coord_r = calloc(rounds, sizeof(double));
     double *cpu_r = calloc(rounds, sizeof(double));
     if (!rows || !wall_r || !coord_r || !cpu_r)
         die("out of memory");
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < g_distinct; i++) {
         uint32_t *w = words(rows, stride, i);
         randombytes_buf(w, L * sizeof(uint32_t));
         for (size_t k = 0; k < d; k++)
@@ -773,7 +790,8 @@ int main(int argc, char **argv) {
     double med = median(coord_r, rounds);
     if (as_json) {
         printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,\"rounds\":%u,"
-               "\"threads\":%u,\"concurrency\":%u,\"secagg_k\":%u,\"secagg_t\":%u,"
+               "\"threads\":%u,\"concurrency\":%u,\"distinct_updates\":%u,"
+               "\"secagg_k\":%u,\"secagg_t\":%u,"
                "\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
                "\"coordinator_s\":%.4f,\"rounds_per_s\":%.4f,\"coordinator_cpu_s\":%.4f,"
                "\"median_round_wall_s\":%.4f,\"median_coordinator_s\":%.4f,"
@@ -781,8 +799,9 @@ int main(int argc, char **argv) {
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}",
-               n, d, secagg ? "true" : "false", rounds, threads, conc, dv[0].k, dv[0].t, wall, cli,
-               coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu, median(wall_r, rounds), med,
+               n, d, secagg ? "true" : "false", rounds, threads, conc, g_distinct, dv[0].k,
+               dv[0].t, wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu,
+               median(wall_r, rounds), med,
                rss_setup, hwm, phase_wall[0] / rounds, phase_wall[1] / rounds,
                phase_wall[2] / rounds, phase_wall[3] / rounds, phase_wall[4] / rounds,
                phase_wall[5] / rounds);
