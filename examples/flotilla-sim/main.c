@@ -59,7 +59,8 @@ struct opts {
     bool secagg;
     const char *dp;            /* none, central, distributed */
     double noise, epsilon, delta;
-    double clip;               /* update L2 clip norm; < 0 = default (see NO_DP_CLIP) */
+    double clip;               /* update L2 clip norm (default: 1 with DP, NO_DP_CLIP without) */
+    bool clip_given;           /* --clip was on the command line */
     const char *weighting;     /* uniform, examples */
     double local_momentum;     /* the devices' SGD momentum */
     const char *model;         /* "784-128-10" */
@@ -115,12 +116,14 @@ static void usage(void) {
 
 static bool parse_opts(struct opts *o, int argc, char **argv) {
     *o = (struct opts){.clients = 100, .per_round = 10, .rounds = 5, .secagg = true,
-                       .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = -1,
+                       .dp = "none", .noise = 1.0, .epsilon = 8.0, .delta = 1e-5, .clip = 1.0,
                        .model = "784-128-10", .seed = 1, .epochs = 2, .batch = 16, .lr = 0.05,
-                       .server_lr = 1.0, .over_selection = 1.3, .strategy = "fedavg", .momentum = 0.9, .local_momentum = 0.9, .slow_ms = 3000,
+                       .server_lr = 1.0, .over_selection = 1.3, .strategy = "fedavg",
+                       .momentum = 0.9, .local_momentum = 0.9, .slow_ms = 3000,
                        .data = "/usr/share/datasets/fashion-mnist", .population = "sim",
                        .admin_token = ADMIN_TOKEN_DEFAULT, .deadline_s = 10, .masked_s = 60,
-                       .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600, .coord_threads = 4};
+                       .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600,
+                       .coord_threads = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (strcmp(a, name) == 0 && v && ++i)
@@ -136,7 +139,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--noise")) o->noise = strtod(v, NULL);
         else if (OPT("--epsilon")) o->epsilon = strtod(v, NULL);
         else if (OPT("--delta")) o->delta = strtod(v, NULL);
-        else if (OPT("--clip")) o->clip = strtod(v, NULL);
+        else if (OPT("--clip")) o->clip = strtod(v, NULL), o->clip_given = true;
         else if (OPT("--weighting")) o->weighting = v;
         else if (OPT("--local-momentum")) o->local_momentum = strtod(v, NULL);
         else if (OPT("--model")) o->model = v;
@@ -180,7 +183,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         return false;
     }
     bool dp = strcmp(o->dp, "none") != 0;
-    if (o->clip < 0)
+    if (!o->clip_given)
         o->clip = dp ? 1.0 : NO_DP_CLIP;
     if (!o->weighting)
         o->weighting = dp ? "uniform" : "examples";
