@@ -18,6 +18,13 @@ static int store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status rc) {
         return fl__coord_error(rep, 503, "unavailable", NULL, "database busy");
     }
     fl__log(&co->logger, FL_LOG_ERROR, "storage: %s", fl_store_errmsg(co->store));
+    if (rc == FL_ERR_IO) {
+        /* A full disk, a failed write or fsync: the service's condition, not the request's
+         * fault nor a bug; devices back off and retry. */
+        rep->retry_after_s = 5;
+        return fl__coord_error(rep, 503, "storage_unavailable", NULL,
+                               "storage cannot write now (disk full or I/O error)");
+    }
     return fl__coord_error(rep, 500, "internal", NULL, "database error");
 }
 
@@ -298,6 +305,14 @@ static bool checkin_parse(json_t *b, struct checkin_facts *f, struct fl__coord_r
  * budget. A round that cannot run leaves nothing in storage; why says why (logged). */
 fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t now, char *why,
                                  size_t why_len) {
+    /* Rounds end in the audit log in order: an abandonment that could not be written (disk
+     * full) is written before the next round exists, or no round starts. */
+    if (p->abandon_pending) {
+        fl_status arc = fl__coord_abandon_unfinished(co, p, p->abandon_reason);
+        if (arc != FL_OK) /* a storage failure: the caller answers 503 */
+            return arc == FL_ERR_BUSY ? arc : FL_ERR_IO;
+        p->abandon_pending = false;
+    }
     struct fl__coord_round *r = calloc(1, sizeof(*r));
     if (!r)
         return FL_ERR_NOMEM;

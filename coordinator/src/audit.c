@@ -225,7 +225,8 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
     return rc;
 }
 
-fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p, int64_t round_id) {
+fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p, int64_t round_id,
+                                          const char *reason) {
     fl_store_audit_round_info info;
     double eps = 0;
     fl_store_audit_round_info_init(&info);
@@ -242,14 +243,15 @@ fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p,
     /* Nobody is known to have dropped: the round ended with the process. */
     fl_store_round *r = NULL;
     fl_status rc = fl_store_round_get(co->store, &r, round_id);
-    if (rc == FL_OK && r->counts.dropped != 0) {
+    if (rc == FL_OK && !reason && r->counts.dropped != 0) {
         fl_store_round_counts c = r->counts;
         c.dropped = 0;
         rc = fl_store_round_set_counts(co->store, round_id, &c);
     }
     fl_store_free(co->store, r);
     if (rc == FL_OK)
-        rc = fl_store_round_abandon(co->store, round_id, "coordinator restarted");
+        rc = fl_store_round_abandon(co->store, round_id,
+                                    reason ? reason : "coordinator restarted");
     /* The abandonment and its entry are one (the caller's transaction): a refused append is
      * returned, so the caller rolls the abandonment back too. */
     if (rc == FL_OK && !p->audit_off)

@@ -132,7 +132,10 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
         if (!json_is_string(v))
             BAD(FL_ERR_FORMAT, "'database' must be a path string");
         cfg->db_path = json_string_value(v);
-        if (cfg->db_path[0] != '/' && strcmp(cfg->db_path, ":memory:") != 0) {
+        /* A relative path is the config file's neighbour; an SQLite URI ("file:...", e.g.
+         * with ?vfs= or ?mode=) is passed through as written. */
+        if (cfg->db_path[0] != '/' && strcmp(cfg->db_path, ":memory:") != 0 &&
+            strncmp(cfg->db_path, "file:", 5) != 0) {
             snprintf(pbuf, sizeof(pbuf), "%s/%s", doc->dir, cfg->db_path);
             json_object_set_new(o, "database", json_string(pbuf));
             cfg->db_path = json_string_value(json_object_get(o, "database"));

@@ -263,6 +263,10 @@ struct fl__coord_pop {
     int64_t enroll_refill_at;                /* Unix ms the bucket was last refilled; 0 =
                                                 never (full) */
     double epsilon_budget;                   /* 0 without DP */
+    /* an abandonment that could not be written (e.g. disk full): retried from the ticker */
+    bool abandon_pending;
+    int64_t abandon_retry_at;                /* Unix ms of the next try */
+    char abandon_reason[128];
 };
 
 /* ---- the handle ---- */
@@ -363,6 +367,12 @@ void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r);
 /* Abandons p's current round in storage and memory (lock held): wakes its pollers, and
  * keeps it as p->last so devices can read the outcome. */
 void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *reason);
+/* Abandons, each with its audit entry in one transaction, the population's stored rounds
+ * that are still OPEN or RUNNING other than its live one: at start-up (reason NULL,
+ * "coordinator restarted"; a failure is set on co->err) and when an abandonment could not
+ * be written (reason given; retried by the ticker). */
+fl_status fl__coord_abandon_unfinished(fl_coord *co, struct fl__coord_pop *p,
+                                       const char *reason);
 /* Moves p's current round to p->last (terminal state set by the caller). Lock held. */
 void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p);
 
@@ -631,10 +641,12 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
 /* Records an ending round's counts (selected, dropped by phase) before it is abandoned, as
  * its audit entry will state them (in the caller's transaction). */
 fl_status fl__coord_audit_abandon_counts(fl_coord *co, const struct fl__coord_round *r);
-/* Abandons a round a previous process left open ("coordinator restarted") and appends its
- * "round" entry, in the caller's transaction: counts as stored, no secagg figures. */
+/* Abandons a round whose in-memory state is gone (a previous process left it open:
+ * reason NULL = "coordinator restarted", dropped count cleared; or an abandonment this
+ * process could not write, retried with its reason) and appends its "round" entry, in the
+ * caller's transaction: counts as stored, no secagg figures. */
 fl_status fl__coord_audit_restart_abandon(fl_coord *co, struct fl__coord_pop *p,
-                                          int64_t round_id);
+                                          int64_t round_id, const char *reason);
 /* Epsilon of p's ledger at delta through dp's RDP accountant (0 without entries). */
 fl_status fl__coord_ledger_epsilon(fl_coord *co, const struct fl__coord_pop *p, double delta,
                                    double *eps);

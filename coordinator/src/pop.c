@@ -425,6 +425,44 @@ struct fl__coord_pop *fl__coord_pop_by_id(fl_coord *co, int64_t id) {
     return NULL;
 }
 
+fl_status fl__coord_abandon_unfinished(fl_coord *co, struct fl__coord_pop *p,
+                                       const char *reason) {
+    fl_store_round *rs = NULL;
+    size_t n = 0;
+    fl_status rc = fl_store_round_list_unfinished(co->store, &rs, &n, p->id);
+    for (size_t i = 0; rc == FL_OK && i < n; i++) {
+        int64_t rid = rs[i].id;
+        if (p->round && p->round->id == rid)
+            continue; /* this process's live round */
+        /* The abandonment and its audit entry commit together or not at all; at start-up a
+         * failure stops the coordinator (a round ended without its entry, or a new round
+         * beside an open one, would break the log's promises). */
+        rc = fl_store_begin(co->store);
+        if (rc == FL_OK)
+            rc = fl__coord_audit_restart_abandon(co, p, rid, reason);
+        if (rc == FL_OK)
+            rc = fl_store_commit(co->store);
+        if (rc != FL_OK) {
+            if (!reason) /* start-up: the caller's error */
+                fl__err_set(&co->err, rc, "population %s: round %lld, left open by the "
+                            "previous process, could not be abandoned (nothing written): %s",
+                            p->name, (long long)rid, fl_store_errmsg(co->store));
+            if (fl_store_in_transaction(co->store))
+                fl_store_rollback(co->store);
+            break;
+        }
+        fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: %s", (long long)rid,
+                p->name, reason ? reason : "coordinator restarted");
+        if (!reason)
+            atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
+    }
+    if (rc != FL_OK && !reason && n == 0)
+        fl__err_set(&co->err, rc, "population %s: listing its open rounds: %s", p->name,
+                    fl_store_errmsg(co->store));
+    fl_store_free(co->store, rs);
+    return rc;
+}
+
 void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *reason) {
     struct fl__coord_round *r = p->round;
     if (!r)
@@ -469,9 +507,13 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
         if (rc != FL_OK) /* at least the abandonment itself */
             rc = fl_store_round_abandon(co->store, r->id, reason);
     }
-    if (rc != FL_OK)
-        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: abandon failed: %s", (long long)r->id,
-                fl_store_errmsg(co->store));
+    if (rc != FL_OK) {
+        fl__log(&co->logger, FL_LOG_ERROR, "round %lld: abandon failed (retried): %s",
+                (long long)r->id, fl_store_errmsg(co->store));
+        p->abandon_pending = true;
+        p->abandon_retry_at = 0;
+        snprintf(p->abandon_reason, sizeof(p->abandon_reason), "%s", reason);
+    }
     fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: %s", (long long)r->id,
             p->name, reason);
     atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
@@ -547,35 +589,12 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
         p->model_version = v;
     fl__coord_opt_load(co, p);
     fl__coord_epsilon_refresh(co, p);
-    /* A round left OPEN or RUNNING by a previous process cannot continue: its secagg state
-     * and accumulator lived in that process's memory. */
-    fl_store_round *last = NULL;
-    if (fl_store_round_find(co->store, &last, p->id, 0) == FL_OK) {
-        if (last->state == FL_STORE_ROUND_OPEN || last->state == FL_STORE_ROUND_RUNNING) {
-            /* The abandonment and its audit entry commit together or not at all; when they
-             * cannot, the coordinator does not start (a round ended without its entry, or a
-             * new round beside an open one, would break the log's promises). */
-            int64_t rid = last->id;
-            fl_status arc = fl_store_begin(co->store);
-            if (arc == FL_OK)
-                arc = fl__coord_audit_restart_abandon(co, p, rid);
-            if (arc == FL_OK)
-                arc = fl_store_commit(co->store);
-            if (arc != FL_OK) {
-                rc = fl__err_set(&co->err, arc, "population %s: round %lld, left open by the "
-                                 "previous process, could not be abandoned (nothing written): "
-                                 "%s", p->name, (long long)rid, fl_store_errmsg(co->store));
-                if (fl_store_in_transaction(co->store))
-                    fl_store_rollback(co->store);
-                fl_store_free(co->store, last);
-                goto out;
-            }
-            fl__log(&co->logger, FL_LOG_WARN, "round %lld of %s abandoned: coordinator "
-                    "restarted", (long long)rid, p->name);
-            atomic_fetch_add(&co->metrics.rounds_abandoned, 1);
-        }
-        fl_store_free(co->store, last);
-    }
+    /* Rounds left OPEN or RUNNING by a previous process cannot continue: their secagg
+     * state and accumulators lived in that process's memory. Every one is abandoned, not
+     * only the latest (an abandonment refused by a full disk leaves an older one behind). */
+    rc = fl__coord_abandon_unfinished(co, p, NULL);
+    if (rc != FL_OK)
+        goto out;
     if (co->n_pops == co->cap_pops) {
         size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
         struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
@@ -621,6 +640,14 @@ void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t 
 void fl__coord_tick_pops(fl_coord *co, int64_t now) {
     for (size_t i = 0; i < co->n_pops; i++) {
         struct fl__coord_pop *p = co->pops[i];
+        if (p->abandon_pending && now >= p->abandon_retry_at) {
+            if (fl__coord_abandon_unfinished(co, p, p->abandon_reason) == FL_OK) {
+                p->abandon_pending = false;
+                fl__coord_audit_checkpoint(co);
+            } else {
+                p->abandon_retry_at = now + 1000;
+            }
+        }
         struct fl__coord_round *r = p->round;
         if (!r)
             continue;

@@ -82,6 +82,8 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
                              "WHERE population_id = ?1 AND round_number = ?2",
     [FL__STORE_ROUND_LATEST] = "SELECT " ROUND_COLS " FROM rounds WHERE population_id = ?1 "
                                "ORDER BY round_number DESC LIMIT 1",
+    [FL__STORE_ROUND_UNFINISHED] = "SELECT " ROUND_COLS " FROM rounds WHERE population_id = ?1 "
+                                   "AND state IN (0, 1) ORDER BY round_number",
     [FL__STORE_ROUND_STATE] = "SELECT state, population_id FROM rounds WHERE id = ?1",
     [FL__STORE_ROUND_START] = "UPDATE rounds SET state = 1, started_at = ?2 WHERE id = ?1",
     [FL__STORE_ROUND_COUNTS] = "UPDATE rounds SET checked_in = ?2, selected = ?3, "

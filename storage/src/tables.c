@@ -681,6 +681,37 @@ fl_status fl_store_round_find(fl_store *st, fl_store_round **out, int64_t popula
     return r;
 }
 
+fl_status fl_store_round_list_unfinished(fl_store *st, fl_store_round **out, size_t *count,
+                                         int64_t population_id) {
+    fl_status r = fl__store_enter(st, "round_list_unfinished");
+    if (r != FL_OK)
+        return r;
+    if (!out || !count)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
+    *out = NULL;
+    *count = 0;
+    if (population_id <= 0)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "population_id must be > 0");
+    r = fl__store_op_begin(st, 0);
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_ROUND_UNFINISHED);
+    if (!s) {
+        r = st->err.code;
+    } else {
+        sqlite3_bind_int64(s, 1, population_id);
+        r = fl__store_collect(st, s, decode_round, sizeof(fl_store_round), FL__STORE_ROWS_LIST,
+                              (void **)out, count, "listing the unfinished rounds");
+    }
+    r = fl__store_op_end(st, r);
+    if (r != FL_OK) {
+        fl_store_free(st, *out);
+        *out = NULL;
+        *count = 0;
+    }
+    return r;
+}
+
 /* ==== round participants ==== */
 
 static void decode_participant(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

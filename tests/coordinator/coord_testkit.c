@@ -190,8 +190,21 @@ void fx_proc_start(struct fx *f, const char *exe) {
     for (int i = 0; i < 400 && !f->port; i++) {
         int st;
         if (waitpid(f->child, &st, WNOHANG) == f->child) {
-            fprintf(stderr, "flotilla-coordinator exited early (status %d); log %s\n", st,
+            fprintf(stderr, "flotilla-coordinator exited early (status %d); log %s:\n", st,
                     f->log);
+            /* The log may live in a private mount (reliability tests): show its end here. */
+            FILE *lf = fopen(f->log, "r");
+            if (lf) {
+                char line[512];
+                long sz = fseek(lf, 0, SEEK_END) == 0 ? ftell(lf) : 0;
+                if (sz > 2048)
+                    fseek(lf, sz - 2048, SEEK_SET);
+                else
+                    rewind(lf);
+                while (fgets(line, sizeof(line), lf))
+                    fputs(line, stderr);
+                fclose(lf);
+            }
             f->child = 0;
             fail();
         }

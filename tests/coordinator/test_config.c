@@ -89,6 +89,29 @@ static void test_load_file(void **state) {
     unlink(p);
 }
 
+/* An SQLite URI is not rewritten as a path next to the config file (so ?vfs= / ?mode= work). */
+static void test_load_uri_database(void **state) {
+    (void)state;
+    write_file("admin.token", "fla_0123456789abcdefghijklmnop\n");
+    char body[512], uri[320], p[256];
+    snprintf(uri, sizeof(uri), "file:%s/uri.db?mode=rwc", g_dir);
+    snprintf(body, sizeof(body),
+             "{\"port\":0,\"threads\":1,\"database\":\"%s\",\"admin_token_file\":"
+             "\"admin.token\"}", uri);
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    assert_int_equal(load(body, &cfg, &doc, err, sizeof(err)), FL_OK);
+    assert_string_equal(cfg.db_path, uri);
+    fl_coord *co = NULL;
+    assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_OK);
+    fl_coord_config_doc_free(doc);
+    fl_coord_destroy(co);
+    snprintf(p, sizeof(p), "%s/uri.db", g_dir);
+    assert_int_equal(access(p, F_OK), 0);
+    unlink(p);
+}
+
 static void test_load_errors(void **state) {
     (void)state;
     fl_coord_config cfg;
@@ -189,6 +212,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_sizes),
         cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_uri_database),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_request_deadline_config),
         cmocka_unit_test(test_signed_message),

@@ -218,11 +218,11 @@ static void test_abuse(void **state) {
               "GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", true, REFUSE);
     abuse_str(f, &t, "header with space before colon",
               "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde", true,
-              KNOWN_BUG);
+              REFUSE);
     abuse_str(f, &t, "obsolete line folding",
               "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  continued\r\n\r\n", true,
               MAY_ACCEPT);
-    abuse_str(f, &t, "HTTP/1.1 without Host", "GET /healthz HTTP/1.1\r\n\r\n", true, KNOWN_BUG);
+    abuse_str(f, &t, "HTTP/1.1 without Host", "GET /healthz HTTP/1.1\r\n\r\n", true, REFUSE);
     /* Request lines. */
     abuse_str(f, &t, "garbage line", "GARBAGE\r\n\r\n", true, REFUSE);
     abuse_str(f, &t, "method only", "GET\r\n\r\n", true, REFUSE);

@@ -251,6 +251,25 @@ static void test_rounds(void **state) {
     assert_int_equal(fl_store_round_find(f->st, &rd, f->pop, 77), FL_ERR_NOT_FOUND);
     assert_int_equal(fl_store_round_find(f->st, &rd, 0, 1), FL_ERR_MISUSE);
     assert_int_equal(fl_store_round_start(f->st, 999), FL_ERR_NOT_FOUND);
+
+    /* Unfinished rounds (OPEN or RUNNING), oldest first: r5 (open) and r6 (running). */
+    STORE_OK(f->st, fl_store_round_start(f->st, r6));
+    size_t n = 0;
+    STORE_OK(f->st, fl_store_round_list_unfinished(f->st, &rd, &n, f->pop));
+    assert_int_equal(n, 2);
+    assert_int_equal(rd[0].id, r5);
+    assert_int_equal(rd[0].state, FL_STORE_ROUND_OPEN);
+    assert_int_equal(rd[1].id, r6);
+    assert_int_equal(rd[1].state, FL_STORE_ROUND_RUNNING);
+    fl_store_free(f->st, rd);
+    STORE_OK(f->st, fl_store_round_abandon(f->st, r5, "gone"));
+    STORE_OK(f->st, fl_store_round_abandon(f->st, r6, "gone"));
+    STORE_OK(f->st, fl_store_round_list_unfinished(f->st, &rd, &n, f->pop));
+    assert_int_equal(n, 0);
+    assert_null(rd);
+    assert_int_equal(fl_store_round_list_unfinished(f->st, &rd, NULL, f->pop), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_round_list_unfinished(f->st, NULL, &n, f->pop), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_round_list_unfinished(f->st, &rd, &n, 0), FL_ERR_MISUSE);
 }
 
 static void test_participants(void **state) {

@@ -404,6 +404,13 @@ FL_API fl_status fl_store_round_get(fl_store *st, fl_store_round **out, int64_t 
 FL_API fl_status fl_store_round_find(fl_store *st, fl_store_round **out, int64_t population_id,
                                      int64_t round_number);
 
+/* Lists population_id's rounds that are OPEN or RUNNING (not ended), oldest first, into an
+ * array of *count entries (release with fl_store_free; *out is NULL when *count is 0). A
+ * coordinator calls it at start-up: such rounds belonged to a process that is gone. Returns
+ * FL_OK (also for none); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM. */
+FL_API fl_status fl_store_round_list_unfinished(fl_store *st, fl_store_round **out,
+                                                size_t *count, int64_t population_id);
+
 /* ---- round participants ---- */
 
 typedef enum fl_store_participant_state {
