@@ -136,7 +136,9 @@ static void test_no_threads(void **state) {
     assert_true(maps_count("/openblas-serial/") > 0);
     assert_int_equal(maps_count("/openblas-pthread/"), 0);
 #else
+    /* Portable kernels: no OpenBLAS of either flavour in the process. */
     assert_int_equal(fl__client_kernels_blas(), 0);
+    assert_int_equal(maps_count("libopenblas"), 0);
 #endif
 
     fl_client_store_config sc;
