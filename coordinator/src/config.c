@@ -30,8 +30,10 @@ void fl_coord_config_doc_free(fl_coord_config_doc *doc) {
 /* Resolves path relative to the config file's directory into buf. */
 static const char *resolve(const fl_coord_config_doc *doc, const char *path, char *buf,
                            size_t n) {
-    if (path[0] == '/')
+    if (path[0] == '/') {
+        snprintf(buf, n, "%s", path); /* for error messages; the full path is read */
         return path;
+    }
     snprintf(buf, n, "%s/%s", doc->dir, path);
     return buf;
 }

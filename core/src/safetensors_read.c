@@ -286,6 +286,7 @@ static fl_status parse_image(fl_safetensors *st, const uint8_t *buf, size_t len)
     fl_status rc = FL_OK;
     json_t *root = NULL;
     json_error_t je;
+    memset(&je, 0, sizeof(je)); /* Jansson leaves it unset on some allocation failures */
 
     if (len < 8)
         return fl__err_set(&st->err, FL_ERR_FORMAT,

@@ -129,6 +129,11 @@ static void test_load_errors(void **state) {
                      FL_ERR_FORMAT);
     assert_int_equal(load("{\"signing_key_file\":\"missing.key\"}", &cfg, &doc, err, sizeof(err)),
                      FL_ERR_IO);
+    /* An absolute side-file path is named in the message (it was uninitialised memory). */
+    assert_int_equal(load("{\"admin_token_file\":\"/nonexistent/flotilla.token\"}", &cfg, &doc,
+                          err, sizeof(err)),
+                     FL_ERR_IO);
+    assert_non_null(strstr(err, "/nonexistent/flotilla.token"));
     assert_int_equal(load("[1]", &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
     assert_int_equal(load("{\"port\":", &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
     fl_coord_config_init(&cfg);
