@@ -210,24 +210,32 @@ fl_status fl_store_population_update_config(fl_store *st, int64_t id, const char
     return fl__store_op_end(st, r);
 }
 
-fl_status fl_store_population_list(fl_store *st, fl_store_population **out, size_t *count) {
-    fl_status r = fl__store_enter(st, "population_list");
+/* The body of every fl_store_*_list call: argument checks, one read transaction, all rows
+ * of stmt (bound to key when key_name is given) decoded into a fresh array; *out is NULL
+ * and *count 0 on failure. */
+static fl_status list_rows(fl_store *st, const char *op, enum fl__store_stmt_id stmt,
+                           const char *key_name, int64_t key, fl__store_decode_fn decode,
+                           size_t elem_size, void **out, size_t *count, const char *what) {
+    fl_status r = fl__store_enter(st, op);
     if (r != FL_OK)
         return r;
     if (!out || !count)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
     *out = NULL;
     *count = 0;
+    if (key_name && key <= 0)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "%s must be > 0", key_name);
     r = fl__store_op_begin(st, 0);
     if (r != FL_OK)
         return r;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_POP_LIST);
-    if (!s)
+    sqlite3_stmt *s = fl__store_stmt(st, stmt);
+    if (!s) {
         r = st->err.code;
-    else
-        r = fl__store_collect(st, s, decode_population, sizeof(fl_store_population),
-                              FL__STORE_ROWS_LIST, (void **)out, count,
-                              "listing the populations");
+    } else {
+        if (key_name)
+            sqlite3_bind_int64(s, 1, key);
+        r = fl__store_collect(st, s, decode, elem_size, FL__STORE_ROWS_LIST, out, count, what);
+    }
     r = fl__store_op_end(st, r);
     if (r != FL_OK) {
         fl_store_free(st, *out);
@@ -235,6 +243,11 @@ fl_status fl_store_population_list(fl_store *st, fl_store_population **out, size
         *count = 0;
     }
     return r;
+}
+
+fl_status fl_store_population_list(fl_store *st, fl_store_population **out, size_t *count) {
+    return list_rows(st, "population_list", FL__STORE_POP_LIST, NULL, 0, decode_population,
+                     sizeof(fl_store_population), (void **)out, count, "listing the populations");
 }
 
 fl_status fl_store_population_client_count(fl_store *st, int64_t id, int64_t *count) {
@@ -683,33 +696,9 @@ fl_status fl_store_round_find(fl_store *st, fl_store_round **out, int64_t popula
 
 fl_status fl_store_round_list_unfinished(fl_store *st, fl_store_round **out, size_t *count,
                                          int64_t population_id) {
-    fl_status r = fl__store_enter(st, "round_list_unfinished");
-    if (r != FL_OK)
-        return r;
-    if (!out || !count)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
-    *out = NULL;
-    *count = 0;
-    if (population_id <= 0)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "population_id must be > 0");
-    r = fl__store_op_begin(st, 0);
-    if (r != FL_OK)
-        return r;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_ROUND_UNFINISHED);
-    if (!s) {
-        r = st->err.code;
-    } else {
-        sqlite3_bind_int64(s, 1, population_id);
-        r = fl__store_collect(st, s, decode_round, sizeof(fl_store_round), FL__STORE_ROWS_LIST,
-                              (void **)out, count, "listing the unfinished rounds");
-    }
-    r = fl__store_op_end(st, r);
-    if (r != FL_OK) {
-        fl_store_free(st, *out);
-        *out = NULL;
-        *count = 0;
-    }
-    return r;
+    return list_rows(st, "round_list_unfinished", FL__STORE_ROUND_UNFINISHED, "population_id",
+                     population_id, decode_round, sizeof(fl_store_round), (void **)out, count,
+                     "listing the unfinished rounds");
 }
 
 /* ==== round participants ==== */
@@ -759,33 +748,9 @@ fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const char *c
 
 fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out, size_t *count,
                                     int64_t round_id) {
-    fl_status r = fl__store_enter(st, "participant_list");
-    if (r != FL_OK)
-        return r;
-    if (!out || !count)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
-    *out = NULL;
-    *count = 0;
-    if (round_id <= 0)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "round_id must be > 0");
-    r = fl__store_op_begin(st, 0);
-    if (r != FL_OK)
-        return r;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_PART_LIST);
-    if (!s) {
-        r = st->err.code;
-    } else {
-        sqlite3_bind_int64(s, 1, round_id);
-        r = fl__store_collect(st, s, decode_participant, sizeof(fl_store_participant),
-                              FL__STORE_ROWS_LIST, (void **)out, count, "listing participants");
-    }
-    r = fl__store_op_end(st, r);
-    if (r != FL_OK) {
-        fl_store_free(st, *out);
-        *out = NULL;
-        *count = 0;
-    }
-    return r;
+    return list_rows(st, "participant_list", FL__STORE_PART_LIST, "round_id", round_id,
+                     decode_participant, sizeof(fl_store_participant), (void **)out, count,
+                     "listing participants");
 }
 
 /* ==== privacy ledger ==== */
@@ -880,32 +845,7 @@ fl_status fl_store_ledger_append(fl_store *st, int64_t *id_out,
 
 fl_status fl_store_ledger_list(fl_store *st, fl_store_ledger_entry **out, size_t *count,
                                int64_t population_id) {
-    fl_status r = fl__store_enter(st, "ledger_list");
-    if (r != FL_OK)
-        return r;
-    if (!out || !count)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "out or count is NULL");
-    *out = NULL;
-    *count = 0;
-    if (population_id <= 0)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "population_id must be > 0");
-    r = fl__store_op_begin(st, 0);
-    if (r != FL_OK)
-        return r;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_LEDGER_LIST);
-    if (!s) {
-        r = st->err.code;
-    } else {
-        sqlite3_bind_int64(s, 1, population_id);
-        r = fl__store_collect(st, s, decode_ledger, sizeof(fl_store_ledger_entry),
-                              FL__STORE_ROWS_LIST, (void **)out, count,
-                              "listing the privacy ledger");
-    }
-    r = fl__store_op_end(st, r);
-    if (r != FL_OK) {
-        fl_store_free(st, *out);
-        *out = NULL;
-        *count = 0;
-    }
-    return r;
+    return list_rows(st, "ledger_list", FL__STORE_LEDGER_LIST, "population_id", population_id,
+                     decode_ledger, sizeof(fl_store_ledger_entry), (void **)out, count,
+                     "listing the privacy ledger");
 }
