@@ -93,7 +93,10 @@ static void load(void) {
     CHECK(cfg.port <= 65535 && cfg.threads <= 256 && cfg.max_long_poll_s <= 60);
     CHECK(cfg.retention_days <= 36500);
     if (cfg.db_path) {
-        CHECK(cfg.db_path[0] == '/' || strcmp(cfg.db_path, ":memory:") == 0);
+        /* absolute (relative paths are resolved next to the config), in memory, or an SQLite
+         * URI kept as written */
+        CHECK(cfg.db_path[0] == '/' || strcmp(cfg.db_path, ":memory:") == 0 ||
+              strncmp(cfg.db_path, "file:", 5) == 0);
         (void)strlen(cfg.db_path);
     }
     if (cfg.listen_address)
