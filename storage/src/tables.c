@@ -31,6 +31,21 @@ static void decode_population(sqlite3_stmt *s, void *elem, struct fl__store_pack
     pop->state = (fl_store_population_state)sqlite3_column_int(s, 7);
 }
 
+/* Checks a population's settings and normalises the JSON defaults (NULL = "{}" / "[]"). */
+static fl_status check_population_settings(fl_store *st, const char *config_json, double epsilon,
+                                           double delta, const char *allowed_regions_json,
+                                           const char **config, const char **regions) {
+    if (!(isfinite(epsilon) && epsilon > 0))
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "epsilon must be finite and > 0");
+    if (!(isfinite(delta) && delta >= 0 && delta < 1))
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "delta must be in [0, 1)");
+    fl_status r = fl__store_check_json(st, config_json, "{}", 0, config, "config_json");
+    if (r == FL_OK)
+        r = fl__store_check_json(st, allowed_regions_json, "[]", 1, regions,
+                                 "allowed_regions_json");
+    return r;
+}
+
 fl_status fl_store_population_create(fl_store *st, int64_t *id_out, const char *name,
                                      const char *config_json, double epsilon, double delta,
                                      const char *allowed_regions_json) {
@@ -41,15 +56,9 @@ fl_status fl_store_population_create(fl_store *st, int64_t *id_out, const char *
         *id_out = 0;
     const char *config, *regions;
     r = fl__store_check_name(st, name, FL_STORE_NAME_MAX, 0, "name");
-    if (r == FL_OK && !(isfinite(epsilon) && epsilon > 0))
-        r = fl__err_set(&st->err, FL_ERR_MISUSE, "epsilon must be finite and > 0");
-    if (r == FL_OK && !(isfinite(delta) && delta >= 0 && delta < 1))
-        r = fl__err_set(&st->err, FL_ERR_MISUSE, "delta must be in [0, 1)");
     if (r == FL_OK)
-        r = fl__store_check_json(st, config_json, "{}", 0, &config, "config_json");
-    if (r == FL_OK)
-        r = fl__store_check_json(st, allowed_regions_json, "[]", 1, &regions,
-                                 "allowed_regions_json");
+        r = check_population_settings(st, config_json, epsilon, delta, allowed_regions_json,
+                                      &config, &regions);
     if (r != FL_OK)
         return r;
     r = fl__store_op_begin(st, 1);
@@ -177,14 +186,8 @@ fl_status fl_store_population_update_config(fl_store *st, int64_t id, const char
     const char *config, *regions;
     if (id <= 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "id must be > 0");
-    if (!(isfinite(epsilon) && epsilon > 0))
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "epsilon must be finite and > 0");
-    if (!(isfinite(delta) && delta >= 0 && delta < 1))
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "delta must be in [0, 1)");
-    r = fl__store_check_json(st, config_json, "{}", 0, &config, "config_json");
-    if (r == FL_OK)
-        r = fl__store_check_json(st, allowed_regions_json, "[]", 1, &regions,
-                                 "allowed_regions_json");
+    r = check_population_settings(st, config_json, epsilon, delta, allowed_regions_json, &config,
+                                  &regions);
     if (r != FL_OK)
         return r;
     r = fl__store_op_begin(st, 1);
