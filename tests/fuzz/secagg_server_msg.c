@@ -1,5 +1,8 @@
 /* Fuzz target: every server-side parser (ADVERTISE, SHARES, MASKED_INPUT, CONSISTENCY_SIG,
- * UNMASK_SHARES), fed to a server standing in the matching phase. */
+ * UNMASK_SHARES), fed to a server standing in the matching phase. The server is a cached
+ * fixture (secagg_fuzz_driver.h): a rejected message must leave its phase and pending count
+ * as they were, and from time to time the reused round is finished and its sum checked. An
+ * accepted message changes the round, which is then closed (advance) and rebuilt. */
 #include <stdint.h>
 
 #include "secagg_fuzz_driver.h"
@@ -9,16 +12,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int phase, active;
     uint32_t who;
-    struct fz f;
     if (fz_frame(data, size, &phase, &active, &who) != 0)
         return 0;
-    if (fz_setup(&f, phase, active) == 0) {
-        fl_status st = fl_secagg_server_receive(f.srv, who, data + 2, size - 2);
-        /* Whatever arrived, the round can still be closed without crashing. */
-        (void)st;
-        (void)fl_secagg_server_pending(f.srv);
-        (void)fl_secagg_server_advance(f.srv);
+    struct fz *f = fz_get(phase, active);
+    if (!f)
+        return 0;
+    fl_secagg_phase ph = fl_secagg_server_phase(f->srv);
+    uint32_t pending = fl_secagg_server_pending(f->srv);
+    fl_status st = fl_secagg_server_receive(f->srv, who, data + 2, size - 2);
+    if (st != FL_OK) {
+        /* Documented: on any error the server state is unchanged. */
+        if (fl_secagg_server_phase(f->srv) != ph || fl_secagg_server_pending(f->srv) != pending)
+            __builtin_trap();
+        fz_check_reused(phase, active);
+        return 0;
     }
-    fz_free(&f);
+    /* Accepted: whatever arrived, the round can still be closed without crashing. */
+    (void)fl_secagg_server_pending(f->srv);
+    (void)fl_secagg_server_advance(f->srv);
+    fz_drop(phase, active);
     return 0;
 }
