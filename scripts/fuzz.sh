@@ -4,16 +4,18 @@
 # (libFuzzer -merge=1 keeps only inputs with new features, so the committed corpora stay
 # small). One line of figures per target goes to <build>/fuzz-results.tsv.
 #
-#   scripts/fuzz.sh [-b BUILD_DIR] [-n RUNS] [-t MAX_SECONDS] [-m] [TARGET...]
+#   scripts/fuzz.sh [-b BUILD_DIR] [-n RUNS] [-t MAX_SECONDS] [-N NICE] [-m] [TARGET...]
 #     -b  build directory (default build-fuzz; configured here if missing, with clang and
 #         -DFL_BUILD_FUZZERS=ON)
 #     -n  executions per target (default 10000000)
 #     -t  wall-time cap per target in seconds (default 0 = none)
+#     -N  nice level of the builds, fuzzers and merges (default 19; FUZZ_NICE in the
+#         environment sets the default)
 #     -m  merge new coverage into the committed corpus (default: leave it alone)
 #     TARGET  names without the fuzz_ prefix (default: every target, secagg ones last)
 #
-# The fuzzers run under `nice -n 19` with stdin from /dev/null (the config target may name
-# any file, /dev/stdin included). A crash leaves crash-* files in <build>/fuzz-work/<name>/
+# The fuzzers run under `nice -n 19` (or -N) with stdin from /dev/null (the config target
+# may name any file, /dev/stdin included). A crash leaves crash-* files in <build>/fuzz-work/<name>/
 # and makes the script exit 1 after the remaining targets ran.
 set -euo pipefail
 
@@ -22,16 +24,21 @@ build=build-fuzz
 runs=10000000
 max_time=0
 merge=0
-while getopts "b:n:t:m" opt; do
+nice_level=${FUZZ_NICE:-19}
+while getopts "b:n:t:N:m" opt; do
     case $opt in
         b) build=$OPTARG ;;
         n) runs=$OPTARG ;;
         t) max_time=$OPTARG ;;
+        N) nice_level=$OPTARG ;;
         m) merge=1 ;;
-        *) sed -n '2,16p' "$0"; exit 2 ;;
+        *) sed -n '2,18p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
+case $nice_level in
+    ''|*[!0-9-]*) echo "fuzz.sh: -N wants a nice level (an integer), got '$nice_level'" >&2; exit 2 ;;
+esac
 case $build in /*) ;; *) build=$root/$build ;; esac
 
 all=(safetensors coord_bodies coord_config client_task client_protocol audit_bundle
@@ -43,7 +50,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DFL_BUILD_FUZZERS=ON -DFL_BUILD_BENCH=OFF -DFL_WITH_CUDA=OFF >/dev/null
 fi
-nice -n 19 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}")
+nice -n "$nice_level" cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}")
 
 results=$build/fuzz-results.tsv
 [ -f "$results" ] || printf 'date\ttarget\truns\texec_per_s\twall_s\tcov\tft\tcorpus\tcrashes\n' \
@@ -61,7 +68,7 @@ for t in "${targets[@]}"; do
     echo "== fuzz_$t: $runs runs (cap ${max_time}s), log $log"
     start=$(date +%s)
     rc=0
-    (cd "$work" && nice -n 19 "$bin" -runs="$runs" -max_total_time="$max_time" \
+    (cd "$work" && nice -n "$nice_level" "$bin" -runs="$runs" -max_total_time="$max_time" \
         -max_len=65536 -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 corpus \
         </dev/null >"$log" 2>&1) || rc=$?
     wall=$(( $(date +%s) - start ))
@@ -83,7 +90,7 @@ for t in "${targets[@]}"; do
     fi
     if [ "$merge" = 1 ]; then
         before=$(find "$seeds" -type f | wc -l)
-        (cd "$work" && nice -n 19 "$bin" -merge=1 -max_len=65536 "$seeds" corpus \
+        (cd "$work" && nice -n "$nice_level" "$bin" -merge=1 -max_len=65536 "$seeds" corpus \
             </dev/null >"$work/merge.log" 2>&1)
         echo "fuzz_$t: committed corpus $before -> $(find "$seeds" -type f | wc -l) files," \
             "$(du -sh "$seeds" | cut -f1)"
