@@ -15,8 +15,8 @@
 #     TARGET  names without the fuzz_ prefix (default: every target, secagg ones last)
 #
 # The fuzzers run under `nice -n 19` (or -N) with stdin from /dev/null (the config target
-# may name any file, /dev/stdin included). A crash leaves crash-* files in <build>/fuzz-work/<name>/
-# and makes the script exit 1 after the remaining targets ran.
+# may name any file, /dev/stdin included). A crash leaves crash-* files in
+# <build>/fuzz-work/<name>/ and makes the script exit 1 after the remaining targets ran.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
