@@ -749,3 +749,17 @@ void clients_free(struct tc *c, int n) {
         c[i].tok = NULL;
     }
 }
+
+/* ---- added helpers ---- */
+
+size_t plain_update_body(uint8_t *out, int64_t rid, const uint64_t *words, size_t L, size_t wb) {
+    memcpy(out, "FLUP", 4);
+    for (int b = 0; b < 4; b++)
+        out[4 + b] = (uint8_t)(1u >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)((uint64_t)rid >> (8 * b));
+    for (size_t j = 0; j < L; j++)
+        for (size_t b = 0; b < wb; b++)
+            out[16 + j * wb + b] = (uint8_t)(words[j] >> (8 * b));
+    return 16 + L * wb;
+}

@@ -179,4 +179,10 @@ void fetch_model(struct fx *f, struct tc *c, const char *pop, int64_t v, float *
 void expected_fedavg(const struct tc *c, int n, const float *base, float *w_out);
 void clients_free(struct tc *c, int n);
 
+/* ---- added helpers ---- */
+
+/* Body of POST /v1/rounds/{rid}/update (docs/protocol.md 5.1): the "FLUP" header (version
+ * 1, round id), then the L words of wb bytes each, little-endian. Returns its length. */
+size_t plain_update_body(uint8_t *out, int64_t rid, const uint64_t *words, size_t L, size_t wb);
+
 #endif /* FL_COORD_TESTKIT_H */

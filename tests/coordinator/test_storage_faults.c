@@ -1,0 +1,469 @@
+/* Storage failures inside the in-process coordinator: its SQLite database is opened through
+ * the reliability tests' fault-injecting VFS (tests/reliability/fault_vfs.c), whose byte
+ * budget plays a full disk, and a second SQLite connection that holds the write lock plays a
+ * busy database. Checked:
+ *
+ *   - every admin and device write that a full disk refuses answers 503 storage_unavailable
+ *     with Retry-After: 5 (docs/protocol.md, errors), changes nothing, leaves reads (health,
+ *     populations, models, audit checkpoint) answering, and works at once when space is back;
+ *   - a busy database answers 503 unavailable with a short Retry-After;
+ *   - a round whose abandonment the full disk refuses is retried (every second by the tick,
+ *     and before the next round forms: a check-in meanwhile gets 503), and written once space
+ *     is back, in order, before the next round;
+ *   - a round whose start (OPEN -> RUNNING) or aggregation commit the full disk refuses is
+ *     abandoned with that reason and no model version is stored.
+ *
+ * No ticker thread: the test moves the injected clock and ticks itself, so only one thread
+ * touches the (single-threaded) fault VFS at a time. */
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "coord_testkit.h"
+#include "fault_vfs.h"
+
+/* ---- fixture ---- */
+
+static int64_t clock_of(void *user) {
+    return atomic_load(&((struct fx *)user)->now_ms);
+}
+
+static void log_quiet(void *user, fl_log_level level, const char *msg) {
+    (void)user;
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "  [coordinator %d] %s\n", (int)level, msg);
+}
+
+static void start_on_fault_vfs(struct fx *f) {
+    char uri[256];
+    fault_vfs_uri(uri, sizeof(uri), f->db);
+    fl_coord_config cfg;
+    fl_coord_config_init(&cfg);
+    cfg.port = 0;
+    cfg.threads = 1;
+    cfg.db_path = uri;
+    cfg.has_admin_token = 1;
+    crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
+    cfg.clock = clock_of;
+    cfg.clock_user = f;
+    cfg.logger.fn = log_quiet;
+    cfg.logger.min_level = FL_LOG_DEBUG;
+    cfg.has_signing_key = 1;
+    memset(cfg.signing_seed, 9, sizeof(cfg.signing_seed));
+    char err[256];
+    if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK)
+        fprintf(stderr, "create: %s\n", err);
+    assert_non_null(f->co);
+    assert_int_equal(fl_coord_start(f->co), FL_OK);
+    f->port = fl_coord_port(f->co);
+}
+
+static int setup(void **state) {
+    if (!fault_vfs_uri_supported()) {
+        fprintf(stderr, "SQLite without URI file names: skipped\n");
+        return -1;
+    }
+    assert_int_equal(fault_vfs_register(), SQLITE_OK);
+    fault_vfs_reset();
+    struct fx *f = fx_new();
+    start_on_fault_vfs(f);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fault_vfs_set_budget(-1);
+    fx_free(*state);
+    fault_vfs_reset();
+    return 0;
+}
+
+/* A full disk: the WAL is checkpointed and truncated (so the next commit has to grow a
+ * file), then no file may grow. */
+static void disk_full(struct fx *f) {
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &s, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(s, 0), 0); /* not blocked by a reader */
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    fault_vfs_set_budget(fault_vfs_usage());
+}
+
+static void disk_free(void) { fault_vfs_set_budget(-1); }
+
+/* ---- helpers ---- */
+
+static char *create_pop(struct fx *f, const char *name) {
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],\"selection\":{\"target\":3,"
+             "\"over_selection\":1.0,\"min_participants\":3,\"require\":[],\"forming_s\":60,"
+             "\"jitter_s\":0,\"min_retry_s\":1,\"max_retry_s\":60},"
+             "\"update\":{\"tensors\":[\"w\"]},\"secagg\":{\"enabled\":false},"
+             "\"privacy\":{\"mode\":\"none\",\"modulus_bits\":32}}",
+             name);
+    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
+    if (r.status != 201)
+        fprintf(stderr, "create %s: %ld %s\n", name, r.status, r.body);
+    assert_int_equal(r.status, 201);
+    json_t *j = body_json(&r);
+    char *tok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
+    json_decref(j);
+    resp_free(&r);
+    return tok;
+}
+
+static struct resp upload(struct fx *f, const char *name) {
+    size_t mlen;
+    uint8_t *model = make_model(&mlen);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
+    struct resp r =
+        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
+    free(model);
+    return r;
+}
+
+static struct resp admin_post(struct fx *f, const char *name, const char *what) {
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/%s", name, what);
+    return http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+}
+
+static struct resp enroll_req(struct fx *f, const char *etok, const char *pop) {
+    char body[128];
+    snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"}", pop);
+    return http_json(f, "POST", "/v1/enroll", etok, body);
+}
+
+static char *enroll(struct fx *f, const char *etok, const char *pop) {
+    struct resp r = enroll_req(f, etok, pop);
+    assert_int_equal(r.status, 201);
+    json_t *j = body_json(&r);
+    char *tok = strdup(json_string_value(json_object_get(j, "client_token")));
+    json_decref(j);
+    resp_free(&r);
+    return tok;
+}
+
+static const char *const CHECKIN = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                                   "\"unmetered\":true,\"idle\":true}}";
+
+/* 503 with the code and Retry-After seconds. */
+static void expect_503(struct resp *r, const char *code, const char *retry, const char *what) {
+    if (r->status != 503)
+        fprintf(stderr, "%s: expected 503, got %ld %s\n", what, r->status, r->body);
+    assert_error(r, 503, code);
+    char b[16];
+    assert_non_null(header_in(r, "Retry-After", b, sizeof(b)));
+    assert_string_equal(b, retry);
+    resp_free(r);
+}
+
+static void fingerprint(struct fx *f, char *out, size_t n) {
+    snprintf(out, n, "%lld/%lld/%lld/%lld/%lld/%lld",
+             (long long)db_int(f, "SELECT count(*) FROM populations"),
+             (long long)db_int(f, "SELECT count(*) FROM clients"),
+             (long long)db_int(f, "SELECT count(*) FROM models"),
+             (long long)db_int(f, "SELECT count(*) FROM rounds"),
+             (long long)db_int(f, "SELECT count(*) FROM audit_entries"),
+             (long long)db_int(f, "SELECT coalesce(sum(length(config_json)),0) FROM populations"));
+}
+
+static const char *pop_state(struct fx *f, const char *name, char *buf, size_t n) {
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s", name);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    snprintf(buf, n, "%s", json_string_value(json_object_get(j, "state")));
+    json_decref(j);
+    resp_free(&r);
+    return buf;
+}
+
+static json_t *admin_round(struct fx *f, int64_t rid) {
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    resp_free(&r);
+    return j;
+}
+
+/* ---- tests ---- */
+
+/* Every write endpoint on a full disk: 503 storage_unavailable, nothing changed; reads keep
+ * working; each write succeeds as soon as the space is back. */
+static void test_full_disk_refuses_writes(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "a");
+    struct resp r = upload(f, "a");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = admin_post(f, "a", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    char *ctok = enroll(f, etok, "a");
+    char cid[17];
+    snprintf(cid, sizeof(cid), "%s", ctok + 4);
+    char before[256], after[256], st[32];
+    fingerprint(f, before, sizeof(before));
+
+    disk_full(f);
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"b\",\"allowed_regions\":[\"EU\"]}");
+    expect_503(&r, "storage_unavailable", "5", "create");
+    r = upload(f, "a");
+    expect_503(&r, "storage_unavailable", "5", "upload");
+    r = admin_post(f, "a", "stop");
+    expect_503(&r, "storage_unavailable", "5", "stop");
+    assert_string_equal(pop_state(f, "a", st, sizeof(st)), "running");
+    r = http_json(f, "PATCH", "/v1/admin/populations/a", ADMIN_TOKEN,
+                  "{\"selection\":{\"max_retry_s\":30}}");
+    expect_503(&r, "storage_unavailable", "5", "patch");
+    r = admin_post(f, "a", "enrollment-token");
+    expect_503(&r, "storage_unavailable", "5", "rotate");
+    r = enroll_req(f, etok, "a");
+    expect_503(&r, "storage_unavailable", "5", "enroll");
+    /* A check-in that has to create the round. */
+    r = http_json(f, "POST", "/v1/checkin", ctok, CHECKIN);
+    expect_503(&r, "storage_unavailable", "5", "checkin");
+    /* Reads still answer. */
+    static const char *const reads[] = {"/healthz", "/readyz", "/v1/audit/checkpoint",
+                                        "/v1/admin/populations", "/v1/admin/populations/a"};
+    for (int i = 0; i < 5; i++) {
+        r = http_req(f, "GET", reads[i], ADMIN_TOKEN, NULL, NULL, 0, NULL);
+        if (r.status != 200)
+            fprintf(stderr, "%s: %ld\n", reads[i], r.status);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+    }
+    r = http_req(f, "GET", "/v1/models/a/1", ctok, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_true(fault_vfs_fired() > 0);
+    disk_free();
+    fingerprint(f, after, sizeof(after));
+    assert_string_equal(before, after);
+
+    /* Space is back: the old enrollment token still works (the rotation did not happen),
+     * and every refused write now succeeds. */
+    char *ctok2 = enroll(f, etok, "a");
+    r = http_json(f, "PATCH", "/v1/admin/populations/a", ADMIN_TOKEN,
+                  "{\"selection\":{\"max_retry_s\":30}}");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = admin_post(f, "a", "enrollment-token");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = upload(f, "a");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    fx_advance(f, 61 * 1000); /* past the pace of the refused check-in */
+    r = http_json(f, "POST", "/v1/checkin", ctok, CHECKIN);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+    json_decref(j);
+    resp_free(&r);
+    r = admin_post(f, "a", "stop");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_string_equal(pop_state(f, "a", st, sizeof(st)), "stopped");
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"b\",\"allowed_regions\":[\"EU\"]}");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    free(ctok2);
+    free(ctok);
+    free(etok);
+}
+
+/* A database locked by another writer past the busy timeout: 503 unavailable. */
+static void test_busy_database(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "busy");
+    char *ctok = enroll(f, etok, "busy");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    struct resp r = enroll_req(f, etok, "busy");
+    expect_503(&r, "unavailable", "2", "enroll while locked");
+    /* The admin erasure (audit endpoint) answers the same way, with its own Retry-After. */
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", ctok + 4);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    expect_503(&r, "unavailable", "1", "erase while locked");
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    /* Erased: its token no longer authenticates; erasing again finds nothing. */
+    r = http_json(f, "POST", "/v1/checkin", ctok, CHECKIN);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    free(ctok);
+    free(etok);
+}
+
+/* A forming round abandoned at its deadline while the disk is full: the abandonment is kept
+ * pending, retried by the tick every second and before a new round forms (503 meanwhile),
+ * and written once space is back, before the next round. */
+static void test_abandon_retried_after_full_disk(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "ab");
+    struct resp r = upload(f, "ab");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = admin_post(f, "ab", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    char *tok[3];
+    for (int i = 0; i < 3; i++)
+        tok[i] = enroll(f, etok, "ab");
+    int64_t rid = 0;
+    for (int i = 0; i < 2; i++) { /* two of the three needed */
+        r = http_json(f, "POST", "/v1/checkin", tok[i], CHECKIN);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+        rid = json_integer_value(json_object_get(j, "round_id"));
+        json_decref(j);
+        resp_free(&r);
+    }
+    disk_full(f);
+    fx_advance(f, 61 * 1000); /* forming deadline: extended once (nothing written) */
+    json_t *j = admin_round(f, rid);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "forming");
+    json_decref(j);
+    fx_advance(f, 61 * 1000); /* again: abandoned in memory, the write refused */
+    fx_advance(f, 1500);      /* the tick's retry is refused too */
+    j = admin_round(f, rid);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "forming"); /* stored */
+    json_decref(j);
+    /* A check-in now would open a round before the abandonment is written: refused. */
+    r = http_json(f, "POST", "/v1/checkin", tok[2], CHECKIN);
+    expect_503(&r, "storage_unavailable", "5", "checkin with abandonment pending");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM rounds"), 1);
+    disk_free();
+    fx_advance(f, 61 * 1000); /* the tick writes it */
+    j = admin_round(f, rid);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(j, "reason")), "too few clients"));
+    json_decref(j);
+    /* The next round forms now, after the abandoned one. */
+    r = http_json(f, "POST", "/v1/checkin", tok[2], CHECKIN);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "selected");
+    assert_true(json_integer_value(json_object_get(j, "round_id")) > rid);
+    json_decref(j);
+    resp_free(&r);
+    for (int i = 0; i < 3; i++)
+        free(tok[i]);
+    free(etok);
+}
+
+/* The round fills while the disk is full: its start (OPEN -> RUNNING) is refused, the round
+ * is abandoned ("storage error at round start") once it can be written, no model is made. */
+static void test_round_start_refused(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "rs");
+    struct resp r = upload(f, "rs");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = admin_post(f, "rs", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = enroll(f, etok, "rs");
+    int64_t rid = 0;
+    checkin_all(f, c, 2, &rid);
+    disk_full(f);
+    r = http_json(f, "POST", "/v1/checkin", c[2].tok, CHECKIN); /* fills it: start refused */
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    disk_free();
+    fx_advance(f, 2000);
+    json_t *j = admin_round(f, rid);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")),
+                        "storage error at round start");
+    json_decref(j);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM models"), 1);
+    clients_free(c, 3);
+    free(etok);
+}
+
+/* The last update arrives while the disk is full: the aggregation's commit is refused, the
+ * round is abandoned with the storage error, and nothing of it is stored. */
+static void test_aggregation_commit_refused(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "ag");
+    struct resp r = upload(f, "ag");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = admin_post(f, "ag", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = enroll(f, etok, "ag");
+    int64_t rid = 0;
+    checkin_all(f, c, 3, &rid);
+    fetch_tasks(f, c, 3, rid);
+    size_t L = c[0].task.vec_len;
+    uint8_t body[16 + 1024 * 4];
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    for (int i = 0; i < 3; i++) {
+        if (i == 2)
+            disk_full(f);
+        size_t bl = plain_update_body(body, rid, c[i].words, L, 4);
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        if (r.status != 202)
+            fprintf(stderr, "update %d: %ld %s\n", i, r.status, r.body);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    disk_free();
+    fx_advance(f, 2000); /* the pending abandonment is written */
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+    json_decref(st);
+    json_t *j = admin_round(f, rid);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_true(json_is_null(json_object_get(j, "new_model_version")));
+    json_decref(j);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM models"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 0);
+    clients_free(c, 3);
+    free(etok);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_disk_refuses_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_database, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandon_retried_after_full_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_start_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_aggregation_commit_refused, setup, teardown),
+    };
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
