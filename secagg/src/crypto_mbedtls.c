@@ -4,9 +4,10 @@
  * Every deterministic output matches the sodium-openssl backend byte for byte (checked by
  * tests/secagg/test_crypto_kat.c and test_crypto_cross.c).
  *
- * mbedTLS 2.28 has no Ed25519 and Debian packages no small vetted Ed25519 library (no
- * Monocypher, no TweetNaCl), so the three Ed25519 pointers are NULL here: the active-
- * adversary (signed) mode needs the sodium backend or a platform signer.
+ * Ed25519: mbedTLS 2.28 has no EdDSA, so ed25519_mbedtls.c computes it with mbedTLS's own
+ * short-Weierstrass ECP arithmetic on Wei25519, the curve isomorphic to edwards25519 (the
+ * three table entries below). Keys and signatures are byte-identical to libsodium's, and
+ * verification makes libsodium's accept/reject decision (test_ed25519_mbedtls.c).
  *
  * Randomness: one process-wide CTR-DRBG (AES-256) seeded from mbedtls_entropy on first use
  * (pthread_once). mbedtls_ctr_drbg_random locks the context's mutex (MBEDTLS_THREADING_C),
@@ -26,6 +27,7 @@
 #include <mbedtls/sha256.h>
 
 #include "crypto.h"
+#include "ed25519_mbedtls.h"
 #include "flotilla/common.h"
 
 #if !defined(MBEDTLS_THREADING_C)
@@ -52,8 +54,9 @@ static void mbed_drbg_init(void) {
     fl__sa_mbed_drbg_ok = 1;
 }
 
-/* mbedTLS f_rng signature over the shared DRBG. */
-static int mbed_rng(void *unused, unsigned char *out, size_t n) {
+/* mbedTLS f_rng signature over the shared DRBG (also the blinding source of
+ * ed25519_mbedtls.c, hence not static; declared in ed25519_mbedtls.h). */
+int fl__sa_mbed_rng(void *unused, unsigned char *out, size_t n) {
     (void)unused;
     if (pthread_once(&fl__sa_mbed_once, mbed_drbg_init) != 0 || !fl__sa_mbed_drbg_ok)
         return -1;
@@ -72,7 +75,7 @@ static int mbed_random(uint8_t *out, size_t n) {
         return 0;
     if (!out)
         return -1;
-    if (mbed_rng(NULL, out, n) != 0) {
+    if (fl__sa_mbed_rng(NULL, out, n) != 0) {
         fl_memzero(out, n);
         return -1;
     }
@@ -119,7 +122,7 @@ static int mbed_x25519(uint8_t out[32], const uint8_t sk[32], const uint8_t *u) 
     }
     /* mbedtls_ecp_mul rejects the known low-order u values and fails when the result is
      * the point at infinity; the output check below covers any remaining all-zero case. */
-    if (mbedtls_ecp_mul(&grp, &r, &d, &q, mbed_rng, NULL) != 0)
+    if (mbedtls_ecp_mul(&grp, &r, &d, &q, fl__sa_mbed_rng, NULL) != 0)
         goto out_free;
     if (mbedtls_ecp_point_write_binary(&grp, &r, MBEDTLS_ECP_PF_UNCOMPRESSED, &olen, out, 32) !=
             0 ||
@@ -316,8 +319,8 @@ const struct fl__sa_crypto fl__sa_crypto_mbedtls = {
     .sha256 = mbed_sha256,
     .aead_seal = mbed_aead_seal,
     .aead_open = mbed_aead_open,
-    .ed25519_keypair = NULL,
-    .ed25519_sign = NULL,
-    .ed25519_verify = NULL,
+    .ed25519_keypair = fl__sa_mbed_ed25519_keypair,
+    .ed25519_sign = fl__sa_mbed_ed25519_sign,
+    .ed25519_verify = fl__sa_mbed_ed25519_verify,
     .prg = mbed_prg,
 };
