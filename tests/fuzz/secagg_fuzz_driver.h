@@ -54,16 +54,29 @@ static int fz_setup(struct fz *f, int phase, int active) {
     f->cfg.bits = 20;
     f->cfg.active = active;
     if (active) {
-        uint8_t ask[64];
-        if (fl_secagg_signing_keygen(f->cfg.verify_key, ask, FL_SECAGG_BACKEND_DEFAULT) != FL_OK)
-            return -1;
-        for (uint32_t i = 0; i < FZ_N; i++) {
-            uint8_t vk[32];
-            f->id[i].struct_size = sizeof(f->id[i]);
-            if (fl_secagg_signing_keygen(vk, f->id[i].signing_key, FL_SECAGG_BACKEND_DEFAULT) ||
-                fl_secagg_cert_issue(f->id[i].cert, ask, i, vk, FL_SECAGG_BACKEND_DEFAULT))
+        /* Identities are long-term keys (a device keeps its certified key across rounds), so
+         * they are made once and shared by every active round; round keys stay fresh. */
+        static uint8_t auth_vk[32];
+        static fl_secagg_identity ids[FZ_N];
+        static int have_ids;
+        if (!have_ids) {
+            uint8_t ask[64];
+            if (fl_secagg_signing_keygen(auth_vk, ask, FL_SECAGG_BACKEND_DEFAULT) != FL_OK)
                 return -1;
+            for (uint32_t i = 0; i < FZ_N; i++) {
+                uint8_t vk[32];
+                ids[i].struct_size = sizeof(ids[i]);
+                if (fl_secagg_signing_keygen(vk, ids[i].signing_key, FL_SECAGG_BACKEND_DEFAULT) ||
+                    fl_secagg_cert_issue(ids[i].cert, ask, i, vk, FL_SECAGG_BACKEND_DEFAULT)) {
+                    fl_memzero(ask, sizeof(ask));
+                    return -1;
+                }
+            }
+            fl_memzero(ask, sizeof(ask));
+            have_ids = 1;
         }
+        memcpy(f->cfg.verify_key, auth_vk, sizeof(auth_vk));
+        memcpy(f->id, ids, sizeof(ids));
     }
     uint8_t seed[32] = {7};
     if (fl_secagg_server_create(&f->srv, &f->cfg, FZ_ROUND, seed, NULL) != FL_OK)
