@@ -1,0 +1,336 @@
+/* Device requests against forming, running and finished rounds (docs/protocol.md sections
+ * 5-7): each refused update, secagg message, result poll or status poll answers its
+ * documented status and code and changes nothing:
+ *
+ *   - posts to a round that is still forming or to a phase not yet open: 425 phase_not_open
+ *     with Retry-After; to a closed phase or by a dropped client: 410 round_closed;
+ *   - empty, unbound or foreign messages: 400 invalid_message; wrong media type: 415; bad
+ *     round ids and ?wait= values: 400 invalid_parameter; unknown phases and the
+ *     consistency phase (not offered): 404;
+ *   - results: 204 with Retry-After: 0 when the phase is open and wait=0, 410 once a
+ *     phase's result is gone, the outcome from the unmask result after the round ended;
+ *   - status words while a round runs (the open secagg phase, "masked" for plain rounds).
+ *
+ * The ticker thread is stopped: the test moves the clock past deadlines and posts before it
+ * ticks, to see the deadline checks of the request path itself. */
+#include "coord_testkit.h"
+#include "flotilla/secagg.h"
+
+static void stop_ticker(struct fx *f) {
+    if (f->ticking) {
+        atomic_store(&f->stop_ticker, true);
+        pthread_join(f->ticker, NULL);
+        f->ticking = false;
+    }
+}
+
+static int setup(void **state) {
+    fx_setup(state);
+    stop_ticker(*state);
+    return 0;
+}
+
+static void expect(struct resp *r, long status, const char *code, const char *field,
+                   const char *what) {
+    if (r->status != status)
+        fprintf(stderr, "%s: expected %ld got %ld: %s\n", what, status, r->status,
+                r->body ? r->body : "");
+    assert_error(r, status, code);
+    if (field) {
+        json_t *j = body_json(r);
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(j, "error"), "field")), field);
+        json_decref(j);
+    }
+    resp_free(r);
+}
+
+static struct resp post_to(struct fx *f, struct tc *c, const char *path, const char *ct,
+                           const void *body, size_t len) {
+    return http_req(f, "POST", path, c->tok, ct, body, len, c->pid);
+}
+
+static struct resp get_as(struct fx *f, struct tc *c, const char *path) {
+    return http_req(f, "GET", path, c->tok, NULL, NULL, 0, c->pid);
+}
+
+static const char *state_word(struct fx *f, struct tc *c, int64_t rid, char *buf, size_t n) {
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=0", (long long)rid);
+    struct resp r = get_as(f, c, path);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    snprintf(buf, n, "%s", json_string_value(json_object_get(j, "state")));
+    json_decref(j);
+    resp_free(&r);
+    return buf;
+}
+
+/* Plain rounds: forming, running, past the deadline before the tick, finished. */
+static void test_plain_update_refusals(void **state) {
+    struct fx *f = *state;
+    enum { N = 3 };
+    struct popcfg pc = {.name = "pu", .target = N, .min = 2, .secagg = false, .mode = "none",
+                        .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, 1, &rid);
+    char path[96], word[32], hv[16];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[16 + 1024 * 4];
+    uint64_t zeros[D + 1] = {0};
+    zeros[D] = 1;
+    size_t bl = plain_update_body(body, rid, zeros, D + 1, 4);
+    /* Forming: 425 with Retry-After (the forming window left, at most 60 s). */
+    struct resp r = post_to(f, &c[0], path, "application/octet-stream", body, bl);
+    assert_int_equal(r.status, 425);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_true(strtol(hv, NULL, 10) >= 1 && strtol(hv, NULL, 10) <= 60);
+    expect(&r, 425, "phase_not_open", NULL, "update while forming");
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "forming");
+    checkin_all(f, c + 1, N - 1, &rid); /* full: the round starts */
+    fetch_tasks(f, c, N, rid);
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "masked");
+    /* Bad requests. */
+    r = post_to(f, &c[0], "/v1/rounds/x/update", "application/octet-stream", body, bl);
+    expect(&r, 400, "invalid_parameter", "round_id", "bad id");
+    r = post_to(f, &c[0], path, "text/plain", body, bl);
+    expect(&r, 415, "unsupported_media_type", NULL, "media type");
+    r = http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, bl, NULL);
+    expect(&r, 400, "missing_field", "Idempotency-Key", "no key");
+    r = post_to(f, &c[0], path, "application/octet-stream", NULL, 0);
+    expect(&r, 400, "invalid_message", NULL, "empty");
+    uint8_t v2[16 + 1024 * 4];
+    memcpy(v2, body, bl);
+    v2[4] = 2; /* header version 2 */
+    r = post_to(f, &c[0], path, "application/octet-stream", v2, bl);
+    expect(&r, 400, "invalid_message", NULL, "header version");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/masked", (long long)rid);
+    r = post_to(f, &c[0], path, "application/octet-stream", body, bl);
+    expect(&r, 404, "not_found", NULL, "secagg post on a plain round");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/masked/result?wait=0", (long long)rid);
+    r = get_as(f, &c[0], path);
+    expect(&r, 404, "not_found", "phase", "secagg result on a plain round");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    /* Two post; the update deadline passes before the tick: the third is refused as late. */
+    for (int i = 0; i < 2; i++) {
+        bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+        r = post_to(f, &c[i], path, "application/octet-stream", body, bl);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    atomic_store(&f->now_ms, c[0].task.dl[2]);
+    bl = plain_update_body(body, rid, c[2].words, c[2].task.vec_len, 4);
+    r = post_to(f, &c[2], path, "application/octet-stream", body, bl);
+    expect(&r, 410, "round_closed", NULL, "late update");
+    fl_coord_tick(f->co); /* closes with 2 of 3 (min 2): completed */
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "completed");
+    /* After the end: the dropped device and a finished round both answer 410. */
+    r = post_to(f, &c[2], path, "application/octet-stream", body, bl);
+    expect(&r, 410, "round_closed", NULL, "dropped device");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=xx", (long long)rid);
+    r = get_as(f, &c[0], path);
+    expect(&r, 400, "invalid_parameter", "wait", "status wait");
+    r = get_as(f, &c[0], "/v1/rounds/0/status");
+    expect(&r, 400, "invalid_parameter", "round_id", "status id");
+    clients_free(c, N);
+}
+
+/* Secure aggregation: phase order, message checks, results and their lifetimes. */
+static void test_secagg_message_refusals(void **state) {
+    struct fx *f = *state;
+    enum { N = 4 };
+    struct popcfg pc = {.name = "sm", .target = N, .min = 3, .secagg = true, .neighbors = 0,
+                        .mode = "none", .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    const uint8_t *out[N];
+    size_t ol[N];
+    secagg_clients_start(c, N, rid, out, ol);
+    char path[128], word[32], hv[16];
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "advertise");
+    /* Route and header checks. */
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/bogus", (long long)rid);
+    struct resp r = post_to(f, &c[0], path, "application/octet-stream", out[0], ol[0]);
+    expect(&r, 404, "not_found", "phase", "unknown phase");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/consistency", (long long)rid);
+    r = post_to(f, &c[0], path, "application/octet-stream", out[0], ol[0]);
+    expect(&r, 404, "not_found", "phase", "consistency phase");
+    r = post_to(f, &c[0], "/v1/rounds/abc/secagg/advertise", "application/octet-stream", out[0],
+                ol[0]);
+    expect(&r, 400, "invalid_parameter", "round_id", "bad id");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/advertise", (long long)rid);
+    r = post_to(f, &c[0], path, "application/json", out[0], ol[0]);
+    expect(&r, 415, "unsupported_media_type", "Content-Type", "media type");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    r = post_to(f, &c[0], path, "application/octet-stream", out[0], ol[0]);
+    expect(&r, 404, "not_found", NULL, "plain update on a secagg round");
+    /* A later phase before it opens: 425 with Retry-After (1-5 s). */
+    r = post_phase(f, &c[0], rid, "share", out[0], ol[0]);
+    assert_int_equal(r.status, 425);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_true(strtol(hv, NULL, 10) >= 1 && strtol(hv, NULL, 10) <= 5);
+    expect(&r, 425, "phase_not_open", NULL, "share early");
+    /* Bad messages: empty, garbage, another client's, truncated. */
+    r = post_phase(f, &c[0], rid, "advertise", NULL, 0);
+    expect(&r, 400, "invalid_message", NULL, "empty");
+    r = post_phase(f, &c[0], rid, "advertise", (const uint8_t *)"garbage!", 8);
+    expect(&r, 400, "invalid_message", NULL, "garbage");
+    r = post_phase(f, &c[1], rid, "advertise", out[0], ol[0]);
+    expect(&r, 400, "invalid_message", NULL, "another client's message");
+    r = post_phase(f, &c[0], rid, "advertise", out[0], ol[0] - 7);
+    expect(&r, 400, "invalid_message", NULL, "truncated");
+    /* Results: ?wait= checked; open phase and wait=0: 204, Retry-After 0. */
+    static const char *const waits[] = {"abc", "61", "", "6x", "123"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/advertise/result?wait=%s",
+                 (long long)rid, waits[i]);
+        r = get_as(f, &c[0], path);
+        expect(&r, 400, "invalid_parameter", "wait", waits[i]);
+    }
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/unknown/result", (long long)rid);
+    r = get_as(f, &c[0], path);
+    expect(&r, 404, "not_found", "phase", "unknown phase result");
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/consistency/result", (long long)rid);
+    r = get_as(f, &c[0], path);
+    expect(&r, 404, "not_found", "phase", "consistency result");
+    r = get_as(f, &c[0], "/v1/rounds/-2/secagg/advertise/result");
+    expect(&r, 400, "invalid_parameter", "round_id", "result id");
+    r = get_result(f, &c[0], rid, "advertise", 0);
+    assert_int_equal(r.status, 204);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "0");
+    resp_free(&r);
+    /* Three advertise; device 3 is late: the deadline passes before the tick. */
+    for (int i = 0; i < 3; i++) {
+        r = post_phase(f, &c[i], rid, "advertise", out[i], ol[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    atomic_store(&f->now_ms, c[0].task.dl[0]);
+    r = post_phase(f, &c[3], rid, "advertise", out[3], ol[3]);
+    expect(&r, 410, "round_closed", NULL, "late advertise");
+    fl_coord_tick(f->co); /* advertise closes with 3; device 3 is dropped */
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "share");
+    r = post_phase(f, &c[3], rid, "advertise", out[3], ol[3]);
+    expect(&r, 410, "round_closed", NULL, "dropped device posts");
+    r = get_result(f, &c[3], rid, "advertise", 0);
+    expect(&r, 410, "round_closed", NULL, "dropped device's result");
+    /* The others go on: share, masked, unmask. */
+    for (int i = 0; i < 3; i++) {
+        r = get_result(f, &c[i], rid, "advertise", 0);
+        assert_int_equal(r.status, 200);
+        assert_int_equal(fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len,
+                                                 &out[i], &ol[i]), FL_OK);
+        resp_free(&r);
+    }
+    static const char *const phases[] = {"share", "masked", "unmask"};
+    for (int ph = 0; ph < 3; ph++) {
+        for (int i = 0; i < 3; i++) {
+            r = post_phase(f, &c[i], rid, phases[ph], out[i], ol[i]);
+            if (r.status != 202)
+                fprintf(stderr, "%s %d: %ld %s\n", phases[ph], i, r.status, r.body);
+            assert_int_equal(r.status, 202);
+            resp_free(&r);
+        }
+        if (ph == 2)
+            break;
+        for (int i = 0; i < 3; i++) {
+            r = get_result(f, &c[i], rid, phases[ph], 0);
+            assert_int_equal(r.status, 200);
+            assert_int_equal(fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len,
+                                                     &out[i], &ol[i]), FL_OK);
+            resp_free(&r);
+        }
+        if (ph == 1) {
+            /* The advertise results were freed when the share phase closed: 410. */
+            r = get_result(f, &c[0], rid, "advertise", 0);
+            expect(&r, 410, "round_closed", NULL, "advertise result after share");
+        }
+    }
+    /* The round completed: the unmask result is its outcome; a repeated post is a replay. */
+    r = get_result(f, &c[0], rid, "unmask", 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(j, "participants")), 3);
+    json_decref(j);
+    resp_free(&r);
+    r = post_phase(f, &c[0], rid, "unmask", out[0], ol[0]);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = post_phase(f, &c[1], rid, "unmask", (const uint8_t *)"other", 5);
+    expect(&r, 409, "already_submitted", NULL, "different unmask after the end");
+    r = get_result(f, &c[0], rid, "share", 0);
+    expect(&r, 410, "round_closed", NULL, "share result after the end");
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
+/* A secagg round abandoned at a phase deadline: results and posts after it answer 410 with
+ * the reason. */
+static void test_secagg_abandoned_answers(void **state) {
+    struct fx *f = *state;
+    enum { N = 4 };
+    struct popcfg pc = {.name = "sx", .target = N, .min = 4, .secagg = true, .neighbors = 0,
+                        .mode = "none", .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    const uint8_t *out[N];
+    size_t ol[N];
+    secagg_clients_start(c, N, rid, out, ol);
+    for (int i = 0; i < 3; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], ol[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    fx_advance(f, c[0].task.dl[0] + 1 - atomic_load(&f->now_ms)); /* 3 < min 4: abandoned */
+    char word[32];
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "abandoned");
+    struct resp r = get_result(f, &c[0], rid, "advertise", 0);
+    assert_int_equal(r.status, 410);
+    assert_non_null(strstr(r.body, "too few survivors"));
+    expect(&r, 410, "round_closed", NULL, "result after abandonment");
+    r = post_phase(f, &c[0], rid, "share", out[0], ol[0]);
+    expect(&r, 410, "round_closed", NULL, "post after abandonment");
+    r = get_result(f, &c[0], rid, "unmask", 0);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(j, "reason")), "advertise"));
+    json_decref(j);
+    resp_free(&r);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_message_refusals, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_abandoned_answers, setup, fx_teardown),
+    };
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
