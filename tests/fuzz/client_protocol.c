@@ -137,8 +137,8 @@ static fl_status m_recv(void *ctx, fl_client_response *resp) {
 /* Work that does not depend on the input is done once: the coordinator's signing key (from
  * a fixed seed) and the example store (six dense examples in an in-memory SQLite store).
  * The client is created fresh per input. The store is shared across inputs: with no
- * retention limits set, a client only reads it, which the harness checks (six examples left
- * after every input). */
+ * retention limits set, a client only reads it, which the harness checks (six examples are
+ * still there). */
 static uint8_t coord_sk[64], coord_pk[32];
 static fl_client_store *shared_store;
 
@@ -204,7 +204,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fl_client_stats cs = {.struct_size = sizeof(cs)};
     CHECK(fl_client_stats_get(c, &cs) == FL_OK);
     fl_client_destroy(c);
-    uint64_t count = 0;
-    CHECK(fl_client_store_stats(st, &count, NULL) == FL_OK && count == 6);
+    /* The store is shared, so a change would persist: checking it every 256 inputs (and on
+     * the first) catches one without a SQL query per input. */
+    static unsigned long runs;
+    if (runs++ % 256 == 0) {
+        uint64_t count = 0;
+        CHECK(fl_client_store_stats(st, &count, NULL) == FL_OK && count == 6);
+    }
     return 0;
 }
