@@ -6,7 +6,8 @@
 #include "secagg_internal.h"
 
 /* Reads 64-bit little-endian words from a PRG stream; grows (regenerates a longer prefix)
- * when exhausted, which keeps the stream identical because prg(n) is a prefix of prg(m). */
+ * when exhausted, which keeps the stream identical because prg(n) is a prefix of prg(m).
+ * FL_OK, FL_ERR_NOMEM or FL_ERR_CRYPTO (the PRG failed while growing). */
 struct word_stream {
     uint8_t *buf;
     size_t len, pos;
@@ -15,15 +16,15 @@ struct word_stream {
     const fl_allocator *a;
 };
 
-static int stream_next(struct word_stream *s, uint64_t *out) {
+static fl_status stream_next(struct word_stream *s, uint64_t *out) {
     if (s->pos + 8 > s->len) {
         size_t nlen = s->len * 2;
         uint8_t *nb = fl__alloc(s->a, nlen);
         if (!nb)
-            return -1;
+            return FL_ERR_NOMEM;
         if (s->crypto->prg(nb, nlen, s->seed) != 0) {
             fl__free(s->a, nb, nlen);
-            return -1;
+            return FL_ERR_CRYPTO;
         }
         fl__free(s->a, s->buf, s->len);
         s->buf = nb;
@@ -31,19 +32,20 @@ static int stream_next(struct word_stream *s, uint64_t *out) {
     }
     *out = fl__get_u64le(s->buf + s->pos);
     s->pos += 8;
-    return 0;
+    return FL_OK;
 }
 
-/* Uniform integer in [0, bound) by rejection sampling (bound >= 1). */
-static int stream_uniform(struct word_stream *s, uint64_t bound, uint64_t *out) {
+/* Uniform integer in [0, bound) by rejection sampling (bound >= 1); codes of stream_next. */
+static fl_status stream_uniform(struct word_stream *s, uint64_t bound, uint64_t *out) {
     uint64_t limit = UINT64_MAX - (UINT64_MAX % bound); /* accept r < limit */
     for (;;) {
         uint64_t r;
-        if (stream_next(s, &r) != 0)
-            return -1;
+        fl_status st = stream_next(s, &r);
+        if (st != FL_OK)
+            return st;
         if (r < limit) {
             *out = r % bound;
-            return 0;
+            return FL_OK;
         }
     }
 }
@@ -88,7 +90,7 @@ fl_status fl__sa_graph_init(struct fl__sa_graph *g, uint32_t n, uint32_t k,
         g->perm[i] = i;
     for (uint32_t i = n - 1; i > 0; i--) {
         uint64_t j;
-        if (stream_uniform(&s, (uint64_t)i + 1, &j) != 0)
+        if ((st = stream_uniform(&s, (uint64_t)i + 1, &j)) != FL_OK)
             goto out_fail;
         uint32_t tmp = g->perm[i];
         g->perm[i] = g->perm[j];

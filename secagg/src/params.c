@@ -124,9 +124,7 @@ fl_status fl_secagg_params_derive(uint32_t *degree, uint32_t *threshold, uint32_
     uint32_t B = A + D;
     double log_q_sec = -(FL__SA_SIGMA + 1.0) * log(2.0);
     double q1 = pow(2.0, -(FL__SA_SIGMA + 1.0)) / n;
-    double q2 = pow(2.0, -FL__SA_ETA) / n;
-    if (A > n || S > n)
-        return FL_ERR_RANGE;
+    double q2 = pow(2.0, -FL__SA_ETA) / n; /* rates in [0, 1) give A <= n and S <= n */
     for (uint32_t k = 2; k + 1 < n; k += 2) {
         if (k <= B) {
             double lp = log((double)n) + log((double)n - k - 1) - log(2.0) + lgamma(B + 1.0) +
@@ -148,7 +146,7 @@ fl_status fl_secagg_params_derive(uint32_t *degree, uint32_t *threshold, uint32_
     }
     /* No sparse graph works: the original protocol on the complete graph. */
     uint32_t t = full_graph_threshold(n, A, active);
-    if (t > S || t > n)
+    if (t > S) /* S <= n */
         return FL_ERR_RANGE;
     *degree = n - 1;
     *threshold = t;

@@ -244,9 +244,10 @@ fl_status fl_secagg_server_result(const fl_secagg_server *s, const uint32_t **su
 static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__sa_reader *r) {
     size_t adv = s->cfg.active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
     const uint8_t *p;
-    if (r->left != adv || fl__sa_read_bytes(r, &p, adv))
+    if (r->left != adv)
         return fl__err_set(&s->err, FL_ERR_FORMAT, "ADVERTISE: body of %zu bytes, expected %zu",
                            r->left, adv);
+    fl__sa_read_bytes(r, &p, adv); /* cannot fail: exactly adv bytes are left */
     if (s->cfg.active) {
         const struct fl__sa_crypto *cr = s->crypto;
         uint8_t stmt[FL__SA_STMT_BYTES];
@@ -339,9 +340,10 @@ static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_r
 
 static fl_status recv_consistency(fl_secagg_server *s, uint32_t from, struct fl__sa_reader *r) {
     const uint8_t *sig;
-    if (r->left != FL__SA_SIG_BYTES || fl__sa_read_bytes(r, &sig, FL__SA_SIG_BYTES))
+    if (r->left != FL__SA_SIG_BYTES)
         return fl__err_set(&s->err, FL_ERR_FORMAT, "CONSISTENCY_SIG: body of %zu bytes",
                            r->left);
+    fl__sa_read_bytes(r, &sig, FL__SA_SIG_BYTES); /* cannot fail: the length was checked */
     const uint8_t *vk = s->adv_active + (size_t)from * 160;
     if (s->crypto->ed25519_verify(sig, s->u3_stmt, s->u3_stmt_len, vk) != 0)
         return fl__err_set(&s->err, FL_ERR_CRYPTO, "CONSISTENCY_SIG: bad signature");

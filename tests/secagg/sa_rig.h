@@ -21,6 +21,7 @@ struct rig {
     fl_secagg_config cfg;                 /* resolved shared config */
     uint32_t n, d;                        /* clients, dimension */
     uint64_t round_id;
+    uint8_t gseed[32];                    /* public graph seed */
     fl_secagg_server *srv;
     fl_secagg_client *cl[RIG_MAX_N];
     uint32_t x[RIG_MAX_N][RIG_MAX_D];     /* inputs */
@@ -73,10 +74,10 @@ static inline void rig_init(struct rig *R, uint32_t n, uint32_t d, uint32_t k, u
         }
     }
     assert_int_equal(fl_secagg_config_resolve(&R->cfg, NULL, 0), FL_OK);
-    uint8_t gseed[32];
     for (int i = 0; i < 32; i++)
-        gseed[i] = (uint8_t)(i * 37 + n);
-    assert_int_equal(fl_secagg_server_create(&R->srv, &R->cfg, R->round_id, gseed, NULL), FL_OK);
+        R->gseed[i] = (uint8_t)(i * 37 + n);
+    assert_int_equal(fl_secagg_server_create(&R->srv, &R->cfg, R->round_id, R->gseed, NULL),
+                     FL_OK);
     uint32_t mask = bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u;
     for (uint32_t i = 0; i < n; i++) {
         assert_int_equal(fl_secagg_client_create(&R->cl[i], &R->cfg, R->round_id, i,

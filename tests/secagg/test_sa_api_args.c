@@ -235,8 +235,28 @@ static void test_config_fields(void **state) {
     b.adversarial_rate = 0.7; /* A = 2: t = A + 1 = 3 > k */
     assert_int_equal(fl_secagg_config_resolve(&b, NULL, 0), FL_OK);
     assert_int_equal(b.threshold, 2);
-    /* Derivation arguments. */
+    /* Sparse k given, threshold derived: the security bound alone, at least 2; in active
+     * mode the semi-malicious bound 2t > k + corrupt neighbours. */
     uint32_t k, t;
+    b = small_cfg();
+    b.num_clients = 10;
+    b.degree = 4;
+    b.threshold = 0;
+    b.adversarial_rate = 0.0;
+    assert_int_equal(fl_secagg_config_resolve(&b, NULL, 0), FL_OK);
+    assert_int_equal(b.threshold, 2);
+    b = small_cfg();
+    b.num_clients = 100;
+    b.degree = 20;
+    b.threshold = 0;
+    b.active = 1;
+    assert_int_equal(fl_secagg_config_resolve(&b, NULL, 0), FL_OK);
+    assert_true(2 * b.threshold > b.degree && b.threshold <= b.degree);
+    /* No adversary and no dropouts: the smallest graph, t = 2. */
+    assert_int_equal(fl_secagg_params_derive(&k, &t, 100, 0.0, 0.0, 0), FL_OK);
+    assert_true(k >= 2 && k % 2 == 0 && k < 99);
+    assert_int_equal(t, 2);
+    /* Derivation arguments. */
     assert_int_equal(fl_secagg_params_derive(&k, NULL, 100, 0.05, 0.05, 0), FL_ERR_MISUSE);
     assert_int_equal(fl_secagg_params_derive(&k, &t, 1000001, 0.05, 0.05, 0), FL_ERR_MISUSE);
     assert_int_equal(fl_secagg_params_derive(&k, &t, 100, -0.01, 0.05, 0), FL_ERR_MISUSE);

@@ -123,6 +123,9 @@ static void test_keys_refused(void **state) {
     assert_non_null(strstr(fl_secagg_client_errmsg(R.cl[0]), "start() first"));
     rig_start(&R);
     assert_int_equal(fl_secagg_client_start(R.cl[0], &o, &ol), FL_ERR_STATE); /* twice */
+    /* The input may still be replaced after start(), before KEYS. */
+    assert_int_equal(fl_secagg_client_phase(R.cl[0]), FL_SECAGG_PHASE_SHARE_KEYS);
+    assert_int_equal(fl_secagg_client_set_input(R.cl[0], R.x[0], R.d), FL_OK);
     advance_to(&R, FL_SECAGG_PHASE_SHARE_KEYS, 0);
     size_t kl;
     free(rig_outgoing(&R, 0, &kl));
@@ -389,6 +392,16 @@ static void test_bitmap_sticky(void **state) {
         expect_failed(&R, 0, 0, put32, &to4, FL_ERR_PROTOCOL, "bad signer list");
         rig_free(&R);
     }
+    /* A signer that never advertised (not a neighbour in U1 for us). */
+    {
+        struct rig R;
+        rig_init(&R, 5, 4, 4, 3, 32, 1);
+        rig_start(&R);
+        advance_to(&R, FL_SECAGG_PHASE_UNMASK, 1u << 4);
+        struct at to4 = {9 + 2 * 68, 4};
+        expect_failed(&R, 0, 0, put32, &to4, FL_ERR_PROTOCOL, "bad signer list");
+        rig_free(&R);
+    }
     /* Semi-honest: signatures are not expected at all. */
     struct at one_sig = {5, 1};
     struct rig R;
@@ -399,12 +412,31 @@ static void test_bitmap_sticky(void **state) {
     rig_free(&R);
 }
 
+/* n = 8: the bitmap's last byte has no padding bits; every bit is a client. */
+static void test_bitmap_whole_byte(void **state) {
+    (void)state;
+    struct rig R;
+    rig_init(&R, 8, 3, 7, 3, 32, 1);
+    rig_start(&R);
+    advance_to(&R, FL_SECAGG_PHASE_CONSISTENCY, 0);
+    size_t ql;
+    free(rig_outgoing(&R, 0, &ql));
+    assert_int_equal(ql, RIG_H + 4 + 1);
+    rig_clients_handle(&R, RIG_ALL);
+    advance_to(&R, FL_SECAGG_PHASE_UNMASK, 0);
+    rig_clients_handle(&R, RIG_ALL);
+    rig_send_all(&R, 0);
+    assert_int_equal(fl_secagg_server_advance(R.srv), FL_OK);
+    rig_check_sum(&R, 0xFF);
+    rig_free(&R);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_refused),       cmocka_unit_test(test_keys_sticky),
         cmocka_unit_test(test_ciphertexts_refused), cmocka_unit_test(test_input_range),
         cmocka_unit_test(test_ciphertexts_sticky), cmocka_unit_test(test_bitmap_refused),
-        cmocka_unit_test(test_bitmap_sticky),
+        cmocka_unit_test(test_bitmap_sticky),      cmocka_unit_test(test_bitmap_whole_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
