@@ -97,8 +97,11 @@ fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len, const fl_d
         rc = FL_ERR_NOMEM;
     } else if (need >= buf_len) {
         rc = FL_ERR_TOO_LARGE;
+    } else if (json_dumpb(obj, buf, buf_len, JSON_COMPACT | JSON_REAL_PRECISION(17)) != need) {
+        /* The second pass allocates too (Jansson's cycle check) and can fail on its own. */
+        buf[0] = '\0';
+        rc = FL_ERR_NOMEM;
     } else {
-        json_dumpb(obj, buf, buf_len, JSON_COMPACT | JSON_REAL_PRECISION(17));
         buf[need] = '\0';
     }
     json_decref(obj);
