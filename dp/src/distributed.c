@@ -80,15 +80,16 @@ fl_status fl_dp_distributed_info_get(fl_dp_distributed_info *info,
     info->l1_bound = fmin(l2sq, sqrt(d) * l2);
     info->client_variance = sc2;
     info->total_variance = n * sc2;
-    /* tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sc2 k/(k+1)). The terms grow with k, so past 2^20
-     * terms the rest is bounded by the limit exp(-2 pi^2 sc2) each (an over-estimate, which is
-     * the safe side for privacy). */
+    /* tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sc2 k/(k+1)). The terms shrink as k grows (towards
+     * exp(-2 pi^2 sc2)), so past 2^20 terms the rest is bounded by the first of them,
+     * k = 2^20 + 1, each (an over-estimate, which is the safe side for privacy). */
     const uint32_t kmax = (uint32_t)1 << 20;
     double tau = 0;
     for (uint32_t k = 1; k < n_survivors && k <= kmax; k++)
         tau += exp(-2 * PI * PI * sc2 * ((double)k / (double)(k + 1)));
     if (n_survivors > kmax + 1)
-        tau += (double)(n_survivors - 1 - kmax) * exp(-2 * PI * PI * sc2);
+        tau += (double)(n_survivors - 1 - kmax) *
+               exp(-2 * PI * PI * sc2 * ((double)(kmax + 1) / (double)(kmax + 2)));
     tau *= 10;
     info->tau = tau;
     double tv = n * sc2;
