@@ -26,8 +26,9 @@ struct src {
     uint8_t byte;      /* constant byte when inner is NULL */
     long switch_at;    /* refills after which `byte` becomes `byte2` (< 0: never) */
     uint8_t byte2;
-    const uint64_t *head; /* words placed at the start of the first refill (may be NULL) */
+    const uint64_t *head; /* words placed in the first refill (may be NULL) */
     size_t nhead;
+    size_t head_at;       /* ... from this word on */
 };
 
 static fl_status src_fill(void *user, uint8_t *buf, size_t n) {
@@ -39,7 +40,7 @@ static fl_status src_fill(void *user, uint8_t *buf, size_t n) {
     else
         memset(buf, s->switch_at >= 0 && s->fills >= s->switch_at ? s->byte2 : s->byte, n);
     if (s->fills == 0 && s->head)
-        memcpy(buf, s->head, s->nhead * sizeof(uint64_t));
+        memcpy(buf + 8 * s->head_at, s->head, s->nhead * sizeof(uint64_t));
     s->fills++;
     return FL_OK;
 }
@@ -370,11 +371,74 @@ static void test_table_tail_overflow(void **state) {
     fl_dp_rng_destroy(rng);
 }
 
+/* The table sampler on a source that fails in the middle of a tail proposal (the proposal is
+ * the last word of the first refill, the tail's geometric part needs the next refill), and on
+ * an rng that has already failed: the failure code, *bad = n, nothing else. */
+static void test_table_failure_in_tail(void **state) {
+    (void)state;
+    static struct fl__dp_sampler_table t;
+    assert_int_equal(fl__dp_table_build_shape(&t, (uint64_t)1 << 40, 1, 1e-9), FL_OK);
+    uint64_t head[2];
+    assert_int_equal(tail_proposal(&t, head), 1);
+    struct src s;
+    fl_dp_rng *rng = constant_rng(&s, 0x00, 1);
+    s.head = head;
+    s.nhead = 1;
+    s.head_at = FL_DP_RNG_BUFFER_BYTES / 8 - 1;
+    static uint8_t skip[FL_DP_RNG_BUFFER_BYTES - 8];
+    assert_int_equal(fl_dp_rng_bytes(rng, skip, sizeof skip), FL_OK);
+    int64_t v[4] = {1, 2, 3, 4};
+    size_t bad = 0;
+    assert_int_equal(fl__dp_table_sample(rng, &t, v, 4, 1, &bad), FL_ERR_IO);
+    assert_int_equal(bad, 4);
+    assert_true(v[0] == 1 && v[1] == 2 && v[2] == 3 && v[3] == 4);
+    bad = 0;
+    assert_int_equal(fl__dp_table_sample(rng, &t, v, 4, 0, &bad), FL_ERR_IO);
+    assert_int_equal(bad, 4);
+    assert_int_equal(s.fills, 1);
+    fl_dp_rng_destroy(rng);
+}
+
+/* The rng's own argument checks not covered by test_rng. */
+static void test_rng_arguments(void **state) {
+    (void)state;
+    struct src s;
+    fl_dp_rng *rng = constant_rng(&s, 0x11, -1);
+    uint8_t b[4] = {0};
+    assert_int_equal(fl_dp_rng_bytes(rng, NULL, 4), FL_ERR_MISUSE);
+    assert_string_equal(fl_dp_rng_errmsg(rng), "fl_dp_rng_bytes: out is NULL");
+    assert_int_equal(fl_dp_rng_bytes(rng, NULL, 0), FL_OK);
+    assert_int_equal(fl_dp_rng_bytes(rng, b, sizeof b), FL_OK);
+    assert_true(b[0] == 0x11 && b[3] == 0x11);
+    uint64_t u = 0;
+    assert_int_equal(fl_dp_rng_uniform(NULL, &u, 3), FL_ERR_MISUSE);
+    assert_int_equal(fl_dp_rng_uniform(rng, NULL, 3), FL_ERR_MISUSE);
+    assert_string_equal(fl_dp_rng_errmsg(rng), "fl_dp_rng_uniform: out is NULL");
+    fl_dp_rng_destroy(rng);
+
+    uint8_t seed[FL_DP_SEED_BYTES] = {0};
+    assert_int_equal(fl_dp_rng_create_chacha20(NULL, seed, sizeof seed, NULL), FL_ERR_MISUSE);
+    /* A caller source with an allocator that is invalid, or that fails. */
+    fl_dp_rng_source so = {sizeof(so), src_fill, &s};
+    fl_allocator broken = {sizeof(fl_allocator), NULL, NULL, NULL, NULL};
+    rng = (fl_dp_rng *)&s; /* must be reset to NULL on failure */
+    assert_int_equal(fl_dp_rng_create(&rng, &so, &broken), FL_ERR_MISUSE);
+    assert_null(rng);
+    struct fl_test_counting c = {0};
+    c.fail_at = 1;
+    fl_allocator a = fl_test_counting_allocator(&c);
+    assert_int_equal(fl_dp_rng_create(&rng, &so, &a), FL_ERR_NOMEM);
+    assert_null(rng);
+    assert_int_equal(c.live, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failure_everywhere),
         cmocka_unit_test(test_cks20_proposal_overflow),
         cmocka_unit_test(test_table_tail_overflow),
+        cmocka_unit_test(test_table_failure_in_tail),
+        cmocka_unit_test(test_rng_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
