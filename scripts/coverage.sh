@@ -59,14 +59,16 @@ fi
 out=$build/coverage
 mkdir -p "$out"
 # gcov runs in parallel; --exclude-unreachable-branches drops branches gcc marks as never
-# taken by construction (e.g. in assert expansions), not real decisions.
+# taken by construction (e.g. in assert expansions), not real decisions. The search path is
+# the build directory: gcovr's default (the root) would also read the .gcda files of every
+# other coverage build in the tree and merge or reject them.
 "$gcovr" -r "$root" --object-directory "$build" -j "$jobs" \
     --filter "$root/(core|storage|secagg|dp|coordinator|client-sdk|datacenter)/" \
     --exclude-directories "$build/CMakeFiles" --gcov-ignore-errors=source_not_found \
     --gcov-ignore-errors=no_working_dir_found \
     --exclude-unreachable-branches --gcov-ignore-parse-errors=negative_hits.warn \
     --json-summary "$out/summary.json" --json-summary-pretty \
-    --html-details "$out/index.html" >/dev/null
+    --html-details "$out/index.html" "$build" >/dev/null
 
 python3 - "$out/summary.json" <<'EOF'
 import json, re, sys
