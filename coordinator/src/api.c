@@ -846,6 +846,18 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         status = fl__coord_error(rep, 409, "conflict", "name", "population '%s' exists", p->name);
         goto out;
     }
+    /* Room in memory first: once committed, the population must not be refused. */
+    if (co->n_pops == co->cap_pops) {
+        size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
+        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
+        if (!np) {
+            fl__coord_unlock(co);
+            status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            goto out;
+        }
+        co->pops = np;
+        co->cap_pops = nc;
+    }
     fl_status rc = fl_store_begin(co->store);
     if (rc == FL_OK)
         rc = fl_store_population_create(co->store, &p->id, p->name, cfg_text, eps, delta,
@@ -864,17 +876,6 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                      : store_fail(co, rep, rc);
         fl__coord_unlock(co);
         goto out;
-    }
-    if (co->n_pops == co->cap_pops) {
-        size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
-        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
-        if (!np) {
-            fl__coord_unlock(co);
-            status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
-            goto out;
-        }
-        co->pops = np;
-        co->cap_pops = nc;
     }
     co->pops[co->n_pops++] = p;
     fl__coord_epsilon_refresh(co, p);

@@ -215,6 +215,11 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
         rc = buffered_regions(co, r, &rg, &nrg, &names);
         info.regions = rg;
         info.n_regions = nrg;
+    } else if (r->rp.buffered) {
+        /* An abandoned buffer counts no client (its counts stay 0), whatever participation
+         * rows of devices still training it holds: no regions either. */
+        static const fl_store_audit_region none[1];
+        info.regions = none;
     }
     if (rc == FL_OK)
         rc = fl_store_audit_append_round(co->store, NULL, &info);

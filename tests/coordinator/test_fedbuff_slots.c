@@ -1,0 +1,216 @@
+/* FedBuff participations over time (buffer.c, api.c checkin_buffered; docs/protocol.md
+ * section 5.4): a device whose update is in the open buffer is told round_full until the
+ * buffer is applied; an update posted after the participation's deadline (before any tick
+ * dropped it) is 410 round_closed, an empty one 400; an expired participation's slot is
+ * reused by the same device with a fresh participation id; when the buffer's table is full
+ * of expired slots a check-in compacts it; devices still training carry over into the next
+ * buffer, and the buffer of K updates yields the next model version. The ticker thread is
+ * stopped: the test moves the clock and ticks itself. */
+#include "coord_testkit.h"
+
+enum { NDEV = 6 };
+
+static const char *const CHECKIN =
+    "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true},"
+    "\"capabilities\":{\"secagg\":false}}";
+
+static void stop_ticker(struct fx *f) {
+    if (f->ticking) {
+        atomic_store(&f->stop_ticker, true);
+        pthread_join(f->ticker, NULL);
+        f->ticking = false;
+    }
+}
+
+static int setup(void **state) {
+    fx_setup(state);
+    stop_ticker(*state);
+    return 0;
+}
+
+/* Checks device i in: returns the status word ("selected" or the retry reason); when
+ * selected, its task is fetched and its update encoded. */
+static void checkin(struct fx *f, struct tc *c, int i, char *word, size_t n) {
+    struct resp r = http_json(f, "POST", "/v1/checkin", c->tok, CHECKIN);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    const char *st = json_string_value(json_object_get(j, "status"));
+    if (strcmp(st, "selected") == 0) {
+        snprintf(word, n, "selected");
+        snprintf(c->pid, sizeof(c->pid), "%s",
+                 json_string_value(json_object_get(j, "participation_id")));
+        int64_t rid = json_integer_value(json_object_get(j, "round_id"));
+        char path[96];
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+        struct resp t = http_req(f, "GET", path, c->tok, NULL, NULL, 0, c->pid);
+        assert_int_equal(t.status, 200);
+        parse_task(&t, &c->task);
+        resp_free(&t);
+        encode(c, i);
+    } else {
+        snprintf(word, n, "%s", json_string_value(json_object_get(j, "reason")));
+    }
+    json_decref(j);
+    resp_free(&r);
+}
+
+static struct resp post(struct fx *f, struct tc *c, bool empty) {
+    uint8_t body[16 + 4 * 1024];
+    size_t bl = plain_update_body(body, c->task.rid, c->words, c->task.vec_len, 4);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)c->task.rid);
+    return http_req(f, "POST", path, c->tok, "application/octet-stream", empty ? NULL : body,
+                    empty ? 0 : bl, c->pid);
+}
+
+static int64_t version_of(struct fx *f) {
+    struct resp r = http_json(f, "GET", "/v1/admin/populations/fs", ADMIN_TOKEN, NULL);
+    json_t *j = body_json(&r);
+    int64_t v = json_integer_value(json_object_get(j, "model_version"));
+    json_decref(j);
+    resp_free(&r);
+    return v;
+}
+
+static void later(struct fx *f, int64_t ms) {
+    atomic_fetch_add(&f->now_ms, ms);
+}
+
+static void test_slots_over_time(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":3,\"max_concurrency\":2,"
+                                          "\"max_staleness\":5,\"staleness_alpha\":1.0"};
+    char *tok[NDEV];
+    setup_population(f, &pc, tok, NDEV);
+    struct tc c[NDEV];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < NDEV; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    /* Two train (max_concurrency 2); the third is turned away. */
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[1], 1, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[2], 2, w, sizeof(w));
+    assert_string_equal(w, "round_full");
+    /* Device 0's update is in the buffer: it waits for the next buffer. An empty post is
+     * 400 and changes nothing. */
+    struct resp r = post(f, &c[0], true);
+    assert_error(&r, 400, "invalid_message");
+    resp_free(&r);
+    r = post(f, &c[0], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    later(f, 61 * 1000); /* also past the pace of every device so far */
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "round_full");
+    /* Device 1's deadline (60 s) has passed; no tick dropped it yet: its post is late. */
+    r = post(f, &c[1], false);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    /* It checks in again: its expired slot is reused with a fresh participation. */
+    char old_pid[40];
+    snprintf(old_pid, sizeof(old_pid), "%s", c[1].pid);
+    checkin(f, &c[1], 1, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    assert_string_not_equal(c[1].pid, old_pid);
+    /* Devices 2 and 3 fill the table (cap = max_concurrency + K = 5 slots: 0, 1, 2, 3 and
+     * the next); then all three trainers expire. */
+    checkin(f, &c[2], 2, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[3], 3, w, sizeof(w));
+    assert_string_equal(w, "round_full"); /* 1 and 2 train */
+    later(f, 61 * 1000);
+    fl_coord_tick(f->co); /* drops 1 and 2 */
+    checkin(f, &c[3], 3, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[4], 4, w, sizeof(w));
+    assert_string_equal(w, "selected"); /* the fifth slot */
+    later(f, 61 * 1000);
+    fl_coord_tick(f->co); /* drops 3 and 4: the table is full of expired slots */
+    /* Device 5 needs a slot: the table is compacted (device 0's posted slot stays). */
+    checkin(f, &c[5], 5, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[2], 2, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    r = post(f, &c[5], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    assert_int_equal(version_of(f), 1);
+    /* Device 4 comes back: its slot was compacted away; it gets a fresh one (only device 2
+     * trains). */
+    checkin(f, &c[4], 4, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    /* The third update applies the buffer: version 2; device 4, still training, carries
+     * over into the next buffer and its update (one version stale) counts there. */
+    r = post(f, &c[2], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    assert_int_equal(version_of(f), 2);
+    r = post(f, &c[4], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    later(f, 61 * 1000);
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    assert_int_equal(c[0].task.model_version, 2);
+    /* Stopping abandons the open buffer: a config_changed entry and the buffer's round
+     * entry (abandoned: no client counted, so no regions) reach the audit log. */
+    int64_t before = db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'round'");
+    r = http_json(f, "POST", "/v1/admin/populations/fs/stop", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'round'"),
+                     before + 1);
+    clients_free(c, NDEV);
+}
+
+/* A device still training when the buffer is applied carries over into the next one and
+ * its update, one version stale, counts there. */
+static void test_carry_over(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":3,"
+                                          "\"max_staleness\":0"};
+    char *tok[4];
+    setup_population(f, &pc, tok, 4);
+    struct tc c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 4; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    for (int i = 0; i < 3; i++) {
+        checkin(f, &c[i], i, w, sizeof(w));
+        assert_string_equal(w, "selected");
+    }
+    for (int i = 0; i < 2; i++) {
+        struct resp r = post(f, &c[i], false);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    assert_int_equal(version_of(f), 2);
+    /* Device 2 trained on version 1; max_staleness 0: its update is too stale now. */
+    struct resp r = post(f, &c[2], false);
+    assert_error(&r, 410, "stale_update");
+    resp_free(&r);
+    /* Its status shows the buffer it now belongs to, still open. */
+    json_t *st = round_status(f, &c[2], c[2].task.rid);
+    assert_non_null(json_object_get(st, "state"));
+    json_decref(st);
+    clients_free(c, 4);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_carry_over, setup, fx_teardown),
+    };
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
