@@ -89,3 +89,35 @@ function(fl_add_test name)
   set_tests_properties(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
     ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=stdout")
 endfunction()
+
+# fl_add_embedded_objects(<comp> SOURCES ... [DEPS ...])
+#
+# The client SDK's embedded profile (mbedTLS for every primitive, no libsodium, OpenSSL or
+# libcurl): a second OBJECT library fl_<comp>_emb_obj compiled from the component's own
+# sources, with the crypto files swapped by the caller, FL_CRYPTO_MBEDTLS_ONLY defined and
+# otherwise the flags of fl_<comp>_obj. client-sdk/CMakeLists.txt links these objects into
+# libflotilla_client_embedded.so. DEPS name components (their headers) or imported targets;
+# core and mbedTLS are always added.
+function(fl_add_embedded_objects comp)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  string(REPLACE "-" "_" name "${comp}")
+  set(obj fl_${name}_emb_obj)
+  add_library(${obj} OBJECT ${A_SOURCES})
+  fl_target_defaults(${obj})
+  target_compile_features(${obj} PUBLIC c_std_11)
+  target_compile_definitions(${obj} PRIVATE FL_BUILDING_LIBRARY FL_CRYPTO_MBEDTLS_ONLY
+    FL_HAVE_MBEDTLS_BUILD)
+  target_include_directories(${obj} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include
+    ${CMAKE_CURRENT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/core/include
+    ${PROJECT_SOURCE_DIR}/core/src)
+  target_link_libraries(${obj} PRIVATE fl_dep_mbedcrypto)
+  foreach(dep IN LISTS A_DEPS)
+    string(REPLACE "-" "_" dn "${dep}")
+    if(TARGET fl_${dn}_obj)
+      target_include_directories(${obj} PRIVATE
+        $<TARGET_PROPERTY:fl_${dn}_obj,INTERFACE_INCLUDE_DIRECTORIES>)
+    else()
+      target_link_libraries(${obj} PRIVATE ${dep})
+    endif()
+  endforeach()
+endfunction()

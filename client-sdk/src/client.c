@@ -803,7 +803,11 @@ static fl_status verify_signed(fl_client *c, const char *context, uint64_t id) {
     msg[cl] = 0;
     fl__put_u64le(msg + cl + 1, id);
     memcpy(msg + cl + 9, h, 32);
-    if (fl__client_ed25519_verify(sig, msg, cl + 41, c->coord_key) != 0)
+    int vr = fl__client_ed25519_verify(sig, msg, cl + 41, c->coord_key);
+    if (vr == FL_ERR_UNSUPPORTED)
+        return fl__err_set(&c->err, FL_ERR_UNSUPPORTED, "%s signature cannot be checked: this "
+                           "build has no Ed25519 verifier", context);
+    if (vr != FL_OK)
         return fl__err_set(&c->err, FL_ERR_CRYPTO, "%s signature does not verify", context);
     return FL_OK;
 }

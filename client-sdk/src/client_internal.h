@@ -112,7 +112,8 @@ bool fl__client_unhex(uint8_t *out, size_t n, const char *s);
 bool fl__client_unbase64(uint8_t *out, size_t n, const char *s);
 /* SHA-256. */
 void fl__client_sha256(uint8_t out[32], const void *data, size_t len);
-/* Ed25519 verification (pure, RFC 8032): 0 if sig is valid for msg under pk. */
+/* Ed25519 verification (pure, RFC 8032): FL_OK (0) if sig is valid for msg under pk,
+ * FL_ERR_CRYPTO if not, FL_ERR_UNSUPPORTED if the build has no verifier. */
 int fl__client_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t len,
                               const uint8_t pk[32]);
 /* OS randomness. */

@@ -94,7 +94,13 @@ fl_status fl_client_curl_create(fl_client_curl **out, const fl_client_curl_confi
         msg(errmsg_out, errmsg_len, "cfg.allocator: struct_size, alloc and free are required");
         return FL_ERR_MISUSE;
     }
-#ifndef FL_CLIENT_HAVE_CURL
+#if defined(FL_CRYPTO_MBEDTLS_ONLY)
+    /* libcurl links OpenSSL or GnuTLS, which the embedded profile must not pull in. */
+    msg(errmsg_out, errmsg_len,
+        "the embedded (mbedTLS-only) SDK has no libcurl transport: set "
+        "fl_client_config.transport to the app's own HTTPS transport");
+    return FL_ERR_UNSUPPORTED;
+#elif !defined(FL_CLIENT_HAVE_CURL)
     msg(errmsg_out, errmsg_len, "this build has no libcurl transport");
     return FL_ERR_UNSUPPORTED;
 #else

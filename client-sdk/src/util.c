@@ -1,5 +1,6 @@
 /* Small utilities of the client SDK: clock, deterministic PRNG, a non-allocating JSON
- * reader and writer, hex/base64, and the crypto primitives (libsodium). */
+ * reader and writer, hex. The crypto primitives (SHA-256, base64, Ed25519 verification,
+ * randomness) are in crypto_sodium.c or, in the embedded profile, crypto_mbedtls.c. */
 
 #include <errno.h>
 #include <math.h>
@@ -7,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <sodium.h>
 
 #include "client_internal.h"
 
@@ -551,7 +550,7 @@ bool fl__client_jw_ok(const struct fl__client_jw *w) {
     return !w->overflow;
 }
 
-/* ---- bytes and crypto ---- */
+/* ---- bytes ---- */
 
 void fl__client_hex(char *out, const uint8_t *in, size_t n) {
     static const char d[] = "0123456789abcdef";
@@ -572,36 +571,6 @@ bool fl__client_unhex(uint8_t *out, size_t n, const char *s) {
         out[i] = (uint8_t)(hi << 4 | lo);
     }
     return true;
-}
-
-bool fl__client_unbase64(uint8_t *out, size_t n, const char *s) {
-    size_t got = 0;
-    const char *end = NULL;
-    size_t slen = strlen(s);
-    if (slen != 4 * ((n + 2) / 3))
-        return false;
-    if (sodium_base642bin(out, n, s, slen, NULL, &got, &end, sodium_base64_VARIANT_ORIGINAL) != 0)
-        return false;
-    return got == n && end == s + slen;
-}
-
-void fl__client_sha256(uint8_t out[32], const void *data, size_t len) {
-    crypto_hash_sha256(out, data, len);
-}
-
-int fl__client_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t len,
-                              const uint8_t pk[32]) {
-    return crypto_sign_verify_detached(sig, msg, len, pk) == 0 ? 0 : -1;
-}
-
-void fl__client_random(void *out, size_t n) {
-    /* sodium_init is idempotent and thread-safe; randombytes_buf works without it too but
-     * the call makes the choice of source explicit. */
-    if (sodium_init() < 0) {
-        /* Cannot happen on a supported platform; fall through to randombytes, which aborts
-         * inside libsodium only if the OS has no randomness at all. */
-    }
-    randombytes_buf(out, n);
 }
 
 fl_status fl_client_key_id(char *out, const uint8_t *pk) {

@@ -1,9 +1,9 @@
 /* fl_dp_rng: buffered random bytes from the OS CSPRNG, a seeded ChaCha20 stream or a
  * caller's callback. */
 
-#include <sodium.h>
 #include <string.h>
 
+#include "chacha.h"
 #include "rng_bits.h"
 #include "sampler_table.h"
 
@@ -27,14 +27,15 @@ static fl_status rng_source_fill(struct fl_dp_rng *rng) {
          * key and block 64 becomes the next key, so a later compromise of the state never
          * reveals bytes already handed out. One getrandom call per 1 MiB instead of per
          * 4 KiB: the syscall otherwise dominates the samplers' cost. */
-        uint8_t nonce[crypto_stream_chacha20_IETF_NONCEBYTES] = {0};
-        uint8_t next[64] = {0};
-        if (rng->refills % FL__DP_OS_RESEED == 0)
-            randombytes_buf(rng->key, sizeof(rng->key));
+        uint8_t nonce[FL__DP_CHACHA_NONCE_BYTES] = {0};
+        uint8_t next[64];
+        if (rng->refills % FL__DP_OS_RESEED == 0 &&
+            fl__dp_os_random(rng->key, sizeof(rng->key)) != 0)
+            return FL_ERR_CRYPTO;
         rng->refills++;
-        if (crypto_stream_chacha20_ietf(b, FL_DP_RNG_BUFFER_BYTES, nonce, rng->key) != 0 ||
-            crypto_stream_chacha20_ietf_xor_ic(next, next, sizeof(next), nonce,
-                                               FL_DP_RNG_BUFFER_BYTES / 64, rng->key) != 0) {
+        if (fl__dp_chacha20_keystream(b, FL_DP_RNG_BUFFER_BYTES, nonce, 0, rng->key) != 0 ||
+            fl__dp_chacha20_keystream(next, sizeof(next), nonce, FL_DP_RNG_BUFFER_BYTES / 64,
+                                      rng->key) != 0) {
             fl_memzero(next, sizeof(next));
             return FL_ERR_CRYPTO;
         }
@@ -43,10 +44,10 @@ static fl_status rng_source_fill(struct fl_dp_rng *rng) {
         return FL_OK;
     }
     case FL__DP_RNG_CHACHA20: {
-        uint8_t nonce[crypto_stream_chacha20_IETF_NONCEBYTES] = {0};
+        uint8_t nonce[FL__DP_CHACHA_NONCE_BYTES] = {0};
         fl__put_u64le(nonce, rng->refills);
         rng->refills++;
-        if (crypto_stream_chacha20_ietf(b, FL_DP_RNG_BUFFER_BYTES, nonce, rng->key) != 0)
+        if (fl__dp_chacha20_keystream(b, FL_DP_RNG_BUFFER_BYTES, nonce, 0, rng->key) != 0)
             return FL_ERR_CRYPTO;
         return FL_OK;
     }
@@ -108,7 +109,7 @@ fl_status fl_dp_rng_create_os(fl_dp_rng **out, const fl_allocator *alloc) {
     if (!out)
         return FL_ERR_MISUSE;
     *out = NULL;
-    if (sodium_init() < 0)
+    if (fl__dp_crypto_init() != 0)
         return FL_ERR_CRYPTO;
     struct fl_dp_rng *rng;
     fl_status st = rng_new(&rng, alloc);
@@ -126,7 +127,7 @@ fl_status fl_dp_rng_create_chacha20(fl_dp_rng **out, const uint8_t *seed, size_t
     *out = NULL;
     if (!seed || seed_len != FL_DP_SEED_BYTES)
         return FL_ERR_MISUSE;
-    if (sodium_init() < 0)
+    if (fl__dp_crypto_init() != 0)
         return FL_ERR_CRYPTO;
     struct fl_dp_rng *rng;
     fl_status st = rng_new(&rng, alloc);

@@ -3,9 +3,9 @@
  * update's energy evenly over the coordinates so that modular wrap-around becomes unlikely. */
 
 #include <math.h>
-#include <sodium.h>
 #include <string.h>
 
+#include "chacha.h"
 #include "fl_internal.h"
 #include "flotilla/dp.h"
 
@@ -14,21 +14,24 @@
 /* Multiplies x by the +-1 signs of the seed's rotation stream: ChaCha20-IETF keyed by the
  * seed under a nonce whose last byte is 0x80 (so it never meets a fl_dp_rng stream, whose
  * nonces are small counters); bit i of the stream set means x[i] is negated. */
-static void apply_signs(double *x, size_t n, const uint8_t *seed) {
-    uint8_t nonce[crypto_stream_chacha20_IETF_NONCEBYTES] = {0};
+static int apply_signs(double *x, size_t n, const uint8_t *seed) {
+    uint8_t nonce[FL__DP_CHACHA_NONCE_BYTES] = {0};
     nonce[11] = 0x80;
     uint8_t ks[SIGN_CHUNK];
     for (size_t base = 0; base < n; base += (size_t)SIGN_CHUNK * 8) {
         /* Block counter continues the stream across batches (64 bytes per block). */
         uint32_t ic = (uint32_t)(base / 8 / 64);
-        memset(ks, 0, sizeof(ks));
-        crypto_stream_chacha20_ietf_xor_ic(ks, ks, SIGN_CHUNK, nonce, ic, seed);
+        if (fl__dp_chacha20_keystream(ks, SIGN_CHUNK, nonce, ic, seed) != 0) {
+            fl_memzero(ks, sizeof(ks));
+            return -1;
+        }
         size_t m = n - base < (size_t)SIGN_CHUNK * 8 ? n - base : (size_t)SIGN_CHUNK * 8;
         for (size_t i = 0; i < m; i++)
             if ((ks[i >> 3] >> (i & 7)) & 1)
                 x[base + i] = -x[base + i];
     }
     fl_memzero(ks, sizeof(ks));
+    return 0;
 }
 
 /* In-place normalised fast Walsh-Hadamard transform (Sylvester order), n a power of two. */
@@ -52,17 +55,17 @@ static int pow2(size_t n) {
 }
 
 fl_status fl_dp_rotation_forward(double *x, size_t n, const uint8_t *seed) {
-    if (!x || !seed || !pow2(n) || n > ((size_t)1 << 40) || sodium_init() < 0)
+    if (!x || !seed || !pow2(n) || n > ((size_t)1 << 40) || fl__dp_crypto_init() != 0)
         return FL_ERR_MISUSE;
-    apply_signs(x, n, seed);
+    if (apply_signs(x, n, seed) != 0)
+        return FL_ERR_CRYPTO;
     fwht(x, n);
     return FL_OK;
 }
 
 fl_status fl_dp_rotation_inverse(double *x, size_t n, const uint8_t *seed) {
-    if (!x || !seed || !pow2(n) || n > ((size_t)1 << 40) || sodium_init() < 0)
+    if (!x || !seed || !pow2(n) || n > ((size_t)1 << 40) || fl__dp_crypto_init() != 0)
         return FL_ERR_MISUSE;
     fwht(x, n);
-    apply_signs(x, n, seed);
-    return FL_OK;
+    return apply_signs(x, n, seed) == 0 ? FL_OK : FL_ERR_CRYPTO;
 }
