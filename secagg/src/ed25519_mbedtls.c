@@ -86,6 +86,60 @@ static struct ed_curve ed_curve;
 static int ed_curve_ok; /* 1 once built; written only inside pthread_once */
 static pthread_once_t ed_curve_once = PTHREAD_ONCE_INIT;
 
+/* grp->modp for p = 2^255 - 19: mbedTLS's ECP code calls it on every product (N < 2^510,
+ * N >= 0) and finishes with at most a few subtractions of p; without it each reduction is a
+ * long division (mbedtls_mpi_mod_mpi), the bulk of the run time. Since 2^255 = 19 mod p,
+ * N = hi 2^255 + lo reduces to lo + 19 hi = lo + 16 hi + 2 hi + hi; two folds leave
+ * N < 2^255 + 19 * 2^5. The same reduction mbedTLS applies to its built-in Curve25519
+ * (ecp_mod_p255, not exported). 19 hi is formed on the stack and added through a read-only
+ * MPI view, and N keeps its limbs (it already holds 510 bits), so nothing is allocated: this runs
+ * thousands of times per signature. */
+#define ED_LIMB_BITS (8 * sizeof(mbedtls_mpi_uint))
+#define ED_FOLD_LIMBS (512 / ED_LIMB_BITS + 2)
+
+static int ed_mod_p255(mbedtls_mpi *n) {
+    const size_t top = 255 / ED_LIMB_BITS;
+    const unsigned sh = 255 % ED_LIMB_BITS; /* 63 or 31: never 0 */
+    mbedtls_mpi_uint h[ED_FOLD_LIMBS];
+    for (int fold = 0; fold < 2; fold++) {
+        size_t used = n->n; /* limbs in use: n->n may include zero limbs from earlier growth */
+        while (used > 0 && n->p[used - 1] == 0)
+            used--;
+        if (n->s < 0 || used > ED_FOLD_LIMBS - 2)
+            return MBEDTLS_ERR_ECP_BAD_INPUT_DATA; /* negative or 512 bits and up */
+        if (used <= top || (used == top + 1 && (n->p[top] >> sh) == 0))
+            break; /* already below 2^255 */
+        /* h = N >> 255 (hn limbs); then N = lo (bits 255 and up cleared in place) */
+        size_t hn = used - top;
+        for (size_t i = 0; i < hn; i++) {
+            mbedtls_mpi_uint next = top + i + 1 < used ? n->p[top + i + 1] : 0;
+            h[i] = (n->p[top + i] >> sh) | (next << (ED_LIMB_BITS - sh));
+        }
+        n->p[top] &= ((mbedtls_mpi_uint)1 << sh) - 1;
+        for (size_t i = top + 1; i < used; i++)
+            n->p[i] = 0;
+        /* h = 19 h = h + 2 h + 16 h in one pass; carry <= 2 + 1 + 15 per limb */
+        mbedtls_mpi_uint carry = 0;
+        for (size_t i = 0; i < hn; i++) {
+            mbedtls_mpi_uint v = h[i], a = v << 1, b = v << 4;
+            mbedtls_mpi_uint out = (v >> (ED_LIMB_BITS - 1)) + (v >> (ED_LIMB_BITS - 4));
+            mbedtls_mpi_uint sum = v + a;
+            out += sum < a;
+            sum += b;
+            out += sum < b;
+            sum += carry;
+            out += sum < carry;
+            h[i] = sum;
+            carry = out;
+        }
+        h[hn] = carry;
+        mbedtls_mpi view = {1, hn + 1, h}; /* read-only operand */
+        if (mbedtls_mpi_add_abs(n, n, &view) != 0)
+            return MBEDTLS_ERR_MPI_ALLOC_FAILED;
+    }
+    return 0;
+}
+
 static void ed_curve_build(void) {
     static const char *const small_hex[ED_SMALL_COUNT] = {
         FL__ED_SMALL_Y0_HEX, FL__ED_SMALL_Y1_HEX, FL__ED_SMALL_Y2_HEX, FL__ED_SMALL_Y3_HEX,
@@ -113,6 +167,7 @@ static void ed_curve_build(void) {
     ED_CHK(mbedtls_mpi_lset(&e->grp.G.Z, 1));
     e->grp.pbits = mbedtls_mpi_bitlen(&e->grp.P);
     e->grp.nbits = mbedtls_mpi_bitlen(&e->grp.N); /* the comb covers scalars below N */
+    e->grp.modp = ed_mod_p255;
     ED_CHK(mbedtls_mpi_read_string(&e->d, 16, FL__ED_D_HEX));
     ED_CHK(mbedtls_mpi_read_string(&e->sqrtm1, 16, FL__ED_SQRTM1_HEX));
     ED_CHK(mbedtls_mpi_read_string(&e->delta, 16, FL__ED_DELTA_HEX));
@@ -150,24 +205,15 @@ const mbedtls_ecp_group *fl__sa_mbed_ed25519_group(void) {
 
 /* ---- arithmetic mod p and mod L ---- */
 
-/* x = a * b mod p (x may alias a or b). */
+/* x = a * b mod p for 0 <= a, b < p (x may alias a or b). */
 static int fp_mul(const struct ed_curve *e, mbedtls_mpi *x, const mbedtls_mpi *a,
                   const mbedtls_mpi *b) {
-    if (mbedtls_mpi_mul_mpi(x, a, b) != 0)
+    if (mbedtls_mpi_mul_mpi(x, a, b) != 0 || ed_mod_p255(x) != 0)
         return -1;
-    return mbedtls_mpi_mod_mpi(x, x, &e->grp.P) == 0 ? 0 : -1;
-}
-
-/* x = a / b mod p; fails if b = 0 mod p. Used on public values only. */
-static int fp_div(const struct ed_curve *e, mbedtls_mpi *x, const mbedtls_mpi *a,
-                  const mbedtls_mpi *b) {
-    mbedtls_mpi inv;
-    int rc = -1;
-    mbedtls_mpi_init(&inv);
-    if (mbedtls_mpi_inv_mod(&inv, b, &e->grp.P) == 0 && fp_mul(e, x, a, &inv) == 0)
-        rc = 0;
-    mbedtls_mpi_free(&inv);
-    return rc;
+    while (mbedtls_mpi_cmp_mpi(x, &e->grp.P) >= 0)
+        if (mbedtls_mpi_sub_abs(x, x, &e->grp.P) != 0)
+            return -1;
+    return 0;
 }
 
 /* out = x mod L for a secret x >= 0. mbedtls_mpi_mod_mpi is not constant-time, so it runs on
@@ -221,8 +267,10 @@ out:
  * x = c u / v, y = (u - 1) / (u + 1); infinity is the identity (0, 1) and the one point with
  * v = 0, (u, v) = (0, 0), is the point of order 2, (0, -1). u = -1 is not on the curve. */
 static int ed_encode(const struct ed_curve *e, uint8_t out[32], mbedtls_ecp_point *pt) {
-    mbedtls_mpi u, x, y, t;
+    mbedtls_mpi u, up1, w, x, y, t;
     int rc = -1;
+    mbedtls_mpi_init(&up1);
+    mbedtls_mpi_init(&w);
     mbedtls_mpi_init(&u);
     mbedtls_mpi_init(&x);
     mbedtls_mpi_init(&y);
@@ -232,20 +280,29 @@ static int ed_encode(const struct ed_curve *e, uint8_t out[32], mbedtls_ecp_poin
     } else if (mbedtls_mpi_cmp_int(&pt->Y, 0) == 0) {
         ED_CHK(mbedtls_mpi_sub_int(&y, &e->grp.P, 1)); /* order 2: x = 0, y = -1 */
     } else {
+        /* One inversion for both quotients: w = 1 / (v (u + 1)), x = c u (u + 1) w,
+         * y = (u - 1) v w. */
         ED_CHK(mbedtls_mpi_sub_mpi(&u, &pt->X, &e->delta));
         ED_CHK(mbedtls_mpi_mod_mpi(&u, &u, &e->grp.P));
-        ED_CHK(fp_mul(e, &t, &e->c, &u));
-        ED_CHK(fp_div(e, &x, &t, &pt->Y));
+        ED_CHK(mbedtls_mpi_add_int(&up1, &u, 1));
+        ED_CHK(mbedtls_mpi_mod_mpi(&up1, &up1, &e->grp.P));
+        ED_CHK(fp_mul(e, &t, &pt->Y, &up1));
+        ED_CHK(mbedtls_mpi_inv_mod(&w, &t, &e->grp.P));
+        ED_CHK(fp_mul(e, &x, &e->c, &u));
+        ED_CHK(fp_mul(e, &x, &x, &up1));
+        ED_CHK(fp_mul(e, &x, &x, &w));
         ED_CHK(mbedtls_mpi_sub_int(&t, &u, 1));
-        ED_CHK(mbedtls_mpi_add_int(&u, &u, 1));
         ED_CHK(mbedtls_mpi_mod_mpi(&t, &t, &e->grp.P));
-        ED_CHK(fp_div(e, &y, &t, &u));
+        ED_CHK(fp_mul(e, &y, &t, &pt->Y));
+        ED_CHK(fp_mul(e, &y, &y, &w));
     }
     ED_CHK(mbedtls_mpi_write_binary_le(&y, out, 32));
     out[31] |= (uint8_t)(mbedtls_mpi_get_bit(&x, 0) << 7);
     rc = 0;
 out:
     mbedtls_mpi_free(&u);
+    mbedtls_mpi_free(&up1);
+    mbedtls_mpi_free(&w);
     mbedtls_mpi_free(&x);
     mbedtls_mpi_free(&y);
     mbedtls_mpi_free(&t);
@@ -303,15 +360,21 @@ static int ed_decode(const struct ed_curve *e, mbedtls_ecp_point *pt, const uint
         goto out;
     if ((int)mbedtls_mpi_get_bit(&x, 0) != sign)
         ED_CHK(mbedtls_mpi_sub_mpi(&x, p, &x));
-    /* To Wei25519: u' = (1 + y) / (1 - y), X = u' + delta, Y = c u' / x. y != 1 since x != 0. */
+    /* To Wei25519: u' = (1 + y) / (1 - y), X = u' + delta, Y = c u' / x = c (1 + y) / ((1 - y) x)
+     * (y != 1 since x != 0); one inversion: w = 1 / ((1 - y) x), u' = (1 + y) x w. */
     ED_CHK(mbedtls_mpi_add_int(&u, &y, 1));
+    ED_CHK(mbedtls_mpi_mod_mpi(&u, &u, p));  /* 1 + y */
     ED_CHK(mbedtls_mpi_sub_mpi(&v, p, &y));
-    ED_CHK(mbedtls_mpi_add_int(&v, &v, 1)); /* 1 - y + p */
-    ED_CHK(fp_div(e, &t, &u, &v));          /* u' */
+    ED_CHK(mbedtls_mpi_add_int(&v, &v, 1));
+    ED_CHK(mbedtls_mpi_mod_mpi(&v, &v, p));  /* 1 - y */
+    ED_CHK(fp_mul(e, &v, &v, &x));
+    ED_CHK(mbedtls_mpi_inv_mod(&v3, &v, p)); /* w */
+    ED_CHK(fp_mul(e, &t, &u, &x));
+    ED_CHK(fp_mul(e, &t, &t, &v3));          /* u' */
     ED_CHK(mbedtls_mpi_add_mpi(&pt->X, &t, &e->delta));
     ED_CHK(mbedtls_mpi_mod_mpi(&pt->X, &pt->X, p));
-    ED_CHK(fp_mul(e, &t, &t, &e->c));
-    ED_CHK(fp_div(e, &pt->Y, &t, &x));
+    ED_CHK(fp_mul(e, &t, &u, &e->c));
+    ED_CHK(fp_mul(e, &pt->Y, &t, &v3));
     ED_CHK(mbedtls_mpi_lset(&pt->Z, 1));
     rc = 0;
 out:
@@ -437,7 +500,7 @@ int fl__sa_mbed_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t
                                const uint8_t pk[32]) {
     struct ed_curve *e = ed_curve_get();
     uint8_t enc[32];
-    mbedtls_mpi s, k, k1, k2;
+    mbedtls_mpi s, k, k1;
     mbedtls_ecp_point a, t, r;
     int rc = -1;
     if (!sig || !pk || (!msg && len) || !e)
@@ -445,7 +508,6 @@ int fl__sa_mbed_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t
     mbedtls_mpi_init(&s);
     mbedtls_mpi_init(&k);
     mbedtls_mpi_init(&k1);
-    mbedtls_mpi_init(&k2);
     mbedtls_ecp_point_init(&a);
     mbedtls_ecp_point_init(&t);
     mbedtls_ecp_point_init(&r);
@@ -456,26 +518,27 @@ int fl__sa_mbed_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t
         goto out;
     ED_CHK(ed_decode(e, &a, pk));
     ED_CHK(ed_challenge(e, &k, sig, pk, msg, len));
-    /* t = [k](-A). A may carry a torsion component (order 8L, not just L), but mbedtls_ecp_mul
-     * turns an even scalar m into N - m and negates the result, which is [m]P only when
-     * [N]P = O. So the scalar given to mbedTLS is always odd: [k](-A) = [k-1](-A) + (-A)
-     * for even k (a scalar of 1 is a plain copy in mbedtls_ecp_muladd). */
+    /* r = [S]B + [k](-A). A may carry a torsion component (order 8L, not just L), but
+     * mbedtls_ecp_mul turns an even scalar m into N - m and negates the result, which is [m]P
+     * only when [N]P = O. So the scalar mbedTLS applies to -A is always odd: for even k,
+     * r = ([S]B + [k-1](-A)) + (-A), the last addition a muladd with scalars 1 (plain copies).
+     * (k = 0 has probability 2^-252 and leaves r = [S]B.) */
     ED_CHK(mbedtls_mpi_sub_mpi(&a.Y, &e->grp.P, &a.Y)); /* -A; Y != 0 (A is not of order 2) */
+    int odd = (int)mbedtls_mpi_get_bit(&k, 0);
     if (mbedtls_mpi_cmp_int(&k, 0) == 0) {
-        ED_CHK(mbedtls_ecp_set_zero(&t));
+        ED_CHK(mbedtls_mpi_lset(&k1, 0));
+        ED_CHK(mbedtls_ecp_muladd(&e->grp, &r, &s, &e->grp.G, &k1, &e->grp.G));
+    } else if (odd) {
+        ED_CHK(mbedtls_ecp_muladd(&e->grp, &r, &s, &e->grp.G, &k, &a));
     } else {
-        int odd = (int)mbedtls_mpi_get_bit(&k, 0);
-        ED_CHK(mbedtls_mpi_sub_int(&k1, &k, odd ? 0 : 1));
-        ED_CHK(mbedtls_mpi_lset(&k2, odd ? 0 : 1));
-        ED_CHK(mbedtls_ecp_muladd(&e->grp, &t, &k1, &a, &k2, &a));
-    }
-    /* r = [S]B + t. muladd's scalar 1 copies its point, which must not be infinity. */
-    if (mbedtls_ecp_is_zero(&t)) {
-        ED_CHK(mbedtls_mpi_lset(&k2, 0));
-        ED_CHK(mbedtls_ecp_muladd(&e->grp, &r, &s, &e->grp.G, &k2, &e->grp.G));
-    } else {
-        ED_CHK(mbedtls_mpi_lset(&k2, 1));
-        ED_CHK(mbedtls_ecp_muladd(&e->grp, &r, &s, &e->grp.G, &k2, &t));
+        ED_CHK(mbedtls_mpi_sub_int(&k1, &k, 1));
+        ED_CHK(mbedtls_ecp_muladd(&e->grp, &t, &s, &e->grp.G, &k1, &a));
+        if (mbedtls_ecp_is_zero(&t)) {
+            ED_CHK(mbedtls_ecp_copy(&r, &a));
+        } else {
+            ED_CHK(mbedtls_mpi_lset(&k1, 1));
+            ED_CHK(mbedtls_ecp_muladd(&e->grp, &r, &k1, &t, &k1, &a));
+        }
     }
     ED_CHK(ed_encode(e, enc, &r));
     ED_CHK(fl_memeq_ct(enc, sig, 32));
@@ -484,7 +547,6 @@ out:
     mbedtls_mpi_free(&s);
     mbedtls_mpi_free(&k);
     mbedtls_mpi_free(&k1);
-    mbedtls_mpi_free(&k2);
     mbedtls_ecp_point_free(&a);
     mbedtls_ecp_point_free(&t);
     mbedtls_ecp_point_free(&r);

@@ -324,6 +324,275 @@ def gen_ed25519():
         recs)
 
 
+# ---- Ed25519 edge cases: the accept/reject decision of libsodium ----------------------
+# A plain-integer Ed25519 reference (affine edwards25519 arithmetic, RFC 8032 5.1) and a model
+# of libsodium 1.0.18's crypto_sign_verify_detached: reject S >= L, R or A in its small-order
+# list (sign bit ignored), A with y >= p or off the curve; then accept iff the canonical
+# encoding of [S]B - [k]A is R (cofactorless, k reduced mod L). The C runner checks that
+# both backends make exactly the recorded decision, so libsodium itself confirms the model.
+# `lenient` (RFC 8032 5.1.7 without the small-order and canonical-A checks) is used only to
+# assert that each forged record really is one a laxer verifier would accept.
+
+ED_P = 2**255 - 19
+ED_L = 2**252 + 27742317777372353535851937790883648493
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+ED_I = pow(2, (ED_P - 1) // 4, ED_P)
+
+
+def ed_inv(x):
+    return pow(x % ED_P, ED_P - 2, ED_P)
+
+
+def ed_add(P, Q):
+    (x1, y1), (x2, y2) = P, Q
+    t = ED_D * x1 * x2 * y1 * y2 % ED_P
+    return ((x1 * y2 + y1 * x2) * ed_inv(1 + t) % ED_P,
+            (y1 * y2 + x1 * x2) * ed_inv(1 - t) % ED_P)
+
+
+def ed_mul(k, P):
+    R = (0, 1)
+    while k:
+        if k & 1:
+            R = ed_add(R, P)
+        P = ed_add(P, P)
+        k >>= 1
+    return R
+
+
+def ed_neg(P):
+    return ((-P[0]) % ED_P, P[1])
+
+
+def ed_x(y, sign):
+    """x for y with the given low bit, or None (RFC 8032 5.1.3; y already reduced)."""
+    u, v = (y * y - 1) % ED_P, (ED_D * y * y + 1) % ED_P
+    x = u * pow(v, 3, ED_P) * pow(u * pow(v, 7, ED_P), (ED_P - 5) // 8, ED_P) % ED_P
+    if v * x * x % ED_P != u:
+        if v * x * x % ED_P != (-u) % ED_P:
+            return None
+        x = x * ED_I % ED_P
+    if x & 1 != sign:
+        x = (-x) % ED_P
+    return x
+
+
+def ed_enc(P):
+    return (P[1] | ((P[0] & 1) << 255)).to_bytes(32, "little")
+
+
+def ed_dec(s, strict):
+    """Strict: RFC 8032 5.1.3. Not strict: y taken mod p, x = 0 with the sign bit kept as 0."""
+    n = int.from_bytes(s, "little")
+    y, sign = n & (2**255 - 1), n >> 255
+    if y >= ED_P:
+        if strict:
+            return None
+        y -= ED_P
+    x = ed_x(y, sign)
+    if x is None or (strict and x == 0 and sign):
+        return None
+    return (x, y)
+
+
+ED_B = (ed_x(4 * ed_inv(5) % ED_P, 0), 4 * ed_inv(5) % ED_P)
+
+
+def ed_h(*parts):
+    return int.from_bytes(hashlib.sha512(b"".join(parts)).digest(), "little")
+
+
+def ed_sign_scalar(a, prefix, pk, msg):
+    """RFC 8032 5.1.6 with an explicit scalar a and public key bytes pk."""
+    r = ed_h(prefix, msg) % ED_L
+    R = ed_enc(ed_mul(r, ED_B))
+    S = (r + ed_h(R, pk, msg) % ED_L * a) % ED_L
+    return R + S.to_bytes(32, "little")
+
+
+def ed_expand(seed):
+    h = hashlib.sha512(seed).digest()
+    a = int.from_bytes(h[:32], "little")
+    a = (a & ~7 & (2**255 - 1)) | 2**254
+    return a, h[32:]
+
+
+def ed_small_list():
+    """The 7 y-encodings libsodium rejects (sign bit ignored): y of the 8 small-order points,
+    plus y = p and y = p + 1."""
+    ys = {ed_mul(i, ED_T8)[1] for i in range(8)}
+    return sorted(ys) + [ED_P, ED_P + 1]
+
+
+def ed_small(s):
+    y = int.from_bytes(s, "little") & (2**255 - 1)
+    return y in ED_SMALL_Y
+
+
+def ed_sodium_verify(pk, msg, sig):
+    if int.from_bytes(sig[32:], "little") >= ED_L or ed_small(sig[:32]) or ed_small(pk):
+        return False
+    A = ed_dec(pk, strict=True)
+    if A is None:
+        return False
+    k = ed_h(sig[:32], pk, msg) % ED_L
+    Rc = ed_add(ed_mul(int.from_bytes(sig[32:], "little"), ED_B), ed_neg(ed_mul(k, A)))
+    return ed_enc(Rc) == sig[:32]
+
+
+def ed_lenient_verify(pk, msg, sig):
+    A = ed_dec(pk, strict=False)
+    if A is None:
+        return False
+    S = int.from_bytes(sig[32:], "little")
+    k = ed_h(sig[:32], pk, msg) % ED_L
+    R = ed_dec(sig[:32], strict=False)
+    return R is not None and ed_add(ed_mul(S, ED_B), ed_neg(ed_mul(k, A))) == R
+
+
+def ed_find_t8():
+    y = 2
+    while True:
+        x = ed_x(y, 0)
+        if x is not None:
+            T = ed_mul(ED_L, (x, y))
+            if ed_mul(4, T) != (0, 1):
+                return T
+        y += 1
+
+
+ED_T8 = ed_find_t8()
+ED_SMALL_Y = set(ed_small_list())
+
+
+def gen_ed25519_edge():
+    rng = random.Random(8032)
+    recs = []
+
+    def rec(name, pk, msg, sig, want, lenient=None):
+        got = ed_sodium_verify(pk, msg, sig)
+        assert got == want, name
+        if lenient is not None:
+            assert ed_lenient_verify(pk, msg, sig) == lenient, name
+        recs.append([("alg", "ed25519_verify"), ("name", name), ("pk", pk), ("msg", msg),
+                     ("sig", sig), ("result", "ok" if want else "fail")])
+
+    def rbytes(n):
+        return bytes(rng.getrandbits(8) for _ in range(n))
+
+    # Honest signatures, checked against `cryptography` as well.
+    for i in range(3):
+        seed, msg = rbytes(32), rbytes(i * 20)
+        sk = Ed25519PrivateKey.from_private_bytes(seed)
+        pk = sk.public_key().public_bytes(serialization.Encoding.Raw,
+                                          serialization.PublicFormat.Raw)
+        a, prefix = ed_expand(seed)
+        sig = ed_sign_scalar(a, prefix, pk, msg)
+        assert sig == sk.sign(msg) and ed_enc(ed_mul(a, ED_B)) == pk
+        rec("generated-honest-%d" % i, pk, msg, sig, True)
+    honest_pk, honest_msg, honest_sig = pk, msg, sig
+    R, S = honest_sig[:32], int.from_bytes(honest_sig[32:], "little")
+
+    # S out of range: S + L is the same point multiple (malleability), rejected.
+    rec("generated-s-plus-l", honest_pk, honest_msg, R + (S + ED_L).to_bytes(32, "little"),
+        False, lenient=True)
+    rec("generated-s-equals-l", honest_pk, honest_msg, R + ED_L.to_bytes(32, "little"), False)
+    rec("generated-s-all-ones", honest_pk, honest_msg, R + b"\xff" * 32, False)
+
+    # Points that are not on the curve, as A and as R.
+    y = 2
+    while ed_x(y, 0) is not None:
+        y += 1
+    off = y.to_bytes(32, "little")
+    rec("generated-a-off-curve", off, honest_msg, honest_sig, False)
+    rec("generated-r-off-curve", honest_pk, honest_msg, off + honest_sig[32:], False)
+
+    # Non-canonical y (y + p < 2^255 only for y < 19) for a point on the curve.
+    y = 2
+    while ed_x(y, 0) is None:
+        y += 1
+    assert y < 19
+    nc = (y + ED_P).to_bytes(32, "little")
+    rec("generated-a-noncanonical-y", nc, honest_msg, honest_sig, False)
+    rec("generated-r-noncanonical-y", honest_pk, honest_msg, nc + honest_sig[32:], False)
+    # R with its sign bit flipped: the encoding of -R, another valid point.
+    flipped = bytearray(honest_sig)
+    flipped[31] ^= 0x80
+    rec("generated-r-sign-flipped", honest_pk, honest_msg, bytes(flipped), False)
+
+    # x = 0 with the sign bit set (RFC 8032 decoding fails): as A, with R = [S]B, which a
+    # verifier that let the identity through would accept.
+    for name, y in (("identity", 1), ("order2", ED_P - 1)):
+        pk = (y | 1 << 255).to_bytes(32, "little")
+        s = rng.randrange(ED_L)
+        msg = rbytes(8)
+        R0 = ed_mul(s, ED_B)
+        if name == "identity":
+            rec("generated-a-x0-sign-" + name, pk, msg, ed_enc(R0) + s.to_bytes(32, "little"),
+                False, lenient=True)
+        else:
+            rec("generated-a-x0-sign-" + name, pk, msg, ed_enc(R0) + s.to_bytes(32, "little"),
+                False)
+
+    # Small-order A: each of the 8 points, and the non-canonical y = p, p + 1 encodings;
+    # R = [S]B and a message for which [k]A = O, so the plain equation holds.
+    small_encs = [ed_enc(ed_mul(i, ED_T8)) for i in range(8)]
+    small_encs += [ED_P.to_bytes(32, "little"), (ED_P + 1).to_bytes(32, "little")]
+    for i, pk in enumerate(small_encs):
+        T = ed_dec(pk, strict=False)
+        while True:
+            s, msg = rng.randrange(ED_L), rbytes(8)
+            sig = ed_enc(ed_mul(s, ED_B)) + s.to_bytes(32, "little")
+            if ed_mul(ed_h(sig[:32], pk, msg) % ED_L, T) == (0, 1):
+                break
+        rec("generated-a-small-order-%d" % i, pk, msg, sig, False, lenient=True)
+
+    # Small-order R: key with a torsion part, A = [a]B + T8, S = k a, so that
+    # [S]B - [k]A = -[k]T8; pick messages until that is the chosen small-order R.
+    a = rng.randrange(1, ED_L)
+    A = ed_add(ed_mul(a, ED_B), ED_T8)
+    pk = ed_enc(A)
+    for i, R in enumerate(small_encs[:8]):
+        while True:
+            msg = rbytes(8)
+            k = ed_h(R, pk, msg) % ED_L
+            if ed_enc(ed_neg(ed_mul(k, ED_T8))) == R:
+                break
+        sig = R + (k * a % ED_L).to_bytes(32, "little")
+        rec("generated-r-small-order-%d" % i, pk, msg, sig, False, lenient=True)
+
+    # Mixed-order keys A = [a]B + T, T of order 2, 4 or 8, signed as usual (R = [r]B,
+    # S = r + k a): libsodium accepts iff [k]T = O, i.e. k = 0 mod ord(T). Even and odd k
+    # both occur; this is where an implementation that assumes [L]A = O goes wrong.
+    for order in (2, 4, 8):
+        T = ed_mul(8 // order, ED_T8)
+        a = rng.randrange(1, ED_L)
+        prefix = rbytes(32)
+        pk = ed_enc(ed_add(ed_mul(a, ED_B), T))
+        want = {True: 3, False: 3}
+        while want[True] or want[False]:
+            msg = rbytes(16)
+            sig = ed_sign_scalar(a, prefix, pk, msg)
+            k = ed_h(sig[:32], pk, msg) % ED_L
+            ok = k % order == 0
+            if want[ok] == 0:
+                continue
+            want[ok] -= 1
+            rec("generated-mixed-order%d-%s-%d-k%s" % (order, "accept" if ok else "reject",
+                                                       3 - want[ok],
+                                                       "even" if k % 2 == 0 else "odd"),
+                pk, msg, sig, ok)
+
+    write("ed25519_edge.txt", [
+        "Ed25519 verification edge cases: the decision of libsodium's crypto_sign_verify_detached",
+        "(1.0.18), which both backends must make. All records 'generated-*' by gen_vectors.py",
+        "(plain-integer Ed25519 and a model of libsodium's checks; honest records also checked",
+        "with `cryptography`). result = ok must verify, result = fail must not. Forged records",
+        "(small-order A or R, S + L, x = 0 with the sign bit) are ones that RFC 8032's equation",
+        "without libsodium's extra checks would accept."],
+        recs)
+
+
 # ---- PRG: AES-128-CTR keystream --------------------------------------------------------
 
 def ctr_keystream(seed, n):
@@ -467,5 +736,6 @@ if __name__ == "__main__":
     gen_hkdf()
     gen_aead()
     gen_ed25519()
+    gen_ed25519_edge()
     gen_prg()
     gen_shamir()
