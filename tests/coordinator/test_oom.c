@@ -14,6 +14,7 @@
 #include <sodium.h>
 
 #include "coord_testkit.h"
+#include "flotilla/secagg.h"
 
 /* ---- a thread-safe failing allocator ---- */
 
@@ -475,10 +476,113 @@ static void test_aggregation_walk(void **state) {
     clients_free(c, 3);
 }
 
+
+/* ---- the secure aggregation walk ---- */
+
+/* One secagg round of 3 devices (population "sa"); the k-th allocation from the last post
+ * of phase `phase` on fails (k 0: none). Returns whether a failure fired; *state_out gets
+ * the round's final state. */
+static bool secagg_round(struct fx *f, struct tc *c, int phase, long k, char *state_out,
+                         size_t n) {
+    static const char *const names[4] = {"advertise", "share", "masked", "unmask"};
+    atomic_fetch_add(&f->now_ms, 61 * 1000);
+    fl_coord_tick(f->co);
+    int64_t rid = 0;
+    checkin_all(f, c, 3, &rid);
+    fetch_tasks(f, c, 3, rid);
+    const uint8_t *out[3];
+    size_t ol[3];
+    secagg_clients_start(c, 3, rid, out, ol);
+    long fired = 0;
+    bool alive = true;
+    for (int ph = 0; ph < 4 && alive; ph++) {
+        for (int i = 0; i < 3 && alive; i++) {
+            if (ph == phase && i == 2 && k > 0)
+                arm(k);
+            char path[128];
+            snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s", (long long)rid, names[ph]);
+            struct resp r = req_soft(f, "POST", path, c[i].tok, "application/octet-stream",
+                                     out[i], ol[i], c[i].pid);
+            if (ph == phase && i == 2 && k > 0)
+                fired += disarm();
+            if (r.status != 202 && r.status != 200)
+                alive = r.status >= 500 || r.status == 0 ? alive : false;
+            resp_free(&r);
+        }
+        if (ph == 3 || !alive)
+            break;
+        /* A close refused for memory is retried by the tick. */
+        fl_coord_tick(f->co);
+        for (int i = 0; i < 3 && alive; i++) {
+            struct resp r = get_result(f, &c[i], rid, names[ph], 0);
+            if (r.status == 204) {
+                resp_free(&r);
+                atomic_fetch_add(&f->now_ms, 1000);
+                fl_coord_tick(f->co);
+                r = get_result(f, &c[i], rid, names[ph], 0);
+            }
+            if (r.status != 200) {
+                alive = false;
+            } else if (fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len, &out[i],
+                                               &ol[i]) != FL_OK) {
+                alive = false;
+            }
+            resp_free(&r);
+        }
+    }
+    /* Whatever happened, the round ends by its deadlines. */
+    for (int t = 0; t < 6; t++) {
+        json_t *st = round_status(f, &c[0], rid);
+        const char *s = json_string_value(json_object_get(st, "state"));
+        snprintf(state_out, n, "%s", s);
+        json_decref(st);
+        if (strcmp(state_out, "completed") == 0 || strcmp(state_out, "abandoned") == 0)
+            break;
+        atomic_fetch_add(&f->now_ms, 700 * 1000);
+        fl_coord_tick(f->co);
+    }
+    secagg_clients_free(c, 3);
+    return fired > 0;
+}
+
+static void test_secagg_walk(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "sa", .target = 3, .min = 2, .secagg = true, .mode = "none",
+                        .bits = 32};
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    char st[32];
+    assert_false(secagg_round(f, c, 0, 0, st, sizeof(st)));
+    assert_string_equal(st, "completed");
+    for (int phase = 0; phase < 4; phase++) {
+        int abandoned = 0;
+        long k;
+        for (k = 1; k < 400; k++) {
+            bool fired = secagg_round(f, c, phase, k, st, sizeof(st));
+            if (strcmp(st, "completed") != 0 && strcmp(st, "abandoned") != 0)
+                fprintf(stderr, "phase %d allocation %ld: %s\n", phase, k, st);
+            assert_true(strcmp(st, "completed") == 0 || strcmp(st, "abandoned") == 0);
+            abandoned += strcmp(st, "abandoned") == 0;
+            if (!fired)
+                break;
+        }
+        assert_true(k < 400);
+        if (getenv("FL_TEST_VERBOSE"))
+            fprintf(stderr, "secagg phase %d: %ld allocation(s) walked, %d abandoned\n", phase,
+                    k - 1, abandoned);
+    }
+    clients_free(c, 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_request_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregation_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_walk, setup, teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
