@@ -135,6 +135,30 @@ static void test_file_accepted_forms(void **state) {
     assert_int_equal(load(body, &cfg, &doc, err, sizeof(err)), FL_OK);
     assert_non_null(doc);
     assert_int_equal(cfg.has_admin_token, 1);
+    /* Hex digits in either case. */
+    fl_coord_config_doc *doc2 = NULL;
+    assert_int_equal(load("{\"admin_token_sha256\":\"00010203040506070809"
+                          "0A0B0C0D0E0F101112131415161718191A1B1C1D1E1F\"}",
+                          &cfg, &doc2, err, sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.admin_token_sha256[10], 0x0a);
+    assert_int_equal(cfg.admin_token_sha256[31], 0x1f);
+    fl_coord_config_doc_free(doc2);
+    assert_int_equal(load("{\"admin_token_sha256\":\"0g0102030405060708090a0b0c0d0e0f"
+                          "101112131415161718191a1b1c1d1e1f\"}",
+                          &cfg, &doc2, err, sizeof(err)),
+                     FL_ERR_FORMAT);
+    snprintf(body, sizeof(body),
+             "{\"database\":\"%s/abs.db\",\"admin_token_sha256\":\"" HEX64 "\","
+             "\"tls\":{\"cert_file\":\"cert.pem\",\"key_file\":\"%s/good.key\"},"
+             "\"audit\":{\"origin\":\"example.org/log\",\"retention_days\":30,"
+             "\"pseudonym_key_file\":\"good.key\"},"
+             "\"limits\":{\"enroll_bytes\":100,\"checkin_bytes\":200,\"admin_json_bytes\":2048,"
+             "\"model_bytes\":4096,\"connection_timeout_s\":5,\"per_ip_connections\":0,"
+             "\"max_connections\":32,\"connection_memory\":9000}}",
+             g_dir, g_dir);
+    fl_coord_config_doc_free(doc);
+    assert_int_equal(load(body, &cfg, &doc, err, sizeof(err)), FL_OK);
     assert_int_equal(cfg.admin_token_sha256[31], 0x1f);
     assert_int_equal(cfg.has_pseudonym_key, 1);
     assert_int_equal(cfg.pseudonym_key[1], 0x01);

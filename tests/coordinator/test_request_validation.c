@@ -720,6 +720,60 @@ static void test_task_and_model_paths(void **state) {
     clients_free(c, 3);
 }
 
+
+/* Names and regions in every accepted form; more populations than the first table holds
+ * (and all of them back after a restart); a population's round interval steers check-ins. */
+static void test_names_and_intervals(void **state) {
+    struct fx *f = *state;
+    free(create_pop(f, "Aa.Z_z-9", "\"data_schema\":{\"x\":\"f32[4]\"}"));
+    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                              "{\"name\":\"rg\",\"allowed_regions\":[\"E-U_1\",\"zz\",\"*\"]}");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    for (int i = 0; i < 9; i++) { /* 11 populations: the table grows past 8 */
+        char name[16];
+        snprintf(name, sizeof(name), "many%d", i);
+        free(create_pop(f, name, "\"selection\":{\"target\":1}"));
+    }
+    fx_stop(f);
+    fx_start(f);
+    r = http_req(f, "GET", "/v1/admin/populations", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    json_t *j = body_json(&r);
+    assert_int_equal(json_array_size(json_object_get(j, "populations")), 11);
+    json_decref(j);
+    resp_free(&r);
+    /* target 1: min_participants defaults to 1. */
+    r = http_req(f, "GET", "/v1/admin/populations/many0", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_non_null(strstr(r.body, "\"min_participants\":1"));
+    resp_free(&r);
+    /* A round interval: after a round ends, the next forms round_interval_s later. */
+    char *etok = create_pop(f, "iv", "\"selection\":{\"target\":1,\"over_selection\":1.0,"
+                                     "\"min_participants\":1,\"round_interval_s\":300,"
+                                     "\"require\":[],\"jitter_s\":0,\"min_retry_s\":1,"
+                                     "\"max_retry_s\":3600},\"secagg\":{\"enabled\":false}");
+    upload_and_start(f, "iv");
+    char *tok = enroll(f, etok, "iv");
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":false,"
+                     "\"unmetered\":false,\"idle\":false}}";
+    r = http_json(f, "POST", "/v1/checkin", tok, ck);
+    json_decref(status_of(&r, "selected", NULL));
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/iv/stop", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/admin/populations/iv/start", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/checkin", tok, ck);
+    j = status_of(&r, "retry", "no_round_forming");
+    int64_t ra = json_integer_value(json_object_get(j, "retry_after_s"));
+    assert_true(ra >= 290 && ra <= 300);
+    json_decref(j);
+    resp_free(&r);
+    free(tok);
+    free(etok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_enroll_fields, fx_setup, fx_teardown),
@@ -730,6 +784,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_admin_models_and_rounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_admin_round_listing, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_task_and_model_paths, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_names_and_intervals, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
