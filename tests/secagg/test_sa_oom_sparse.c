@@ -2,9 +2,9 @@
  * needs no permutation) with inputs long enough (d > 16 Ki) that a client's masked-input
  * buffer is replaced, not reused, by the smaller messages after it: the server or one client
  * gets an allocator that fails its i-th allocation, for every i, in a semi-honest and an
- * active round where one client drops after its shares. Each failing call must return FL_ERR_NOMEM and change nothing: the call
- * is repeated with the failure cleared, the round ends with the exact sum, and nothing
- * leaks (counting allocator, and ASan in that build). */
+ * active round where one client drops after its shares. Each failing call must return
+ * FL_ERR_NOMEM and change nothing: the call is repeated with the failure cleared, the round
+ * ends with the exact sum, and nothing leaks (counting allocator, and ASan in that build). */
 #include "sa_rig.h"
 
 #define N 6

@@ -52,7 +52,7 @@ static void set_type(uint8_t *m, size_t *len, void *u) {
     m[3] = *(uint8_t *)u;
 }
 
-/* Writes a u32 at body offset *(size_t *)u[0] with value u[1]. */
+/* Writes v (u32, or its low byte for put_u8_at) at body offset off. */
 struct put32 {
     size_t off;
     uint32_t v;
