@@ -130,6 +130,9 @@ static void test_methods(void **state) {
         {"POST", "/v1/audit/checkpoint", "GET"},
         {"PATCH", "/v1/admin/populations/p/enrollment-token", "POST"},
         {"POSTX", "/v1/rounds/1/update", "POST"},
+        {"GE", "/healthz", "GET"},
+        {"ET", "/healthz", "GET"},
+        {"ATCH", "/v1/admin/populations/p", "GET, PATCH"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         r = http_req(f, cases[i].method, cases[i].path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
@@ -321,6 +324,101 @@ static void test_listen_addresses(void **state) {
     fl_coord_destroy(co); /* stops it */
 }
 
+/* Appends "/seg" to path (cap bytes; the paths here are short). */
+static void add_seg(char *path, size_t cap, const char *seg) {
+    size_t n = strlen(path), l = strlen(seg);
+    assert_true(n + 1 + l + 1 <= cap);
+    path[n] = '/';
+    memcpy(path + n + 1, seg, l + 1);
+}
+
+/* Every route with one of its fixed segments changed (or one segment more or less) is not
+ * found: the router matches whole paths, not prefixes. Parameters ({id}, {name}, {phase})
+ * are the handlers' to judge. */
+static void test_route_mutations(void **state) {
+    struct fx *f = *state;
+    static const char *const routes[] = {
+        "/healthz", "/readyz", "/metrics", "/v1/enroll", "/v1/checkin", "/v1/rounds/1/task",
+        "/v1/rounds/1/update", "/v1/rounds/1/status", "/v1/rounds/1/secagg/advertise",
+        "/v1/rounds/1/secagg/advertise/result", "/v1/models/p/1", "/v1/audit/checkpoint",
+        "/v1/audit/proof/inclusion", "/v1/audit/proof/consistency", "/v1/admin/audit/bundle",
+        "/v1/admin/clients/00/erase", "/v1/admin/populations", "/v1/admin/populations/p",
+        "/v1/admin/populations/p/start", "/v1/admin/populations/p/stop",
+        "/v1/admin/populations/p/models", "/v1/admin/populations/p/rounds",
+        "/v1/admin/populations/p/enrollment-token", "/v1/admin/rounds/1"};
+    /* Positions of parameters in each route (segment index from 0), -1 terminated. */
+    static const int params[][3] = {
+        {-1}, {-1}, {-1}, {-1}, {-1}, {2, -1}, {2, -1}, {2, -1}, {2, 4, -1}, {2, 4, -1},
+        {2, 3, -1}, {-1}, {-1}, {-1}, {-1}, {3, -1}, {-1}, {3, -1}, {3, -1}, {3, -1}, {3, -1},
+        {3, -1}, {3, -1}, {3, -1}};
+    size_t tried = 0;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        char segs[8][48];
+        int n = 0;
+        const char *q = routes[i] + 1;
+        while (*q && n < 8) {
+            size_t l = strcspn(q, "/");
+            snprintf(segs[n++], sizeof(segs[0]), "%.*s", (int)l, q);
+            q += l + (q[l] == '/');
+        }
+        for (int k = 0; k <= n; k++) {
+            bool param = false;
+            for (int j = 0; k < n && params[i][j] >= 0; j++)
+                param |= params[i][j] == k;
+            if (param)
+                continue;
+            /* k < n: segment k replaced; k == n: one more segment; both: one less too. */
+            char path[256] = "";
+            for (int m = 0; m < n; m++)
+                add_seg(path, sizeof(path), m == k ? "zz" : segs[m]);
+            if (k == n)
+                add_seg(path, sizeof(path), "zz");
+            struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+            if (r.status != 404)
+                fprintf(stderr, "%s: %ld\n", path, r.status);
+            assert_error(&r, 404, "not_found");
+            resp_free(&r);
+            tried++;
+            if (k == n && n > 1) { /* the last segment dropped */
+                path[0] = '\0';
+                for (int m = 0; m < n - 1; m++)
+                    add_seg(path, sizeof(path), segs[m]);
+                bool is_route = false;
+                for (size_t o = 0; o < sizeof(routes) / sizeof(routes[0]); o++)
+                    is_route |= strcmp(routes[o], path) == 0;
+                if (is_route || strcmp(path, "/v1/admin/populations/p") == 0)
+                    continue;
+                r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+                if (r.status != 404)
+                    fprintf(stderr, "%s: %ld\n", path, r.status);
+                assert_error(&r, 404, "not_found");
+                resp_free(&r);
+            }
+        }
+    }
+    assert_true(tried > 50);
+}
+
+/* Content-Length values that are not a plain decimal number: 400, connection closed. */
+static void test_content_length_forms(void **state) {
+    struct fx *f = *state;
+    static const char *const values[] = {"-1", "12abc", "", " ", "0x10"};
+    char out[4096], req[512];
+    for (int i = 0; i < 5; i++) {
+        snprintf(req, sizeof(req),
+                 "POST /v1/checkin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 "Content-Type: application/json\r\nContent-Length: %s\r\n\r\n{}",
+                 values[i]);
+        long st = raw(f->port, req, out, sizeof(out));
+        if (st != 400)
+            fprintf(stderr, "Content-Length '%s': %ld\n", values[i], st);
+        assert_int_equal(st, 400);
+    }
+    /* A request target that is not a path. */
+    snprintf(req, sizeof(req), "OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_int_equal(raw(f->port, req, out, sizeof(out)) / 100, 4);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unknown_paths, fx_setup, fx_teardown),
@@ -328,6 +426,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bearer_forms, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_json_bodies, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_chunked_bodies, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_route_mutations, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_content_length_forms, fx_setup, fx_teardown),
         cmocka_unit_test(test_listen_addresses),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -13,6 +13,8 @@
  *
  * The ticker thread is stopped: the test moves the clock past deadlines and posts before it
  * ticks, to see the deadline checks of the request path itself. */
+#include <time.h>
+
 #include "coord_testkit.h"
 #include "flotilla/secagg.h"
 
@@ -323,11 +325,96 @@ static void test_secagg_abandoned_answers(void **state) {
     clients_free(c, N);
 }
 
+
+/* ---- long polls ---- */
+
+struct poller {
+    struct fx *f;
+    struct tc *c;
+    char path[128];
+    long status;
+    pthread_t th;
+};
+
+static void *poll_main(void *arg) {
+    struct poller *pl = arg;
+    struct resp r = http_req(pl->f, "GET", pl->path, pl->c->tok, NULL, NULL, 0, pl->c->pid);
+    pl->status = r.status;
+    resp_free(&r);
+    return NULL;
+}
+
+static void poll_start(struct poller *pl, struct fx *f, struct tc *c, const char *path) {
+    pl->f = f;
+    pl->c = c;
+    snprintf(pl->path, sizeof(pl->path), "%s", path);
+    pl->status = -1;
+    assert_int_equal(pthread_create(&pl->th, NULL, poll_main, pl), 0);
+    struct timespec ts = {0, 200 * 1000000L}; /* let it park (order only matters for */
+    nanosleep(&ts, NULL);                     /* which list links get exercised) */
+}
+
+/* Several parked polls at once: result polls of the open phase and a status poll. Closing
+ * the phase answers exactly the result polls (200); a poll whose wait ends first gets 204;
+ * the status poll is answered when the round ends. */
+static void test_parked_polls(void **state) {
+    struct fx *f = *state;
+    enum { N = 3 };
+    struct popcfg pc = {.name = "lp", .target = N, .min = 3, .secagg = true, .neighbors = 0,
+                        .mode = "none", .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    const uint8_t *out[N];
+    size_t ol[N];
+    secagg_clients_start(c, N, rid, out, ol);
+    char res[128], st[128], shortp[128];
+    snprintf(res, sizeof(res), "/v1/rounds/%lld/secagg/advertise/result?wait=20", (long long)rid);
+    snprintf(st, sizeof(st), "/v1/rounds/%lld/status?wait=20", (long long)rid);
+    snprintf(shortp, sizeof(shortp), "/v1/rounds/%lld/secagg/advertise/result?wait=1",
+             (long long)rid);
+    struct poller pl[4];
+    poll_start(&pl[0], f, &c[0], res);
+    poll_start(&pl[1], f, &c[1], st);
+    poll_start(&pl[2], f, &c[2], res);
+    poll_start(&pl[3], f, &c[1], shortp);
+    /* The short poll's second passes; the tick answers it (204) and no other. */
+    struct timespec ts = {1, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    fl_coord_tick(f->co);
+    pthread_join(pl[3].th, NULL);
+    assert_int_equal(pl[3].status, 204);
+    for (int i = 0; i < N; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], ol[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    pthread_join(pl[0].th, NULL);
+    pthread_join(pl[2].th, NULL);
+    assert_int_equal(pl[0].status, 200);
+    assert_int_equal(pl[2].status, 200);
+    /* The status poll is still parked: stopping the population ends the round. */
+    struct resp r = http_json(f, "POST", "/v1/admin/populations/lp/stop", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    pthread_join(pl[1].th, NULL);
+    assert_int_equal(pl[1].status, 200);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_message_refusals, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_abandoned_answers, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_parked_polls, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
