@@ -1,0 +1,111 @@
+/* Central DP on plain (not secure-aggregated) rounds and the privacy budget over several
+ * rounds (aggregate.c budget check and ledger, docs/coordinator.md "Rounds"): each round
+ * adds a ledger entry and the epsilon spent (/metrics) grows; the budget may be lowered to
+ * the spent epsilon but not below it (409); once the next round would overspend, check-ins
+ * get retry budget_exhausted, the population shows budget_exhausted, and the refusal is
+ * logged once per streak as a budget_refused audit entry naming the next round number. */
+#include <math.h>
+
+#include "coord_testkit.h"
+
+enum { N = 3 };
+
+static double epsilon_spent(struct fx *f) {
+    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    const char *key = "flotilla_privacy_epsilon_spent{population=\"dp\"} ";
+    const char *s = strstr(r.body, key);
+    assert_non_null(s);
+    double v = strtod(s + strlen(key), NULL);
+    resp_free(&r);
+    return v;
+}
+
+static void run_round(struct fx *f, struct tc *c) {
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    assert_int_equal(c[0].task.mode, 1);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[16 + 4 * 1024];
+    for (int i = 0; i < N; i++) {
+        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+        struct resp r =
+            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    int64_t v = json_integer_value(json_object_get(st, "new_model_version"));
+    json_decref(st);
+    float w[D], b[2];
+    fetch_model(f, &c[0], "dp", v, w, b);
+    for (int j = 0; j < D; j++)
+        assert_true(isfinite(w[j]));
+    fx_advance(f, 61 * 1000);
+}
+
+static void test_budget_over_rounds(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "dp", .target = N, .min = N, .secagg = false, .mode = "central",
+                        .budget = 50, .bits = 32};
+    char *tok[N + 1];
+    setup_population(f, &pc, tok, N + 1);
+    struct tc c[N + 1];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i <= N; i++)
+        c[i].tok = tok[i];
+    assert_true(epsilon_spent(f) == 0.0);
+    run_round(f, c);
+    double e1 = epsilon_spent(f);
+    assert_true(e1 > 0);
+    run_round(f, c);
+    double e2 = epsilon_spent(f);
+    assert_true(e2 > e1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 2);
+    /* Below the spent epsilon: 409; down to (just above) it: accepted. */
+    char body[128];
+    snprintf(body, sizeof(body), "{\"privacy\":{\"epsilon_budget\":%.17g}}", e2 * 0.5);
+    struct resp r = http_json(f, "PATCH", "/v1/admin/populations/dp", ADMIN_TOKEN, body);
+    assert_error(&r, 409, "conflict");
+    resp_free(&r);
+    snprintf(body, sizeof(body), "{\"privacy\":{\"epsilon_budget\":%.17g}}", e2 * 1.0000001);
+    r = http_json(f, "PATCH", "/v1/admin/populations/dp", ADMIN_TOKEN, body);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    /* The next round would overspend: refused, logged once. */
+    int64_t refusals = db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'");
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+                     "\"idle\":true}}";
+    for (int i = 0; i < 2; i++) {
+        r = http_json(f, "POST", "/v1/checkin", c[i].tok, ck);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+        assert_string_equal(json_string_value(json_object_get(j, "reason")), "budget_exhausted");
+        json_decref(j);
+        resp_free(&r);
+    }
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'"),
+                     refusals + 1);
+    r = http_json(f, "GET", "/v1/admin/populations/dp", ADMIN_TOKEN, NULL);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "budget_exhausted");
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM rounds"), 2);
+    assert_true(fabs(epsilon_spent(f) - e2) < 1e-9 * e2);
+    clients_free(c, N + 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_budget_over_rounds, fx_setup, fx_teardown),
+    };
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
