@@ -152,8 +152,9 @@ static fl_status latest_row(struct fl__store_audit_stmts *c, sqlite3_stmt *s, js
         const char *data = (const char *)sqlite3_column_blob(s, 1);
         size_t n = (size_t)sqlite3_column_bytes(s, 1);
         *seq = sqlite3_column_int64(s, 0);
-        if (!data || fl__store_audit_parse(data, n, e, why, sizeof(why)) != FL_OK)
-            r = fl__err_set(&c->st->err, data ? FL_ERR_CORRUPT : FL_ERR_NOMEM,
+        fl_status pr = data ? fl__store_audit_parse(data, n, e, why, sizeof(why)) : FL_ERR_NOMEM;
+        if (pr != FL_OK)
+            r = fl__err_set(&c->st->err, pr == FL_ERR_NOMEM ? FL_ERR_NOMEM : FL_ERR_CORRUPT,
                             "audit entry %lld: %s", (long long)*seq, data ? why : "out of memory");
     } else if (rc != SQLITE_DONE) {
         r = fl__store_sqlerr(c->st, rc, "reading the audit log");

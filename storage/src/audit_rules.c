@@ -99,6 +99,12 @@ fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *w
     json_error_t jerr;
     json_t *v = json_loadb(p, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!v) {
+        /* Jansson 2.14 leaves the text empty when an allocation fails (some of its
+         * allocation failures it reports as syntax errors instead; those stay FORMAT). */
+        if (jerr.text[0] == '\0') {
+            snprintf(why, why_len, "out of memory parsing JSON");
+            return FL_ERR_NOMEM;
+        }
         snprintf(why, why_len, "not JSON: %s at column %d", jerr.text, jerr.column);
         return FL_ERR_FORMAT;
     }
