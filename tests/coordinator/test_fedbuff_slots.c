@@ -204,10 +204,55 @@ static void test_carry_over(void **state) {
     clients_free(c, 4);
 }
 
+
+/* 40-bit arithmetic: 8-byte words, validated (range, norm) and folded like 4-byte ones; a
+ * word at 2^40 is refused naming its coordinate. */
+static void test_wide_words(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 40,
+                        .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":2"};
+    char *tok[2];
+    setup_population(f, &pc, tok, 2);
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 2; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    for (int i = 0; i < 2; i++) {
+        checkin(f, &c[i], i, w, sizeof(w));
+        assert_string_equal(w, "selected");
+        assert_int_equal(c[i].task.bits, 40);
+    }
+    uint8_t body[16 + 8 * 1024];
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)c[0].task.rid);
+    size_t bl = plain_update_body(body, c[0].task.rid, c[0].words, c[0].task.vec_len, 8);
+    body[16 + 5 * 8 + 5] = 0x01; /* coordinate 5 = 2^40 + ... */
+    struct resp r =
+        http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, bl, c[0].pid);
+    assert_error(&r, 400, "invalid_message");
+    assert_non_null(strstr(r.body, "coordinate 5"));
+    resp_free(&r);
+    r = http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, bl - 8, c[0].pid);
+    assert_error(&r, 400, "invalid_message"); /* a word short */
+    resp_free(&r);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)c[i].task.rid);
+        bl = plain_update_body(body, c[i].task.rid, c[i].words, c[i].task.vec_len, 8);
+        r = http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    assert_int_equal(version_of(f), 2);
+    clients_free(c, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_carry_over, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_wide_words, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,7 @@
 /* Round parameters from the population's model (aggregate.c, docs/coordinator.md "Rounds"):
- * a round cannot form (check-ins get retry no_round_forming, nothing is stored) when an
- * update tensor named in update.tensors is missing or not F32, when the model has no F32
- * tensor at all, or when central DP noise cannot be sized for the configured granularity;
+ * a round (or a FedBuff buffer) cannot form (check-ins get retry no_round_forming, nothing
+ * is stored) when an update tensor named in update.tensors is missing or not F32, when the
+ * model has no F32 tensor at all, or when central DP noise cannot be sized for the configured granularity;
  * without update.tensors every F32 tensor is trained and the others (here an I32 tensor)
  * and the model's metadata pass through the aggregation unchanged. */
 #include "coord_testkit.h"
@@ -82,6 +82,8 @@ static void test_round_cannot_form(void **state) {
         {"notname", "\"update\":{\"tensors\":[5]}", false},
         {"notf32", "\"update\":{\"tensors\":[\"i\"]}", false},
         {"nof32", "", true},
+        {"fbmissing", "\"strategy\":{\"name\":\"fedbuff\"},\"update\":{\"tensors\":[\"nope\"]}",
+         false},
         {"noise", "\"privacy\":{\"mode\":\"central\",\"clip_norm\":1e9,\"granularity\":1e-9,"
                   "\"noise_multiplier\":1e6}",
          false},
