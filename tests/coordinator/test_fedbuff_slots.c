@@ -248,11 +248,63 @@ static void test_wide_words(void **state) {
     clients_free(c, 2);
 }
 
+
+/* Who may post into a buffer, and erasure while a buffer is open: a wrong participation id
+ * or a round id the device was never given is 403 not_a_participant; a training device
+ * cannot be erased (409) while one that is not in the buffer can. */
+static void test_participants_and_erasure(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":1,\"max_concurrency\":2"};
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    int64_t rid1 = c[0].task.rid;
+    /* Device 0's update applies buffer 1 (K = 1); device 1 then trains in buffer 2. */
+    struct resp r = post(f, &c[0], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    checkin(f, &c[1], 1, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    assert_true(c[1].task.rid > rid1);
+    /* Device 1 with a wrong participation id; device 2 (never selected) naming buffer 1. */
+    struct tc fake = c[1];
+    snprintf(fake.pid, sizeof(fake.pid), "00000000000000000000000000000000");
+    r = post(f, &fake, false);
+    assert_error(&r, 403, "not_a_participant");
+    resp_free(&r);
+    struct tc other = c[1];
+    other.tok = c[2].tok;
+    other.task.rid = rid1;
+    r = post(f, &other, false);
+    assert_error(&r, 403, "not_a_participant");
+    resp_free(&r);
+    /* Erasure: device 1 trains in the open buffer (409); device 2 is in none (200). */
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", c[1].tok + 4);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_error(&r, 409, "conflict");
+    resp_free(&r);
+    snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", c[2].tok + 4);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    clients_free(c, 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_carry_over, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_wide_words, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_participants_and_erasure, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
