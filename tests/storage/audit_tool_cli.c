@@ -1,0 +1,297 @@
+/* flotilla-audit, run as a program (fork/exec) on bundles this test writes through the
+ * store: a log with every entry type (including a refusal, a configuration change, a round
+ * without secure aggregation and a round abandoned before it started), a population name
+ * that needs HTML and CSV escaping, a bundle with a forged checkpoint, a file that is not a
+ * bundle; and every usage and I/O error the tool reports. Checks exit codes (0 verified,
+ * 1 failed verification, 2 usage or I/O error) and what is printed.
+ * usage: test_audit_tool_cli PATH/TO/flotilla-audit */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "test_audit_util.h"
+
+static const char *tool;
+static char dir[256];
+
+/* Runs tool with args (NULL-terminated); stdout and stderr go to dir/out and dir/err.
+ * Returns the exit status. */
+static int run(const char *const *args) {
+    char outp[300], errp[300];
+    snprintf(outp, sizeof(outp), "%s/out", dir);
+    snprintf(errp, sizeof(errp), "%s/err", dir);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = tool;
+    for (; args[n - 1] && n < 31; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(127);
+        execv(tool, (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* Contents of dir/name (malloc'ed, NUL-terminated). */
+static char *slurp(const char *name) {
+    char p[300];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    size_t n = 0;
+    char *b = (char *)audit_read_file(p, &n);
+    b[n] = '\0';
+    return b;
+}
+
+#define EXPECT_IN(name, text)                                                                      \
+    do {                                                                                           \
+        char *s_ = slurp(name);                                                                    \
+        if (!strstr(s_, (text)))                                                                   \
+            fail_msg("%s lacks \"%s\":\n%.2000s", (name), (text), s_);                             \
+        free(s_);                                                                                  \
+    } while (0)
+
+#define RUN(code, ...)                                                                             \
+    do {                                                                                           \
+        const char *a_[] = {__VA_ARGS__, NULL};                                                    \
+        int rc_ = run(a_);                                                                         \
+        if (rc_ != (code)) {                                                                       \
+            char *e_ = slurp("err");                                                               \
+            fail_msg("flotilla-audit %s ...: exit %d, want %d; stderr: %.1000s", a_[0], rc_,       \
+                     (code), e_);                                                                  \
+        }                                                                                          \
+    } while (0)
+
+static char path_all[300], path_forged[300], path_junk[300], vkey[256], vkey_other[256];
+
+/* A log with every entry type, exported to dir/all.jsonl. */
+static void make_bundles(void) {
+    struct audit_fx f;
+    audit_fx_setup(&f, 4);
+    fl_store *st = f.st;
+    /* A second population whose name needs escaping in HTML and CSV, any region. */
+    int64_t odd = 0;
+    STORE_OK(st, fl_store_population_create(st, &odd, "r&d <eu>, \"q\"", "{}", 2.0, 1e-6, "[]"));
+    STORE_OK(st, fl_store_audit_append_population(st, NULL, odd));
+    STORE_OK(st, audit_fx_round(&f, 1, 0.5, NULL));
+    /* A completed round without secure aggregation or DP. */
+    int64_t rid = 0;
+    fl_store_model_ref ref;
+    float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    STORE_OK(st, fl_store_begin(st));
+    STORE_OK(st, fl_store_round_create(st, &rid, f.pop, 0, f.model, NULL));
+    STORE_OK(st, fl_store_round_start(st, rid));
+    fl_store_round_counts counts = {2, 2, 2, 0};
+    STORE_OK(st, fl_store_round_set_counts(st, rid, &counts));
+    STORE_OK(st, fl_store_model_put(st, &ref, f.pop, f.model, w, sizeof(w), NULL));
+    STORE_OK(st, fl_store_round_complete(st, rid, ref.version));
+    fl_store_audit_round_info info;
+    fl_store_audit_round_info_init(&info);
+    info.round_id = rid;
+    info.epsilon_total = f.eps_total;
+    fl_store_audit_region reg[1] = {{"UK", 2}};
+    info.regions = reg;
+    info.n_regions = 1;
+    STORE_OK(st, fl_store_audit_append_round(st, NULL, &info));
+    STORE_OK(st, fl_store_commit(st));
+    f.model = ref.version;
+    /* A round abandoned before it started: no start time, nobody selected. */
+    STORE_OK(st, fl_store_round_create(st, &rid, f.pop, 0, f.model, NULL));
+    STORE_OK(st, fl_store_round_abandon(st, rid, "no clients"));
+    fl_store_audit_round_info_init(&info);
+    info.round_id = rid;
+    info.epsilon_total = f.eps_total;
+    STORE_OK(st, fl_store_audit_append_round(st, NULL, &info));
+    STORE_OK(st, fl_store_audit_append_config(st, NULL, f.pop, "{\"v\":2}", 8.0, 1e-6,
+                                              "[\"EU\",\"UK\"]"));
+    STORE_OK(st, fl_store_audit_append_refusal(st, NULL, f.pop, 4, 9.0, 1e-7));
+    STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f.sk));
+    uint8_t key[32];
+    memset(key, 2, sizeof(key));
+    STORE_OK(st, fl_store_client_erase(st, NULL, "c001", key));
+    f.now += 1000;
+    STORE_OK(st, fl_store_retention_sweep(st, NULL, 86400000));
+    STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f.sk));
+    STORE_OK(st, fl_store_audit_export_file(st, path_all));
+    STORE_OK(st, fl_store_audit_vkey(vkey, sizeof(vkey), AUDIT_ORIGIN, f.pk));
+    uint8_t pk2[32];
+    memset(pk2, 0x42, sizeof(pk2));
+    STORE_OK(st, fl_store_audit_vkey(vkey_other, sizeof(vkey_other), AUDIT_ORIGIN, pk2));
+    audit_fx_teardown(&f);
+
+    /* The same bundle with the last checkpoint's signature changed. */
+    size_t n = 0;
+    uint8_t *b = audit_read_file(path_all, &n);
+    assert_true(n > 100 && b[n - 1] == '\n');
+    size_t i = n - 6; /* inside the base64 signature, before "\n\"}\n" */
+    while (b[i] == '\\' || b[i] == 'n' || b[i] == '"' || b[i] == '}')
+        i--;
+    b[i] = b[i] == 'A' ? 'B' : 'A';
+    FILE *fp = fopen(path_forged, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, n, fp), n);
+    fclose(fp);
+    free(b);
+    fp = fopen(path_junk, "wb");
+    assert_non_null(fp);
+    fputs("this is not an audit bundle\n", fp);
+    fclose(fp);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/fl_audit_cli_XXXXXX", base && base[0] ? base : "/tmp");
+    assert_non_null(mkdtemp(dir));
+    snprintf(path_all, sizeof(path_all), "%s/all.jsonl", dir);
+    snprintf(path_forged, sizeof(path_forged), "%s/forged.jsonl", dir);
+    snprintf(path_junk, sizeof(path_junk), "%s/junk.jsonl", dir);
+    make_bundles();
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    struct store_tdir t;
+    snprintf(t.dir, sizeof(t.dir), "%s", dir);
+    if (!getenv("FL_KEEP_TMP"))
+        store_tdir_rm(&t);
+    return 0;
+}
+
+static void test_usage_errors(void **state) {
+    (void)state;
+    const char *none[] = {NULL};
+    assert_int_equal(run(none), 2);
+    EXPECT_IN("err", "usage:");
+    RUN(0, "--help");
+    EXPECT_IN("out", "flotilla-audit verify BUNDLE");
+    RUN(2, "verify");
+    EXPECT_IN("err", "usage:");
+    RUN(2, "frobnicate", path_all);
+    EXPECT_IN("err", "unknown command frobnicate");
+    RUN(2, "verify", path_all, "--colour", "red");
+    EXPECT_IN("err", "unknown option --colour");
+    RUN(2, "verify", path_all, "--key");
+    EXPECT_IN("err", "--key needs a value");
+    RUN(2, "show", path_all, "--round", "two");
+    EXPECT_IN("err", "--round is not a number: two");
+    RUN(2, "show", path_all, "--seq", "1-x");
+    EXPECT_IN("err", "--seq is not a number: x");
+    RUN(2, "show", path_all, "--from", "");
+    EXPECT_IN("err", "--from is not a number");
+    RUN(2, "demo", path_all, "--rounds", "0");
+    EXPECT_IN("err", "--rounds must be 1..100000");
+    RUN(2, "demo", path_all, "--rounds", "100001");
+    EXPECT_IN("err", "--rounds must be 1..100000");
+    RUN(2, "export", path_all, "--key", vkey);
+    EXPECT_IN("err", "export needs --format jsonl or csv");
+    RUN(2, "export", path_all, "--format", "xml", "--key", vkey);
+    EXPECT_IN("err", "export needs --format jsonl or csv");
+}
+
+static void test_io_errors(void **state) {
+    (void)state;
+    char missing[300];
+    snprintf(missing, sizeof(missing), "%s/missing.jsonl", dir);
+    RUN(2, "verify", missing);
+    EXPECT_IN("err", "cannot open");
+    RUN(2, "verify", dir); /* a directory opens but cannot be read */
+    EXPECT_IN("err", "cannot read");
+    RUN(2, "report", path_all, "-o", "/nonexistent-dir/report.html");
+    EXPECT_IN("err", "cannot create /nonexistent-dir/report.html");
+    if (access("/dev/full", W_OK) == 0) {
+        RUN(2, "export", path_all, "--format", "jsonl", "--output", "/dev/full");
+        EXPECT_IN("err", "writing /dev/full failed");
+    }
+    char out[300];
+    snprintf(out, sizeof(out), "/nonexistent-dir/demo.jsonl");
+    RUN(2, "demo", out, "--rounds", "1");
+    EXPECT_IN("err", "fl_store_audit_export_file");
+}
+
+static void test_verify(void **state) {
+    (void)state;
+    RUN(0, "verify", path_all);
+    EXPECT_IN("out", "VERIFIED");
+    EXPECT_IN("out", "note: no --key given");
+    RUN(0, "verify", path_all, "--key", vkey);
+    EXPECT_IN("out", "root: ");
+    RUN(1, "verify", path_forged, "--key", vkey);
+    EXPECT_IN("out", "FAILED");
+    EXPECT_IN("out", "first offending checkpoint: 1");
+    RUN(1, "verify", path_junk);
+    EXPECT_IN("out", "FAILED: line 1: header: not JSON");
+    /* A bundle signed by another key than the trusted one: refused at its header. */
+    RUN(1, "verify", path_all, "--key", vkey_other);
+    EXPECT_IN("out", "at bundle line 1");
+}
+
+static void test_show(void **state) {
+    (void)state;
+    RUN(0, "show", path_all, "--key", vkey);
+    EXPECT_IN("out", "population_created  population \"r&d <eu>, \"q\"\"");
+    EXPECT_IN("out", "current model is now version");
+    EXPECT_IN("out", "secure aggregation: off");
+    EXPECT_IN("out", "regions: (none)");
+    EXPECT_IN("out", ": abandoned, - .. ");
+    EXPECT_IN("out", "budget epsilon 8, delta 1e-06; allowed regions [\"EU\",\"UK\"]");
+    EXPECT_IN("out", "budget_refused");
+    EXPECT_IN("out", "erasure");
+    EXPECT_IN("out", "retention");
+    EXPECT_IN("out", "10 of 10 entries shown; bundle VERIFIED");
+    RUN(0, "show", path_all, "--seq", "3-4", "--key", vkey);
+    EXPECT_IN("out", "2 of 10 entries shown");
+    RUN(0, "show", path_all, "--seq", "5", "--key", vkey);
+    EXPECT_IN("out", "1 of 10 entries shown");
+    RUN(0, "show", path_all, "--from", "2", "--to", "4", "--key", vkey);
+    EXPECT_IN("out", "3 of 10 entries shown"); /* rounds 2, 3 and the refused round 4 */
+    RUN(0, "show", path_all, "--population", "r&d <eu>, \"q\"", "--key", vkey);
+    EXPECT_IN("out", "1 of 10 entries shown");
+    /* An unverified bundle is still shown, with a warning, and exits 1. */
+    RUN(1, "show", path_forged, "--round", "1");
+    EXPECT_IN("err", "WARNING: the bundle does not verify");
+    EXPECT_IN("out", "bundle NOT VERIFIED");
+}
+
+static void test_export_and_report(void **state) {
+    (void)state;
+    char csv[300], html[300];
+    snprintf(csv, sizeof(csv), "%s/all.csv", dir);
+    snprintf(html, sizeof(html), "%s/all.html", dir);
+    RUN(0, "export", path_all, "--format", "csv", "-o", csv, "--key", vkey);
+    EXPECT_IN("all.csv", ",\"r&d <eu>, \"\"q\"\"\",");
+    EXPECT_IN("all.csv", "requested epsilon total 9");
+    EXPECT_IN("all.csv", "deleted ");
+    RUN(0, "report", path_all, "-o", html, "--key", vkey);
+    EXPECT_IN("all.html", "r&amp;d &lt;eu&gt;, &quot;q&quot;");
+    EXPECT_IN("all.html", "class=\"verdict ok\"");
+    EXPECT_IN("all.html", "budget epsilon 8, config sha256 <code>");
+    EXPECT_IN("all.html", "No rounds with region counts.");
+    RUN(1, "report", path_junk, "-o", html);
+    EXPECT_IN("all.html", "class=\"verdict bad\"");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PATH/TO/flotilla-audit\n", argv[0]);
+        return 2;
+    }
+    tool = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_io_errors),
+        cmocka_unit_test(test_verify),       cmocka_unit_test(test_show),
+        cmocka_unit_test(test_export_and_report),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
