@@ -201,6 +201,17 @@ static void test_load_misuse(void **state) {
     assert_string_equal(err, "untouched");
     assert_null(doc);
     fl_coord_config_init(NULL); /* a no-op */
+    /* An empty file and a directory are not configurations. */
+    write_file("empty.json", "");
+    char p[256];
+    snprintf(p, sizeof(p), "%s/empty.json", g_dir);
+    fl_coord_config_init(&cfg);
+    assert_int_not_equal(fl_coord_config_load(&doc, &cfg, p, err, sizeof(err)), FL_OK);
+    assert_null(doc);
+    assert_non_null(strstr(err, "empty.json"));
+    assert_int_not_equal(fl_coord_config_load(&doc, &cfg, g_dir, err, sizeof(err)), FL_OK);
+    assert_null(doc);
+    unlink(p);
 }
 
 /* fl_coord_create: each field's bounds, one below and one above, named in the message. */
@@ -274,8 +285,12 @@ static void test_create_fields(void **state) {
     assert_int_equal(fl_coord_create(NULL, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
     assert_non_null(strstr(err, "required"));
     assert_int_equal(fl_coord_create(&co, NULL, err, sizeof(err)), FL_ERR_MISUSE);
-    /* Without a message buffer the status still comes back. */
+    /* Without a message buffer the status still comes back; a zero-length one is left
+     * alone. */
     assert_int_equal(fl_coord_create(&co, NULL, NULL, 0), FL_ERR_MISUSE);
+    snprintf(err, sizeof(err), "untouched");
+    assert_int_equal(fl_coord_create(&co, NULL, err, 0), FL_ERR_MISUSE);
+    assert_string_equal(err, "untouched");
     cfg.struct_size = sizeof(cfg) - 8;
     assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
     assert_non_null(strstr(err, "struct_size"));

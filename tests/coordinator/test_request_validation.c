@@ -774,6 +774,34 @@ static void test_names_and_intervals(void **state) {
     free(etok);
 }
 
+
+/* A model version of another population is not served under this one's name. */
+static void test_foreign_model(void **state) {
+    struct fx *f = *state;
+    char *ea = create_pop(f, "pa", "");
+    upload_and_start(f, "pa");
+    free(create_pop(f, "pb", ""));
+    upload_and_start(f, "pb"); /* its model is version 2 */
+    char *tok = enroll(f, ea, "pa");
+    struct resp r = http_req(f, "GET", "/v1/admin/populations/pb", ADMIN_TOKEN, NULL, NULL, 0,
+                             NULL);
+    json_t *j = body_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(j, "model_version")), 2);
+    json_decref(j);
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/models/pa/1", tok, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/models/pa/2", tok, NULL, NULL, 0, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/models/pb/2", tok, NULL, NULL, 0, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    free(tok);
+    free(ea);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_enroll_fields, fx_setup, fx_teardown),
@@ -785,6 +813,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_admin_round_listing, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_task_and_model_paths, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_names_and_intervals, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_model, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
