@@ -802,6 +802,43 @@ static void test_foreign_model(void **state) {
     free(ea);
 }
 
+
+/* The enrolment bucket when the clock goes back: no refill from the jump; it refills again
+ * as time moves forward, up to max_per_minute. */
+static void test_enroll_bucket_clock(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "eb", "\"enrollment\":{\"max_per_minute\":2}");
+    const char *eb = "{\"population\":\"eb\",\"region\":\"EU\"}";
+    for (int i = 0; i < 2; i++) {
+        struct resp r = http_json(f, "POST", "/v1/enroll", etok, eb);
+        assert_int_equal(r.status, 201);
+        resp_free(&r);
+    }
+    struct resp r = http_json(f, "POST", "/v1/enroll", etok, eb);
+    char hv[16];
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "30");
+    assert_error(&r, 429, "rate_limited");
+    resp_free(&r);
+    atomic_fetch_sub(&f->now_ms, 10 * 60 * 1000); /* the clock jumps back 10 minutes */
+    r = http_json(f, "POST", "/v1/enroll", etok, eb);
+    assert_error(&r, 429, "rate_limited");
+    resp_free(&r);
+    fx_advance(f, 29 * 1000); /* +29 s: 0.97 of a token */
+    r = http_json(f, "POST", "/v1/enroll", etok, eb);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "1");
+    assert_error(&r, 429, "rate_limited");
+    resp_free(&r);
+    fx_advance(f, 3600 * 1000); /* an hour: the bucket holds 2, not 120 */
+    for (int i = 0; i < 3; i++) {
+        r = http_json(f, "POST", "/v1/enroll", etok, eb);
+        assert_int_equal(r.status, i < 2 ? 201 : 429);
+        resp_free(&r);
+    }
+    free(etok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_enroll_fields, fx_setup, fx_teardown),
@@ -814,6 +851,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_task_and_model_paths, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_names_and_intervals, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_model, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_enroll_bucket_clock, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
