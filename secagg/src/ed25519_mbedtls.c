@@ -64,10 +64,10 @@
 #define ED_SMALL_COUNT 7
 
 /* Goes to the function's `out` label when an mbedTLS call (or any int expression) is non-zero. */
-#define ED_CHK(expr)                                                                           \
-    do {                                                                                       \
-        if ((expr) != 0)                                                                       \
-            goto out;                                                                          \
+#define ED_CHK(expr)                                                                               \
+    do {                                                                                           \
+        if ((expr) != 0)                                                                           \
+            goto out;                                                                              \
     } while (0)
 
 /* ---- the curve, built once ---- */
@@ -339,10 +339,10 @@ static int ed_decode(const struct ed_curve *e, mbedtls_ecp_point *pt, const uint
     ED_CHK(mbedtls_mpi_mod_mpi(&v, &v, p));
     /* Candidate root x = u v^3 (u v^7)^((p-5)/8), one exponentiation (p = 5 mod 8). */
     ED_CHK(fp_mul(e, &v3, &v, &v));
-    ED_CHK(fp_mul(e, &v3, &v3, &v));        /* v^3 */
+    ED_CHK(fp_mul(e, &v3, &v3, &v)); /* v^3 */
     ED_CHK(fp_mul(e, &t, &v3, &v3));
-    ED_CHK(fp_mul(e, &t, &t, &v));          /* v^7 */
-    ED_CHK(fp_mul(e, &t, &t, &u));          /* u v^7 */
+    ED_CHK(fp_mul(e, &t, &t, &v)); /* v^7 */
+    ED_CHK(fp_mul(e, &t, &t, &u)); /* u v^7 */
     ED_CHK(mbedtls_mpi_exp_mod(&t, &t, &e->exp_p58, p, NULL));
     ED_CHK(fp_mul(e, &x, &u, &v3));
     ED_CHK(fp_mul(e, &x, &x, &t));
@@ -363,14 +363,14 @@ static int ed_decode(const struct ed_curve *e, mbedtls_ecp_point *pt, const uint
     /* To Wei25519: u' = (1 + y) / (1 - y), X = u' + delta, Y = c u' / x = c (1 + y) / ((1 - y) x)
      * (y != 1 since x != 0); one inversion: w = 1 / ((1 - y) x), u' = (1 + y) x w. */
     ED_CHK(mbedtls_mpi_add_int(&u, &y, 1));
-    ED_CHK(mbedtls_mpi_mod_mpi(&u, &u, p));  /* 1 + y */
+    ED_CHK(mbedtls_mpi_mod_mpi(&u, &u, p)); /* 1 + y */
     ED_CHK(mbedtls_mpi_sub_mpi(&v, p, &y));
     ED_CHK(mbedtls_mpi_add_int(&v, &v, 1));
-    ED_CHK(mbedtls_mpi_mod_mpi(&v, &v, p));  /* 1 - y */
+    ED_CHK(mbedtls_mpi_mod_mpi(&v, &v, p)); /* 1 - y */
     ED_CHK(fp_mul(e, &v, &v, &x));
     ED_CHK(mbedtls_mpi_inv_mod(&v3, &v, p)); /* w */
     ED_CHK(fp_mul(e, &t, &u, &x));
-    ED_CHK(fp_mul(e, &t, &t, &v3));          /* u' */
+    ED_CHK(fp_mul(e, &t, &t, &v3)); /* u' */
     ED_CHK(mbedtls_mpi_add_mpi(&pt->X, &t, &e->delta));
     ED_CHK(mbedtls_mpi_mod_mpi(&pt->X, &pt->X, p));
     ED_CHK(fp_mul(e, &t, &u, &e->c));

@@ -16,8 +16,7 @@
 #include <mbedtls/ecp.h>
 
 int fl__sa_mbed_ed25519_keypair(uint8_t pk[32], uint8_t sk[64], const uint8_t seed[32]);
-int fl__sa_mbed_ed25519_sign(uint8_t sig[64], const uint8_t *msg, size_t len,
-                             const uint8_t sk[64]);
+int fl__sa_mbed_ed25519_sign(uint8_t sig[64], const uint8_t *msg, size_t len, const uint8_t sk[64]);
 int fl__sa_mbed_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size_t len,
                                const uint8_t pk[32]);
 

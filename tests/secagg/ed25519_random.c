@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fl_test.h"
 #include "crypto.h"
+#include "fl_test.h"
 #include "test_sa_harness.h"
 
 static const struct fl__sa_crypto *S, *M; /* sodium-openssl (reference), mbedtls */
@@ -90,8 +90,8 @@ static void test_random_equivalence(void **state) {
             assert_int_equal(M->ed25519_verify(sig_s, mp, len, bad), -1);
         }
     }
-    print_message("part %u of %u: %u of %d cases; flipped bits in sig/msg/pk: %zu/%zu/%zu\n",
-                  part, parts, ran, RANDOM_CASES, flips[0], flips[1], flips[2]);
+    print_message("part %u of %u: %u of %d cases; flipped bits in sig/msg/pk: %zu/%zu/%zu\n", part,
+                  parts, ran, RANDOM_CASES, flips[0], flips[1], flips[2]);
     assert_true(ran > 0);
 }
 

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fl_test.h"
 #include "crypto.h"
+#include "fl_test.h"
 #include "test_sa_harness.h"
 #if defined(FL_HAVE_MBEDTLS_BUILD)
 #include "ed25519_mbedtls.h"
@@ -34,12 +34,12 @@ static int setup(void **state) {
     return P.s ? 0 : -1;
 }
 
-#define NEED_MBEDTLS()                                                                     \
-    do {                                                                                   \
-        if (!P.m) {                                                                        \
-            print_message("mbedtls backend not built: skipped\n");                        \
-            skip();                                                                        \
-        }                                                                                  \
+#define NEED_MBEDTLS()                                                                             \
+    do {                                                                                           \
+        if (!P.m) {                                                                                \
+            print_message("mbedtls backend not built: skipped\n");                                 \
+            skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* Deterministic test randomness (splitmix64), so a failure can be replayed. */
@@ -81,8 +81,7 @@ static void test_group(void **state) {
     assert_int_equal(mbedtls_mpi_shift_l(&p, 255), 0);
     assert_int_equal(mbedtls_mpi_sub_int(&p, &p, 19), 0);
     assert_int_equal(mbedtls_mpi_cmp_mpi(&p, &grp.P), 0);
-    assert_int_equal(mbedtls_mpi_read_string(&m, 10, "27742317777372353535851937790883648493"),
-                     0);
+    assert_int_equal(mbedtls_mpi_read_string(&m, 10, "27742317777372353535851937790883648493"), 0);
     assert_int_equal(mbedtls_mpi_set_bit(&m, 252, 1), 0);
     assert_int_equal(mbedtls_mpi_cmp_mpi(&m, &grp.N), 0);
     assert_int_equal(grp.nbits, 253);
@@ -140,8 +139,8 @@ static void unhex(uint8_t *out, const char *hex, size_t n) {
 }
 
 /* Both backends reject (sig, msg, pk); with a message for the record. */
-static void both_reject(const uint8_t sig[64], const uint8_t *msg, size_t len,
-                        const uint8_t pk[32], const char *what) {
+static void both_reject(const uint8_t sig[64], const uint8_t *msg, size_t len, const uint8_t pk[32],
+                        const char *what) {
     int s = P.s->ed25519_verify(sig, msg, len, pk), m = P.m->ed25519_verify(sig, msg, len, pk);
     if (s != -1 || m != -1)
         fail_msg("%s: sodium %d, mbedtls %d (both must reject)", what, s, m);
@@ -290,8 +289,7 @@ static void test_threads_first_use(void **state) {
 /* ---- active-mode rounds across backends ---- */
 
 static void corrupt_forwarded_signature(void *u, int to_server, uint32_t client,
-                                        fl_secagg_msg_type t, uint8_t *m, size_t *len,
-                                        size_t cap) {
+                                        fl_secagg_msg_type t, uint8_t *m, size_t *len, size_t cap) {
     int *hits = u;
     (void)cap;
     if (!to_server && client == 0 && t == FL_SECAGG_MSG_UNMASK_REQ) {

@@ -136,10 +136,9 @@ int main(int argc, char **argv) {
                        runs[b].best[op] / runs[0].best[op]);
         printf("]}\n");
     } else {
-        printf("Ed25519, %ld items x %ld-byte messages, best of %ld (%s time)\n", iters, mlen,
-               reps, bench_clock == CLOCK_MONOTONIC ? "wall" : "thread CPU");
-        printf("%-16s %-8s %12s %12s %16s\n", "backend", "op", "us/op", "ops/s",
-               "time vs sodium");
+        printf("Ed25519, %ld items x %ld-byte messages, best of %ld (%s time)\n", iters, mlen, reps,
+               bench_clock == CLOCK_MONOTONIC ? "wall" : "thread CPU");
+        printf("%-16s %-8s %12s %12s %16s\n", "backend", "op", "us/op", "ops/s", "time vs sodium");
         for (size_t b = 0; b < nb; b++)
             for (int op = 0; op < OPS; op++)
                 printf("%-16s %-8s %12.2f %12.1f %15.2fx\n", runs[b].c->name, op_names[op],
@@ -157,7 +156,6 @@ out:
     free(msgs);
     return rc;
 usage:
-    fprintf(stderr, "usage: %s [--iters N] [--msg BYTES] [--reps R] [--wall] [--json]\n",
-            argv[0]);
+    fprintf(stderr, "usage: %s [--iters N] [--msg BYTES] [--reps R] [--wall] [--json]\n", argv[0]);
     return 2;
 }
