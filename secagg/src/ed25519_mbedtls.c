@@ -20,7 +20,13 @@
  * included), A with y >= p or not on the curve; then accept iff the canonical encoding of
  * [S]B - [k]A equals R byte for byte, with k = SHA-512(R || A || M) mod L (cofactorless).
  * A non-canonical R can never equal a canonical encoding, so it is rejected as well.
- * tests/secagg/test_ed25519_mbedtls.c checks every one of these cases on both backends.
+ * tests/vectors/secagg/ed25519_edge.txt (run by test_crypto_kat.c on both backends) and
+ * tests/secagg/test_ed25519_mbedtls.c check each of these cases against libsodium itself,
+ * including keys with a torsion component (see the odd-scalar note in the verifier).
+ *
+ * The curve is built once (pthread_once) and then only read, so the three operations are
+ * thread-safe; building it multiplies G once with the backend's DRBG, and if that fails (no
+ * entropy) every Ed25519 call of the process fails, as X25519 would.
  *
  * Secrets: the expanded key (a, prefix), the nonce r and the scalar products live in
  * buffers wiped with mbedtls_platform_zeroize and in mbedtls_mpi, whose free wipes limbs.
