@@ -4,6 +4,8 @@
  *   - the eight small-order points as A and as R, x = 0 with the sign bit set, S >= L:
  *     both backends reject (ed25519_edge.txt, run by test_crypto_kat, has the forged cases
  *     that a laxer verifier would accept, and mixed-order keys);
+ *   - 300 honest signatures mutated (random key, R or S; small y as key or R): the two
+ *     backends make the same decision on every one;
  *   - argument checks, in-place use, concurrent first use from several threads;
  *   - active-mode (signed) SecAgg rounds with mbedTLS clients and a sodium server, and the
  *     reverse, including a server that corrupts a forwarded signature.
@@ -207,6 +209,64 @@ static void test_small_order_and_encodings(void **state) {
     assert_int_equal(P.m->ed25519_verify(sig, msg, sizeof(msg), pk), 0);
 }
 
+/* ---- differential: random and near-edge inputs, same decision ---- */
+
+#define DIFF_CASES 300
+
+/* Honest triples mutated one way per case: random key or R bytes, a random S below 2^253
+ * (sometimes >= L), a key or R with a small y (0..40, either sign: hits the identity, the
+ * points of order 2 and 4 and off-curve values), or left honest. Whatever the decision, the
+ * two backends must make the same one; honest ones must verify. */
+static void test_differential(void **state) {
+    (void)state;
+    NEED_MBEDTLS();
+    enum { KEYS = 4 };
+    uint8_t pks[KEYS][32], sks[KEYS][64], seed[32], msg[48], pk[32], sig[64];
+    unsigned accepted = 0;
+    for (int i = 0; i < KEYS; i++) {
+        fill(seed, sizeof(seed));
+        assert_int_equal(P.m->ed25519_keypair(pks[i], sks[i], seed), 0);
+    }
+    for (int i = 0; i < DIFF_CASES; i++) {
+        int key = i % KEYS, kind = (i / KEYS) % 6;
+        fill(msg, sizeof(msg));
+        memcpy(pk, pks[key], 32);
+        assert_int_equal(P.s->ed25519_sign(sig, msg, sizeof(msg), sks[key]), 0);
+        uint8_t *target = kind == 3 ? pk : sig;
+        switch (kind) {
+        case 0:
+            fill(pk, 32);
+            break;
+        case 1:
+            fill(sig, 32);
+            break;
+        case 2:
+            fill(sig + 32, 32);
+            sig[63] &= 0x1f;
+            break;
+        case 3:
+        case 4:
+            memset(target, 0, 32);
+            fill(target, 1);
+            target[0] %= 41;
+            if (i & 1)
+                target[31] |= 0x80;
+            break;
+        default:
+            break;
+        }
+        int rs = P.s->ed25519_verify(sig, msg, sizeof(msg), pk);
+        int rm = P.m->ed25519_verify(sig, msg, sizeof(msg), pk);
+        if (rs != rm)
+            fail_msg("case %d (kind %d): sodium %d, mbedtls %d", i, kind, rs, rm);
+        if (kind == 5)
+            assert_int_equal(rs, 0);
+        accepted += rs == 0;
+    }
+    print_message("%d cases, %u accepted by both, the rest rejected by both\n", DIFF_CASES,
+                  accepted);
+}
+
 /* ---- arguments, aliasing ---- */
 
 static void test_arguments_and_aliasing(void **state) {
@@ -358,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_threads_first_use),
         cmocka_unit_test(test_group),
         cmocka_unit_test(test_small_order_and_encodings),
+        cmocka_unit_test(test_differential),
         cmocka_unit_test(test_arguments_and_aliasing),
         cmocka_unit_test(test_active_rounds_cross_backend),
     };
