@@ -16,12 +16,13 @@
 /* Probability bound on any coordinate of a distributed-DP sum wrapping mod 2^b. */
 #define DDG_WRAP_PROB 1e-9
 
-void fl__coord_round_params_free(struct fl__coord_round_params *rp) {
+void fl__coord_round_params_free(fl_coord *co, struct fl__coord_round_params *rp) {
     for (size_t i = 0; i < rp->n_tensors; i++)
-        free(rp->tensors[i]);
-    free(rp->tensors);
+        fl__free(fl__coord_alloc(co), rp->tensors[i], strlen(rp->tensors[i]) + 1);
+    fl__free(fl__coord_alloc(co), rp->tensors, rp->tensors_cap * sizeof(char *));
     rp->tensors = NULL;
     rp->n_tensors = 0;
+    rp->tensors_cap = 0;
 }
 
 static void central_params(fl_dp_central_params *cp, const struct fl__coord_round_params *rp) {
@@ -47,12 +48,13 @@ static void distributed_params(fl_dp_distributed_params *dp,
 }
 
 /* Adds tensor names to rp: update.tensors, or every F32 tensor of the model. Fills dim. */
-static fl_status collect_tensors(struct fl__coord_round_params *rp, json_t *list,
+static fl_status collect_tensors(fl_coord *co, struct fl__coord_round_params *rp, json_t *list,
                                  const fl_safetensors *st, char *why, size_t why_len) {
     size_t n = list ? json_array_size(list) : fl_safetensors_count(st);
-    rp->tensors = calloc(n ? n : 1, sizeof(char *));
+    rp->tensors = fl__calloc(fl__coord_alloc(co), n ? n : 1, sizeof(char *));
     if (!rp->tensors)
         return FL_ERR_NOMEM;
+    rp->tensors_cap = n ? n : 1;
     rp->dim = 0;
     for (size_t i = 0; i < n; i++) {
         fl_tensor_view v;
@@ -72,7 +74,7 @@ static fl_status collect_tensors(struct fl__coord_round_params *rp, json_t *list
             if (v.dtype != FL_DTYPE_F32)
                 continue;
         }
-        rp->tensors[rp->n_tensors] = strdup(v.name);
+        rp->tensors[rp->n_tensors] = fl__strdup(fl__coord_alloc(co), v.name);
         if (!rp->tensors[rp->n_tensors])
             return FL_ERR_NOMEM;
         rp->n_tensors++;
@@ -134,7 +136,7 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
                  (long long)r->base_version, fl_safetensors_errmsg(st));
         goto out;
     }
-    rc = collect_tensors(rp, json_object_get(up, "tensors"), st, why, why_len);
+    rc = collect_tensors(co, rp, json_object_get(up, "tensors"), st, why, why_len);
     if (rc != FL_OK)
         goto out;
     rp->dim_coded = rp->dim;
@@ -400,8 +402,8 @@ void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p) {
         bool hv = fl_safetensors_find(st, &tv, "v") == FL_OK && tv.dtype == FL_DTYPE_F32;
         size_t dim = hm ? tm.nbytes / 4 : hv ? tv.nbytes / 4 : 0;
         if (dim && (!hm || !hv || tm.nbytes == tv.nbytes)) {
-            p->opt_m = hm ? malloc(tm.nbytes) : NULL;
-            p->opt_v = hv ? malloc(tv.nbytes) : NULL;
+            p->opt_m = hm ? fl__alloc(fl__coord_alloc(co), tm.nbytes) : NULL;
+            p->opt_v = hv ? fl__alloc(fl__coord_alloc(co), tv.nbytes) : NULL;
             if ((!hm || p->opt_m) && (!hv || p->opt_v)) {
                 if (hm)
                     memcpy(p->opt_m, tm.data, tm.nbytes);
@@ -410,8 +412,8 @@ void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p) {
                 p->opt_dim = dim;
                 p->opt_version = m->parent;
             } else {
-                free(p->opt_m);
-                free(p->opt_v);
+                fl__free(fl__coord_alloc(co), p->opt_m, tm.nbytes);
+                fl__free(fl__coord_alloc(co), p->opt_v, tv.nbytes);
                 p->opt_m = p->opt_v = NULL;
             }
         }
@@ -420,17 +422,18 @@ void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p) {
     fl_store_free(co->store, m);
 }
 
-/* Serialises a writer into a malloc'ed buffer. */
-static fl_status writer_bytes(fl_safetensors_writer *w, uint8_t **out, size_t *len) {
+/* Serialises a writer into a buffer of *len bytes from the instance allocator. */
+static fl_status writer_bytes(fl_coord *co, fl_safetensors_writer *w, uint8_t **out,
+                              size_t *len) {
     fl_status rc = fl_safetensors_writer_size(w, len);
     if (rc != FL_OK)
         return rc;
-    *out = malloc(*len);
+    *out = fl__alloc(fl__coord_alloc(co), *len);
     if (!*out)
         return FL_ERR_NOMEM;
     rc = fl_safetensors_writer_serialize(w, *out, *len);
     if (rc != FL_OK) {
-        free(*out);
+        fl__free(fl__coord_alloc(co), *out, *len);
         *out = NULL;
     }
     return rc;
@@ -520,15 +523,15 @@ static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__c
         goto out;
     }
     wv = fl__alloc_array(&co->alloc, rp->dim, sizeof(float));
-    offs = calloc(rp->n_tensors + 1, sizeof(size_t));
+    offs = fl__calloc(fl__coord_alloc(co), rp->n_tensors + 1, sizeof(size_t));
     enum strategy s = strategy_of(
         json_string_value(json_object_get(json_object_get(p->config, "strategy"), "name")));
     bool need_m = s == ST_FEDAVGM || s == ST_FEDADAM || s == ST_FEDYOGI;
     bool need_v = s == ST_FEDADAGRAD || s == ST_FEDADAM || s == ST_FEDYOGI;
     if (need_m)
-        m = malloc(rp->dim * sizeof(float));
+        m = fl__alloc_array(fl__coord_alloc(co), rp->dim, sizeof(float));
     if (need_v)
-        v = malloc(rp->dim * sizeof(float));
+        v = fl__alloc_array(fl__coord_alloc(co), rp->dim, sizeof(float));
     if (!wv || !offs || (need_m && !m) || (need_v && !v)) {
         rc = FL_ERR_NOMEM;
         goto out;
@@ -575,7 +578,7 @@ static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__c
     if (rc == FL_OK)
         rc = fl_safetensors_writer_set_metadata(w, "flotilla.parent_version", num);
     if (rc == FL_OK)
-        rc = writer_bytes(w, model, model_len);
+        rc = writer_bytes(co, w, model, model_len);
     if (rc == FL_OK && (m || v)) {
         uint64_t shape[1] = {rp->dim};
         rc = fl_safetensors_writer_create(&ow, fl__coord_pub_alloc(co));
@@ -591,7 +594,7 @@ static fl_status build_model(fl_coord *co, struct fl__coord_pop *p, struct fl__c
                 json_string_value(json_object_get(json_object_get(p->config, "strategy"),
                                                   "name")));
         if (rc == FL_OK)
-            rc = writer_bytes(ow, opt, opt_len);
+            rc = writer_bytes(co, ow, opt, opt_len);
     }
     if (rc != FL_OK && !why[0])
         snprintf(why, why_len, "building the new model: %s", fl_status_str(rc));
@@ -600,15 +603,15 @@ out:
         *m_out = m;
         *v_out = v;
     } else {
-        free(m);
-        free(v);
-        free(*model);
+        fl__free(fl__coord_alloc(co), m, rp->dim * sizeof(float));
+        fl__free(fl__coord_alloc(co), v, rp->dim * sizeof(float));
+        fl__free(fl__coord_alloc(co), *model, *model_len);
         *model = NULL;
     }
     fl_safetensors_writer_destroy(ow);
     fl_safetensors_writer_destroy(w);
     fl_safetensors_destroy(st);
-    free(offs);
+    fl__free(fl__coord_alloc(co), offs, (rp->n_tensors + 1) * sizeof(size_t));
     if (wv)
         fl__free(&co->alloc, wv, rp->dim * sizeof(float));
     return rc;
@@ -754,20 +757,20 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
         fl__coord_model_cache_set(co, p, model, model_len, version, sha_hex);
         model = NULL;
     }
-    free(model);
-    free(opt);
+    fl__free(fl__coord_alloc(co), model, model_len);
+    fl__free(fl__coord_alloc(co), opt, opt_len);
     atomic_fetch_add(&co->metrics.agg_count, 1);
     atomic_fetch_add(&co->metrics.agg_sum_us, (uint64_t)(fl__coord_mono_us() - t0));
     if (rc != FL_OK) {
-        free(m);
-        free(v);
+        fl__free(fl__coord_alloc(co), m, rp->dim * sizeof(float));
+        fl__free(fl__coord_alloc(co), v, rp->dim * sizeof(float));
         if (!why[0])
             snprintf(why, sizeof(why), "aggregation failed: %s", fl_status_str(rc));
         fl__coord_round_abandon(co, p, why);
         return;
     }
-    free(p->opt_m);
-    free(p->opt_v);
+    fl__free(fl__coord_alloc(co), p->opt_m, p->opt_dim * sizeof(float));
+    fl__free(fl__coord_alloc(co), p->opt_v, p->opt_dim * sizeof(float));
     p->opt_m = m;
     p->opt_v = v;
     p->opt_dim = (m || v) ? rp->dim : 0;

@@ -313,7 +313,7 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
             return arc == FL_ERR_BUSY ? arc : FL_ERR_IO;
         p->abandon_pending = false;
     }
-    struct fl__coord_round *r = calloc(1, sizeof(*r));
+    struct fl__coord_round *r = fl__calloc(fl__coord_alloc(co), 1, sizeof(*r));
     if (!r)
         return FL_ERR_NOMEM;
     double capd = (double)p->sel.target * p->sel.over_selection;
@@ -330,16 +330,16 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
         r->rp.staleness_alpha = json_number_value(json_object_get(st, "staleness_alpha"));
         r->cap = (size_t)r->rp.max_inflight + r->rp.buffer_k;
     }
-    r->parts = calloc(r->cap, sizeof(*r->parts));
+    r->parts = fl__calloc(fl__coord_alloc(co), r->cap, sizeof(*r->parts));
     if (!r->parts) {
-        free(r);
+        fl__free(fl__coord_alloc(co), r, sizeof(*r));
         return FL_ERR_NOMEM;
     }
     for (size_t i = 0; i < r->cap; i++)
         r->parts[i].dropped_at = -1;
-    if (!p->buffered && fl__coord_round_index_init(r) != FL_OK) {
-        free(r->parts);
-        free(r);
+    if (!p->buffered && fl__coord_round_index_init(co, r) != FL_OK) {
+        fl__free(fl__coord_alloc(co), r->parts, r->cap * sizeof(*r->parts));
+        fl__free(fl__coord_alloc(co), r, sizeof(*r));
         return FL_ERR_NOMEM;
     }
     r->base_version = p->model_version;
@@ -746,9 +746,11 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     json_t *t = task_json(co, p, pt);
-    char *text = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *text = t ? fl__coord_json_dumps(co, t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     if (t)
         json_decref(t);
+    /* The blob or the reply frees it (the size with its NUL, as it was allocated). */
+    size_t text_size = text ? strlen(text) + 1 : 0;
     if (!text) {
         status = fl__coord_error(rep, 500, "internal", NULL, "could not build the task");
         goto out_unlock;
@@ -756,8 +758,9 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     if (!r->rp.secagg && !r->rp.buffered) {
         /* Every participant of a plain synchronous round gets the same bytes: build and
          * sign them once. */
-        size_t tl = strlen(text);
-        struct fl__coord_blob *b = fl__coord_blob_wrap((uint8_t *)text, tl);
+        struct fl__coord_blob *b = fl__coord_blob_wrap(co, (uint8_t *)text, text_size);
+        if (b)
+            b->len = text_size - 1; /* the body: without the NUL */
         if (!b) {
             status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
             goto out_unlock;
@@ -772,8 +775,9 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     rep->bytes_owned = text;
+    rep->owned_size = text_size;
     rep->bytes = (const uint8_t *)text;
-    rep->len = strlen(text);
+    rep->len = text_size - 1;
     rep->content_type = "application/json";
     rep->status = status = 200;
     sign_body(co, rep, "flotilla/v1/task", (uint64_t)rid, rep->bytes, rep->len);
@@ -804,7 +808,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         return rep->status;
     int status;
     char *cfg_text = NULL, *regions_text = NULL;
-    struct fl__coord_pop *p = calloc(1, sizeof(*p));
+    struct fl__coord_pop *p = fl__calloc(fl__coord_alloc(co), 1, sizeof(*p));
     if (!p) {
         status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
         goto out;
@@ -823,12 +827,12 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     fl__coord_hex(hex, h, 32);
     json_t *stored = json_deep_copy(p->config);
     json_object_set_new(stored, "enrollment_token_sha256", json_string(hex));
-    cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
+    cfg_text = fl__coord_json_dumps(co, stored, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(stored);
     json_t *regs = json_deep_copy(json_object_get(p->config, "allowed_regions"));
     if (p->any_region)
         json_array_clear(regs);
-    regions_text = json_dumps(regs, JSON_COMPACT);
+    regions_text = fl__coord_json_dumps(co, regs, JSON_COMPACT);
     json_decref(regs);
     if (!cfg_text || !regions_text) {
         status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
@@ -849,7 +853,8 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     /* Room in memory first: once committed, the population must not be refused. */
     if (co->n_pops == co->cap_pops) {
         size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
-        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
+        struct fl__coord_pop **np = fl__realloc(fl__coord_alloc(co), co->pops,
+                                                co->cap_pops * sizeof(*np), nc * sizeof(*np));
         if (!np) {
             fl__coord_unlock(co);
             status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
@@ -889,8 +894,8 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     fl_memzero(token, sizeof(token));
     fl_memzero(secret, sizeof(secret));
 out:
-    free(cfg_text);
-    free(regions_text);
+    fl__coord_text_free(co, cfg_text);
+    fl__coord_text_free(co, regions_text);
     fl__coord_pop_free(co, p);
     json_decref(body);
     return status;
@@ -1019,8 +1024,8 @@ static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_
         json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
     if (any)
         json_array_clear(regs);
-    char *cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
-    char *regions_text = json_dumps(regs, JSON_COMPACT);
+    char *cfg_text = fl__coord_json_dumps(co, stored, JSON_COMPACT | JSON_SORT_KEYS);
+    char *regions_text = fl__coord_json_dumps(co, regs, JSON_COMPACT);
     json_decref(stored);
     json_decref(regs);
     json_t *pr = json_object_get(cfg, "privacy");
@@ -1031,8 +1036,8 @@ static fl_status audit_config(fl_coord *co, const struct fl__coord_pop *p, json_
                        ? fl_store_audit_append_config(co->store, NULL, p->id, cfg_text, eps, delta,
                                                       regions_text)
                        : FL_ERR_NOMEM;
-    free(cfg_text);
-    free(regions_text);
+    fl__coord_text_free(co, cfg_text);
+    fl__coord_text_free(co, regions_text);
     return rc;
 }
 
@@ -1056,8 +1061,8 @@ static fl_status store_config(fl_coord *co, const struct fl__coord_pop *p, json_
         json_is_string(r) && strcmp(json_string_value(r), "*") == 0;
     if (any)
         json_array_clear(regs);
-    cfg_text = json_dumps(stored, JSON_COMPACT | JSON_SORT_KEYS);
-    regions_text = json_dumps(regs, JSON_COMPACT);
+    cfg_text = fl__coord_json_dumps(co, stored, JSON_COMPACT | JSON_SORT_KEYS);
+    regions_text = fl__coord_json_dumps(co, regs, JSON_COMPACT);
     if (!cfg_text || !regions_text)
         goto out;
     json_t *pr = json_object_get(cfg, "privacy");
@@ -1068,8 +1073,8 @@ static fl_status store_config(fl_coord *co, const struct fl__coord_pop *p, json_
 out:
     json_decref(stored);
     json_decref(regs);
-    free(cfg_text);
-    free(regions_text);
+    fl__coord_text_free(co, cfg_text);
+    fl__coord_text_free(co, regions_text);
     return rc;
 }
 
@@ -1229,7 +1234,7 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
         }
     }
     cfg = json_deep_copy(p->config);
-    tmp = calloc(1, sizeof(*tmp));
+    tmp = fl__calloc(fl__coord_alloc(co), 1, sizeof(*tmp));
     if (!cfg || !tmp) {
         status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
         goto out;
@@ -1269,6 +1274,9 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
     p->n_regions = tmp->n_regions;
     tmp->regions = orr;
     tmp->n_regions = on;
+    size_t ocap = p->regions_cap; /* the sizes go with the arrays (fl__free) */
+    p->regions_cap = tmp->regions_cap;
+    tmp->regions_cap = ocap;
     p->any_region = tmp->any_region;
     p->sel = tmp->sel;
     memcpy(p->deadlines_s, tmp->deadlines_s, sizeof(p->deadlines_s));

@@ -105,8 +105,8 @@ fl_status fl__coord_ledger_epsilon(fl_coord *co, const struct fl__coord_pop *p, 
  * also hold devices still training, which the store's count would include). */
 static fl_status buffered_regions(fl_coord *co, const struct fl__coord_round *r,
                                   fl_store_audit_region **out, size_t *n_out, char ***names) {
-    fl_store_audit_region *rg = calloc(r->n ? r->n : 1, sizeof(*rg));
-    char **nm = calloc(r->n ? r->n : 1, sizeof(*nm));
+    fl_store_audit_region *rg = fl__calloc(fl__coord_alloc(co), r->n ? r->n : 1, sizeof(*rg));
+    char **nm = fl__calloc(fl__coord_alloc(co), r->n ? r->n : 1, sizeof(*nm));
     size_t n = 0;
     fl_status rc = rg && nm ? FL_OK : FL_ERR_NOMEM;
     for (size_t i = 0; rc == FL_OK && i < r->n; i++) {
@@ -123,7 +123,7 @@ static fl_status buffered_regions(fl_coord *co, const struct fl__coord_round *r,
         while (j < n && strcmp(nm[j], c->region) != 0)
             j++;
         if (j == n) {
-            nm[n] = strdup(c->region);
+            nm[n] = fl__strdup(fl__coord_alloc(co), c->region);
             if (!nm[n])
                 rc = FL_ERR_NOMEM;
             else
@@ -224,9 +224,9 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
     if (rc == FL_OK)
         rc = fl_store_audit_append_round(co->store, NULL, &info);
     for (size_t j = 0; names && j < nrg; j++)
-        free(names[j]);
-    free(names);
-    free(rg);
+        fl__free(fl__coord_alloc(co), names[j], strlen(names[j]) + 1);
+    fl__free(fl__coord_alloc(co), names, (r->n ? r->n : 1) * sizeof(*names));
+    fl__free(fl__coord_alloc(co), rg, (r->n ? r->n : 1) * sizeof(*rg));
     return rc;
 }
 
@@ -293,6 +293,12 @@ static int audit_store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status
     if (rc == FL_ERR_BUSY) {
         rep->retry_after_s = 1;
         return fl__coord_error(rep, 503, "unavailable", NULL, "database busy");
+    }
+    if (rc == FL_ERR_IO) {
+        /* As api.c's store_fail: a full disk, a failed write or fsync is transient. */
+        rep->retry_after_s = 5;
+        return fl__coord_error(rep, 503, "storage_unavailable", NULL,
+                               "storage cannot write now (disk full or I/O error)");
     }
     return fl__coord_error(rep, 500, "internal", NULL, "storage error");
 }
@@ -396,7 +402,7 @@ static int h_bundle(fl_coord *co, struct fl__coord_reply *rep) {
         return fl__coord_error(rep, 404, "not_found", NULL, "the audit log is empty");
     if (rc != FL_OK)
         return audit_store_fail(co, rep, rc);
-    char *copy = malloc(len ? len : 1);
+    char *copy = fl__alloc(fl__coord_alloc(co), len);
     if (!copy) {
         fl_store_free(co->store, b);
         return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
@@ -405,6 +411,7 @@ static int h_bundle(fl_coord *co, struct fl__coord_reply *rep) {
     fl_store_free(co->store, b);
     rep->status = 200;
     rep->bytes_owned = copy;
+    rep->owned_size = len;
     rep->bytes = (const uint8_t *)copy;
     rep->len = len;
     rep->content_type = "application/x-ndjson";

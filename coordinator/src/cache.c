@@ -60,14 +60,14 @@ fl_status fl__coord_model_blob(fl_coord *co, struct fl__coord_pop *p, int64_t ve
         rc = FL_ERR_CORRUPT;
     uint8_t *bytes = NULL;
     if (rc == FL_OK) {
-        bytes = malloc(m->size ? m->size : 1);
+        bytes = fl__alloc(fl__coord_alloc(co), m->size);
         if (!bytes)
             rc = FL_ERR_NOMEM;
     }
     struct fl__coord_blob *b = NULL;
     if (rc == FL_OK) {
         memcpy(bytes, m->bytes, m->size);
-        b = fl__coord_blob_wrap(bytes, m->size);
+        b = fl__coord_blob_wrap(co, bytes, m->size);
         if (!b)
             rc = FL_ERR_NOMEM;
     }
@@ -90,9 +90,9 @@ void fl__coord_model_cache_set(fl_coord *co, struct fl__coord_pop *p, uint8_t *b
     uint8_t h[32];
     struct fl__coord_blob *b = NULL;
     if (fl__coord_unhex(h, 32, sha256_hex))
-        b = fl__coord_blob_wrap(bytes, len);
+        b = fl__coord_blob_wrap(co, bytes, len);
     else
-        free(bytes);
+        fl__free(fl__coord_alloc(co), bytes, len);
     if (b) {
         b->id = version;
         fl__coord_blob_sign(co, b, "flotilla/v1/model", h);

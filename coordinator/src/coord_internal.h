@@ -101,8 +101,9 @@ void fl__coord_metrics_round_done(struct fl__coord_metrics *m, int outcome, int6
 const char *fl__coord_route_name(enum fl__coord_route r);
 /* Counts one answered request. */
 void fl__coord_metrics_http(struct fl__coord_metrics *m, enum fl__coord_route r, int status);
-/* Renders the Prometheus text format into a malloc'ed NUL-terminated string. */
-char *fl__coord_metrics_render(fl_coord *co);
+/* Renders the Prometheus text format into a NUL-terminated string from the instance
+ * allocator; *size receives the bytes allocated (what fl__free needs). */
+char *fl__coord_metrics_render(fl_coord *co, size_t *size);
 
 /* ---- populations and rounds (in memory, mirrored in storage) ---- */
 
@@ -185,6 +186,7 @@ struct fl__coord_round_params {
     double staleness_alpha;     /* buffered: weight 1 / (1 + staleness)^alpha */
     char **tensors;             /* update tensor names, in order */
     size_t n_tensors;
+    size_t tensors_cap;         /* entries allocated in tensors */
 };
 
 struct fl__coord_round {
@@ -229,6 +231,7 @@ struct fl__coord_pop {
     uint8_t enroll_hash[32];                 /* SHA-256 of the enrollment token */
     char **regions;                          /* allowed regions; NULL with any_region */
     size_t n_regions;
+    size_t regions_cap;                      /* entries allocated in regions */
     bool any_region;
     bool buffered;                           /* FedBuff without secagg: asynchronous */
     bool running;                            /* admin started it */
@@ -354,6 +357,12 @@ int64_t fl__coord_now(const fl_coord *co);
 static inline const fl_allocator *fl__coord_pub_alloc(const fl_coord *co) {
     return co->alloc.alloc ? &co->alloc : NULL;
 }
+/* The allocator of the coordinator's own memory, for the fl__ helpers (co NULL = libc: the
+ * fuzz entry points run without a coordinator). Every block goes back through fl__free
+ * with the size it was asked for, as fl_allocator promises the application. */
+static inline const fl_allocator *fl__coord_alloc(const fl_coord *co) {
+    return co ? &co->alloc : NULL;
+}
 /* Monotonic milliseconds (long-poll timeouts; not the configurable clock). */
 int64_t fl__coord_mono_ms(void);
 /* Monotonic microseconds (durations for metrics). */
@@ -388,11 +397,14 @@ struct fl__coord_blob {
     int64_t id;                    /* what it is: model version or round id */
     char sha_hex[65];              /* SHA-256 of data, lowercase hex */
     char sig_b64[96];              /* Flotilla-Signature over it (empty: unsigned) */
-    uint8_t *data;                 /* the bytes (malloc'ed; owned) */
+    uint8_t *data;                 /* the bytes (instance allocator; owned) */
+    const fl_allocator *alloc;     /* the coordinator's allocator: frees data and the blob */
+    size_t size;                   /* bytes allocated for data (len, or more) */
 };
 
-/* Wraps data (malloc'ed, ownership taken even on failure) in a blob with one reference. */
-struct fl__coord_blob *fl__coord_blob_wrap(uint8_t *data, size_t len);
+/* Wraps data (len bytes, 1 when len is 0, from co's allocator; ownership taken even on
+ * failure) in a blob with one reference. */
+struct fl__coord_blob *fl__coord_blob_wrap(fl_coord *co, uint8_t *data, size_t len);
 struct fl__coord_blob *fl__coord_blob_ref(struct fl__coord_blob *b);
 /* Drops a reference; frees the blob with the last one. NULL is a no-op. */
 void fl__coord_blob_unref(struct fl__coord_blob *b);
@@ -415,7 +427,8 @@ struct fl__coord_reply {
     const uint8_t *bytes;          /* a byte body (copied when queued), or */
     struct fl__coord_blob *blob;   /* a shared body (one reference owned; not copied) */
     size_t len;
-    char *bytes_owned;             /* freed after queueing when set */
+    char *bytes_owned;             /* freed after queueing when set (instance allocator) */
+    size_t owned_size;             /* bytes allocated for bytes_owned */
     const char *content_type;      /* for byte bodies */
     int retry_after_s;             /* >= 0: Retry-After header */
     const char *allow;             /* Allow header for 405 */
@@ -555,7 +568,7 @@ struct fl__coord_participant *fl__coord_round_find(const struct fl__coord_round 
 struct fl__coord_participant *fl__coord_round_add(struct fl__coord_round *r,
                                                   const char *client_id);
 /* Allocates r->pidx for r->cap participants (synchronous rounds). */
-fl_status fl__coord_round_index_init(struct fl__coord_round *r);
+fl_status fl__coord_round_index_init(fl_coord *co, struct fl__coord_round *r);
 /* Finds the round of p with id rid: the current one or the last finished one. */
 struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid);
 /* The participant of round_id that the request's Idempotency-Key names (lock held). */
@@ -598,7 +611,7 @@ void fl__coord_epsilon_refresh(fl_coord *co, struct fl__coord_pop *p);
 /* Loads the population's optimiser state from the registry (startup). */
 void fl__coord_opt_load(fl_coord *co, struct fl__coord_pop *p);
 /* Frees a round's parameters. */
-void fl__coord_round_params_free(struct fl__coord_round_params *rp);
+void fl__coord_round_params_free(fl_coord *co, struct fl__coord_round_params *rp);
 
 /* Starts/stops the MHD daemon (http.c). */
 fl_status fl__coord_http_start(fl_coord *co);
@@ -673,5 +686,11 @@ bool fl__coord_valid_name(const char *s, size_t max, bool dot);
 bool fl__coord_parse_id(const char *s, int64_t *out);
 /* Reads a whole file (at most max bytes) into a malloc'ed NUL-terminated buffer. */
 fl_status fl__coord_read_file(char **out, size_t *len, const char *path, size_t max);
+/* j as JSON text (NUL-terminated) from the instance allocator, or NULL. Not json_dumps:
+ * Jansson 2.14 ignores an allocation failure while it writes an object key, so under memory
+ * pressure json_dumps can return JSON with a key missing; json_dumpb into a buffer of the
+ * measured size allocates nothing while it writes. Free with fl__coord_text_free. */
+char *fl__coord_json_dumps(fl_coord *co, const json_t *j, size_t flags);
+void fl__coord_text_free(fl_coord *co, char *s);
 
 #endif /* FLOTILLA_COORD_INTERNAL_H */

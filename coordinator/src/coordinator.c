@@ -88,16 +88,6 @@ static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
     return FL_OK;
 }
 
-static char *dup_str(const char *s) {
-    if (!s)
-        return NULL;
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
 static void store_log_forward(void *user, fl_log_level level, const char *msg) {
     fl_coord *co = user;
     fl__log(&co->logger, level, "%s", msg); /* storage prefixes its own */
@@ -127,17 +117,18 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
         snprintf(errmsg, errmsg_len, "libsodium failed to initialise");
         return FL_ERR_CRYPTO;
     }
-    fl_coord *co = calloc(1, sizeof(*co));
+    fl_allocator alloc;
+    rc = fl__allocator_copy(&alloc, cfg->allocator);
+    if (rc != FL_OK) {
+        snprintf(errmsg, errmsg_len, "config.allocator is invalid");
+        return rc;
+    }
+    fl_coord *co = fl__calloc(&alloc, 1, sizeof(*co));
     if (!co) {
         snprintf(errmsg, errmsg_len, "out of memory");
         return FL_ERR_NOMEM;
     }
-    rc = fl__allocator_copy(&co->alloc, cfg->allocator);
-    if (rc != FL_OK) {
-        snprintf(errmsg, errmsg_len, "config.allocator is invalid");
-        free(co);
-        return rc;
-    }
+    co->alloc = alloc;
     pthread_mutex_init(&co->lock, NULL);
     co->logger = cfg->logger;
     co->port_cfg = cfg->port;
@@ -150,10 +141,10 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
     co->clock_user = cfg->clock_user;
     co->has_admin = cfg->has_admin_token != 0;
     memcpy(co->admin_hash, cfg->admin_token_sha256, 32);
-    co->listen_address = dup_str(cfg->listen_address);
-    co->db_path = dup_str(cfg->db_path);
-    co->tls_cert = dup_str(cfg->tls_cert_pem);
-    co->tls_key = dup_str(cfg->tls_key_pem);
+    co->listen_address = fl__strdup(&co->alloc, cfg->listen_address);
+    co->db_path = fl__strdup(&co->alloc, cfg->db_path);
+    co->tls_cert = fl__strdup(&co->alloc, cfg->tls_cert_pem);
+    co->tls_key = fl__strdup(&co->alloc, cfg->tls_key_pem);
     if (!co->listen_address || !co->db_path || (cfg->tls_cert_pem && !co->tls_cert) ||
         (cfg->tls_key_pem && !co->tls_key)) {
         snprintf(errmsg, errmsg_len, "out of memory");
@@ -271,21 +262,26 @@ void fl_coord_destroy(fl_coord *co) {
         fl_coord_stop(co);
     for (size_t i = 0; i < co->n_pops; i++)
         fl__coord_pop_free(co, co->pops[i]);
-    free(co->pops);
+    fl__free(&co->alloc, co->pops, co->cap_pops * sizeof(*co->pops));
     fl__coord_auth_cache_destroy(co);
     fl_store_close(co->store);
-    free(co->listen_address);
-    free(co->db_path);
+    if (co->listen_address)
+        fl__free(&co->alloc, co->listen_address, strlen(co->listen_address) + 1);
+    if (co->db_path)
+        fl__free(&co->alloc, co->db_path, strlen(co->db_path) + 1);
     if (co->tls_key) {
-        fl_memzero(co->tls_key, strlen(co->tls_key));
-        free(co->tls_key);
+        size_t n = strlen(co->tls_key) + 1;
+        fl_memzero(co->tls_key, n);
+        fl__free(&co->alloc, co->tls_key, n);
     }
-    free(co->tls_cert);
+    if (co->tls_cert)
+        fl__free(&co->alloc, co->tls_cert, strlen(co->tls_cert) + 1);
     fl_memzero(co->sign_sk, sizeof(co->sign_sk));
     fl_memzero(co->pseudonym_key, sizeof(co->pseudonym_key));
     EVP_MD_free(co->sha256_md);
     pthread_mutex_destroy(&co->lock);
-    free(co);
+    fl_allocator alloc = co->alloc;
+    fl__free(&alloc, co, sizeof(*co));
 }
 
 const char *fl_coord_errmsg(const fl_coord *co) {

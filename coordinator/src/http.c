@@ -94,7 +94,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        struct conn_watch *w = ci ? calloc(1, sizeof(*w)) : NULL;
+        struct conn_watch *w = ci ? fl__calloc(fl__coord_alloc(wa->co), 1, sizeof(*w)) : NULL;
         if (!w)
             return; /* not watched: the idle timeout still applies */
         w->fd = ci->connect_fd;
@@ -120,7 +120,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (w->next)
         w->next->prev = w->prev;
     pthread_mutex_unlock(&wa->mu);
-    free(w);
+    fl__free(fl__coord_alloc(wa->co), w, sizeof(*w));
     *socket_context = NULL;
 }
 
@@ -186,7 +186,7 @@ static void *watch_main(void *arg) {
 }
 
 static struct fl__coord_http_watch *watch_create(fl_coord *co) {
-    struct fl__coord_http_watch *wa = calloc(1, sizeof(*wa));
+    struct fl__coord_http_watch *wa = fl__calloc(fl__coord_alloc(co), 1, sizeof(*wa));
     if (!wa)
         return NULL;
     pthread_condattr_t ca;
@@ -220,7 +220,7 @@ static void watch_destroy(struct fl__coord_http_watch *wa) {
     /* Records left are freed by MHD's CLOSED notifications before this point. */
     pthread_cond_destroy(&wa->cv);
     pthread_mutex_destroy(&wa->mu);
-    free(wa);
+    fl__free(fl__coord_alloc(wa->co), wa, sizeof(*wa));
 }
 
 /* ---- per-request context ---- */
@@ -276,8 +276,21 @@ json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_re
         return NULL;
     }
     json_error_t jerr;
+    memset(&jerr, 0, sizeof(jerr)); /* Jansson leaves it unset on some allocation failures */
     /* Jansson needs no NUL: load from the exact bytes, rejecting NUL characters. */
     json_t *v = json_loadb((const char *)rq->body, rq->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v && rq->body_len > 0) {
+        /* Jansson's lexer reports a failed allocation as a syntax error (lex_scan_string):
+         * a body that parses the second time was refused for memory, not for its JSON. */
+        memset(&jerr, 0, sizeof(jerr));
+        v = json_loadb((const char *)rq->body, rq->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    }
+    if (!v && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])) {
+        /* Out of memory, not the client's JSON (every syntax error has a text). */
+        rep->retry_after_s = 1;
+        fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+        return NULL;
+    }
     if (!v) {
         fl__coord_error(rep, 400, "malformed_json", NULL, "body is not valid JSON: %s (line %d)",
                         jerr.text, jerr.line);
@@ -487,11 +500,13 @@ static int h_ops(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         }
         return fl__coord_json(rep, 200, json_pack("{s:s}", "status", "ready"));
     case FL__R_METRICS: {
-        char *text = fl__coord_metrics_render(co);
+        size_t size = 0;
+        char *text = fl__coord_metrics_render(co, &size);
         if (!text)
             return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
         rep->status = 200;
         rep->bytes_owned = text;
+        rep->owned_size = size;
         rep->bytes = (const uint8_t *)text;
         rep->len = strlen(text);
         rep->content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -553,13 +568,12 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
                 MHD_add_response_header(r, "Content-Type", rep->content_type);
         }
     } else if (rep->json) {
-        char *text = json_dumps(rep->json, JSON_COMPACT);
+        char *text = fl__coord_json_dumps(co, rep->json, JSON_COMPACT);
         if (text) {
             size_t n = strlen(text);
             atomic_fetch_add(&co->metrics.bytes_out, n);
-            r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
-            if (!r)
-                free(text);
+            r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_COPY);
+            fl__coord_text_free(co, text);
         }
         if (r)
             MHD_add_response_header(r, "Content-Type", "application/json");
@@ -612,11 +626,11 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
     return ret;
 }
 
-static void reply_clear(struct fl__coord_reply *rep) {
+static void reply_clear(fl_coord *co, struct fl__coord_reply *rep) {
     if (rep->json)
         json_decref(rep->json);
     fl__coord_blob_unref(rep->blob);
-    free(rep->bytes_owned);
+    fl__free(fl__coord_alloc(co), rep->bytes_owned, rep->owned_size);
     memset(rep, 0, sizeof(*rep));
     rep->retry_after_s = -1;
 }
@@ -721,7 +735,7 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
         return true;
     }
     if (len > 0) {
-        ctx->body = malloc((size_t)len);
+        ctx->body = fl__alloc(fl__coord_alloc(co), (size_t)len);
         if (!ctx->body) {
             fl__coord_error(rep, 503, "unavailable", NULL, "out of memory for the body");
             return true;
@@ -738,6 +752,10 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
     return false;
 }
 
+/* The context of every request whose own could not be allocated (never written, never
+ * freed): such a request is answered 503 on its first call and its body discarded. */
+static struct req_ctx oom_ctx;
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -747,10 +765,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct fl__coord_reply rep;
     memset(&rep, 0, sizeof(rep));
     rep.retry_after_s = -1;
+    if (ctx == &oom_ctx) {
+        *upload_data_size = 0; /* answered 503 already: discard the body */
+        return MHD_YES;
+    }
     if (!ctx) {
-        ctx = calloc(1, sizeof(*ctx));
-        if (!ctx)
-            return MHD_NO;
+        ctx = fl__calloc(fl__coord_alloc(co), 1, sizeof(*ctx));
+        if (!ctx) {
+            /* A clean 503 instead of a dropped connection; the connection closes after it,
+             * since its body (if any) is not read. */
+            *con_cls = &oom_ctx;
+            rep.retry_after_s = 1;
+            fl__coord_error(&rep, 503, "unavailable", NULL, "out of memory");
+            enum MHD_Result r = queue_reply(co, conn, FL__R_NOT_FOUND, &rep, true);
+            reply_clear(co, &rep);
+            return r;
+        }
         *con_cls = ctx;
         ctx->rq.co = co;
         ctx->rq.conn = conn;
@@ -764,7 +794,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if (ctx->watch)
                 atomic_store(&ctx->watch->phase, CONN_BUSY);
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-            reply_clear(&rep);
+            reply_clear(co, &rep);
             return r;
         }
         if (ctx->watch && ctx->body_len > 0)
@@ -794,7 +824,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             *upload_data_size = 0;
             fl__coord_error(&rep, 413, "body_too_large", NULL, "body longer than Content-Length");
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-            reply_clear(&rep);
+            reply_clear(co, &rep);
             return r;
         }
         memcpy(ctx->body + ctx->body_got, upload_data, n);
@@ -831,14 +861,14 @@ run_handler:
         if (ctx->rq.park) {
             /* Suspended by the handler (lock held there); no reply until resumed. */
             ctx->parked = true;
-            reply_clear(&rep);
+            reply_clear(co, &rep);
             return MHD_YES;
         }
     }
     if (!rep.json && !rep.bytes && !rep.blob && rep.status == 0)
         fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
     enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-    reply_clear(&rep);
+    reply_clear(co, &rep);
     return r;
 }
 
@@ -848,7 +878,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)cls;
     (void)conn;
     (void)toe;
-    if (!ctx)
+    if (!ctx || ctx == &oom_ctx)
         return;
     if (ctx->watch) {
         /* Kept alive: the next request's deadline starts at its request line. */
@@ -873,8 +903,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fl__coord_unlock(co);
     }
     EVP_MD_CTX_free(ctx->md);
-    free(ctx->body);
-    free(ctx);
+    fl__free(fl__coord_alloc(ctx->rq.co), ctx->body, ctx->body_len);
+    fl__free(fl__coord_alloc(ctx->rq.co), ctx, sizeof(*ctx));
     *con_cls = NULL;
 }
 

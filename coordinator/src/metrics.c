@@ -41,6 +41,7 @@ struct sbuf {
     char *p;
     size_t len, cap;
     bool failed;
+    fl_coord *co; /* whose allocator grows p */
 };
 
 static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -61,7 +62,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) {
             return;
         }
         size_t ncap = b->cap * 2 + (size_t)n;
-        char *np = realloc(b->p, ncap);
+        char *np = fl__realloc(fl__coord_alloc(b->co), b->p, b->cap, ncap);
         if (!np) {
             b->failed = true;
             return;
@@ -71,9 +72,9 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) {
     }
 }
 
-char *fl__coord_metrics_render(fl_coord *co) {
+char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
     struct fl__coord_metrics *m = &co->metrics;
-    struct sbuf b = {malloc(8192), 0, 8192, false};
+    struct sbuf b = {fl__alloc(fl__coord_alloc(co), 8192), 0, 8192, false, co};
     if (!b.p)
         return NULL;
     b.p[0] = '\0';
@@ -251,8 +252,9 @@ char *fl__coord_metrics_render(fl_coord *co) {
                   (long long)co->pops[i]->model_version);
     fl__coord_unlock(co);
     if (b.failed) {
-        free(b.p);
+        fl__free(fl__coord_alloc(co), b.p, b.cap);
         return NULL;
     }
+    *size = b.cap;
     return b.p;
 }

@@ -111,17 +111,17 @@ static json_t *sub_object(json_t *obj, const char *key, struct fl__coord_reply *
 
 /* ---- population config ---- */
 
-static void regions_free(struct fl__coord_pop *p) {
+static void regions_free(fl_coord *co, struct fl__coord_pop *p) {
     for (size_t i = 0; i < p->n_regions; i++)
-        free(p->regions[i]);
-    free(p->regions);
+        fl__free(fl__coord_alloc(co), p->regions[i], strlen(p->regions[i]) + 1);
+    fl__free(fl__coord_alloc(co), p->regions, p->regions_cap * sizeof(char *));
     p->regions = NULL;
     p->n_regions = 0;
+    p->regions_cap = 0;
 }
 
 bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
                          struct fl__coord_reply *rep) {
-    (void)co;
     json_t *name = json_object_get(cfg, "name");
     if (!name)
         return fl__coord_error(rep, 400, "missing_field", "name", "'name' is required"), false;
@@ -139,11 +139,12 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         json_array_size(regions) > 256)
         return fl__coord_error(rep, 400, "invalid_field", "allowed_regions",
                                "'allowed_regions' must be a list of 1-256 regions"), false;
-    regions_free(p);
+    regions_free(co, p);
     p->any_region = false;
-    p->regions = calloc(json_array_size(regions), sizeof(char *));
+    p->regions = fl__calloc(fl__coord_alloc(co), json_array_size(regions), sizeof(char *));
     if (!p->regions)
         return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
+    p->regions_cap = json_array_size(regions);
     size_t i;
     json_t *r;
     json_array_foreach(regions, i, r) {
@@ -156,7 +157,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
             return fl__coord_error(rep, 400, "invalid_field", "allowed_regions",
                                    "each region must be '*' or 1-32 characters [A-Za-z0-9_-]"),
                    false;
-        p->regions[p->n_regions] = strdup(s);
+        p->regions[p->n_regions] = fl__strdup(fl__coord_alloc(co), s);
         if (!p->regions[p->n_regions])
             return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
         p->n_regions++;
@@ -389,12 +390,13 @@ void fl__coord_round_free(fl_coord *co, struct fl__coord_round *r) {
     }
     for (size_t i = 0; i < r->n; i++)
         for (int k = 0; k < FL__PH_COUNT; k++)
-            free(r->parts[i].result[k]);
+            fl__free(fl__coord_alloc(co), r->parts[i].result[k], r->parts[i].result_len[k]);
     fl__coord_blob_unref(r->task);
-    fl__coord_round_params_free(&r->rp);
-    free(r->pidx);
-    free(r->parts);
-    free(r);
+    fl__coord_round_params_free(co, &r->rp);
+    if (r->pidx)
+        fl__free(fl__coord_alloc(co), r->pidx, (r->pidx_mask + 1) * sizeof(*r->pidx));
+    fl__free(fl__coord_alloc(co), r->parts, r->cap * sizeof(*r->parts));
+    fl__free(fl__coord_alloc(co), r, sizeof(*r));
 }
 
 void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
@@ -402,13 +404,13 @@ void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
         return;
     fl__coord_round_free(co, p->round);
     fl__coord_round_free(co, p->last);
-    free(p->opt_m);
-    free(p->opt_v);
+    fl__free(fl__coord_alloc(co), p->opt_m, p->opt_dim * sizeof(float));
+    fl__free(fl__coord_alloc(co), p->opt_v, p->opt_dim * sizeof(float));
     fl__coord_blob_unref(p->model_blob);
-    regions_free(p);
+    regions_free(co, p);
     if (p->config)
         json_decref(p->config);
-    free(p);
+    fl__free(fl__coord_alloc(co), p, sizeof(*p));
 }
 
 struct fl__coord_pop *fl__coord_pop_find(fl_coord *co, const char *name) {
@@ -555,7 +557,7 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     json_error_t jerr;
     json_t *cfg = json_loads(sp->config_json, 0, &jerr);
     fl_status rc = FL_OK;
-    struct fl__coord_pop *p = calloc(1, sizeof(*p));
+    struct fl__coord_pop *p = fl__calloc(fl__coord_alloc(co), 1, sizeof(*p));
     if (!p) {
         rc = FL_ERR_NOMEM;
         goto out;
@@ -597,7 +599,8 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
         goto out;
     if (co->n_pops == co->cap_pops) {
         size_t nc = co->cap_pops ? co->cap_pops * 2 : 8;
-        struct fl__coord_pop **np = realloc(co->pops, nc * sizeof(*np));
+        struct fl__coord_pop **np = fl__realloc(fl__coord_alloc(co), co->pops,
+                                                co->cap_pops * sizeof(*np), nc * sizeof(*np));
         if (!np) {
             rc = FL_ERR_NOMEM;
             goto out;

@@ -75,11 +75,11 @@ static uint64_t client_key(const char *id) {
     return v;
 }
 
-fl_status fl__coord_round_index_init(struct fl__coord_round *r) {
+fl_status fl__coord_round_index_init(fl_coord *co, struct fl__coord_round *r) {
     size_t slots = 16;
     while (slots < 2 * r->cap)
         slots *= 2;
-    r->pidx = calloc(slots, sizeof(*r->pidx));
+    r->pidx = fl__calloc(fl__coord_alloc(co), slots, sizeof(*r->pidx));
     if (!r->pidx)
         return FL_ERR_NOMEM;
     r->pidx_mask = slots - 1;
@@ -334,10 +334,10 @@ size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *
     return cap;
 }
 
-static void free_results(struct fl__coord_round *r) {
+static void free_results(fl_coord *co, struct fl__coord_round *r) {
     for (size_t i = 0; i < r->n; i++)
         for (int k = 0; k < FL__PH_COUNT; k++) {
-            free(r->parts[i].result[k]);
+            fl__free(fl__coord_alloc(co), r->parts[i].result[k], r->parts[i].result_len[k]);
             r->parts[i].result[k] = NULL;
         }
 }
@@ -363,7 +363,7 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
     /* Keep the last phase's results only while a poll may still ask; the outcome JSON is
      * built from the round record. */
     if (r->state == FL__ROUND_ABANDONED)
-        free_results(r);
+        free_results(co, r);
     fl__coord_round_free(co, p->last);
     p->last = r;
     p->round = NULL;
@@ -553,7 +553,7 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
             p->dropouts[next]++;
             continue;
         }
-        pt->result[k] = malloc(len ? len : 1);
+        pt->result[k] = fl__alloc(fl__coord_alloc(co), len);
         if (!pt->result[k]) {
             pt->dropped_at = (int8_t)next;
             continue;
@@ -565,7 +565,8 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
      * protocol; free them to keep memory O(n * k). */
     if (k > 0)
         for (size_t i = 0; i < r->n; i++) {
-            free(r->parts[i].result[k - 1]);
+            fl__free(fl__coord_alloc(co), r->parts[i].result[k - 1],
+                     r->parts[i].result_len[k - 1]);
             r->parts[i].result[k - 1] = NULL;
         }
     r->phase = next;
@@ -1126,7 +1127,8 @@ int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *
                   !(k == FL__PH_UNMASK && r->phase == FL__PH_DONE);
     if (closed && pt->result[k]) {
         /* Copied under the lock: closing the next phase frees the cached message. */
-        rep->bytes_owned = malloc(pt->result_len[k] ? pt->result_len[k] : 1);
+        rep->bytes_owned = fl__alloc(fl__coord_alloc(co), pt->result_len[k]);
+        rep->owned_size = pt->result_len[k];
         if (!rep->bytes_owned) {
             rep->retry_after_s = 1;
             status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");

@@ -23,15 +23,17 @@ void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data,
 
 /* ---- shared bodies ---- */
 
-struct fl__coord_blob *fl__coord_blob_wrap(uint8_t *data, size_t len) {
-    struct fl__coord_blob *b = calloc(1, sizeof(*b));
+struct fl__coord_blob *fl__coord_blob_wrap(fl_coord *co, uint8_t *data, size_t len) {
+    struct fl__coord_blob *b = fl__calloc(fl__coord_alloc(co), 1, sizeof(*b));
     if (!b) {
-        free(data);
+        fl__free(fl__coord_alloc(co), data, len);
         return NULL;
     }
     atomic_init(&b->refs, 1);
     b->data = data;
     b->len = len;
+    b->size = len;
+    b->alloc = fl__coord_alloc(co);
     return b;
 }
 
@@ -44,8 +46,9 @@ struct fl__coord_blob *fl__coord_blob_ref(struct fl__coord_blob *b) {
 void fl__coord_blob_unref(struct fl__coord_blob *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
-    free(b->data);
-    free(b);
+    const fl_allocator *a = b->alloc;
+    fl__free(a, b->data, b->size);
+    fl__free(a, b, sizeof(*b));
 }
 
 void fl__coord_hex(char *out, const uint8_t *in, size_t n) {
@@ -126,6 +129,26 @@ bool fl__coord_parse_id(const char *s, int64_t *out) {
         return false;
     *out = v;
     return true;
+}
+
+char *fl__coord_json_dumps(fl_coord *co, const json_t *j, size_t flags) {
+    size_t n = j ? json_dumpb(j, NULL, 0, flags) : 0;
+    if (n == 0)
+        return NULL;
+    char *s = fl__alloc(fl__coord_alloc(co), n + 1);
+    if (!s)
+        return NULL;
+    if (json_dumpb(j, s, n, flags) != n) {
+        fl__free(fl__coord_alloc(co), s, n + 1);
+        return NULL;
+    }
+    s[n] = '\0';
+    return s;
+}
+
+void fl__coord_text_free(fl_coord *co, char *s) {
+    if (s)
+        fl__free(fl__coord_alloc(co), s, strlen(s) + 1);
 }
 
 fl_status fl__coord_read_file(char **out, size_t *len, const char *path, size_t max) {
