@@ -336,9 +336,12 @@ static void test_create_fields(void **state) {
     assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
     assert_non_null(strstr(err, "retention_days"));
     cfg.retention_days = 36500;
+    cfg.has_pseudonym_key = 1; /* a key of its own instead of the derived one */
+    memset(cfg.pseudonym_key, 0x5a, sizeof(cfg.pseudonym_key));
     assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_OK);
     fl_coord_destroy(co);
     co = NULL;
+    cfg.has_pseudonym_key = 0;
     cfg.retention_days = 0;
     /* An allocator without its free function is refused. */
     struct fl_test_counting cnt = {0};

@@ -33,6 +33,8 @@ static void log_quiet(void *user, fl_log_level level, const char *msg) {
         fprintf(stderr, "  [coordinator %d] %s\n", (int)level, msg);
 }
 
+static unsigned g_retention_days; /* of the next setup */
+
 static void start_on_fault_vfs(struct fx *f) {
     char uri[256];
     fault_vfs_uri(uri, sizeof(uri), f->db);
@@ -49,6 +51,7 @@ static void start_on_fault_vfs(struct fx *f) {
     cfg.logger.min_level = FL_LOG_DEBUG;
     cfg.has_signing_key = 1;
     memset(cfg.signing_seed, 9, sizeof(cfg.signing_seed));
+    cfg.retention_days = g_retention_days;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK)
         fprintf(stderr, "create: %s\n", err);
@@ -454,6 +457,43 @@ static void test_aggregation_commit_refused(void **state) {
     free(etok);
 }
 
+
+/* The retention sweep on a full disk: refused (logged), nothing deleted; the next sweep, an
+ * hour later with space back, deletes the client not seen for longer than the retention and
+ * logs a retention entry. */
+static int setup_retention(void **state) {
+    g_retention_days = 1;
+    int rc = setup(state);
+    g_retention_days = 0;
+    return rc;
+}
+
+static void test_retention_sweep_refused(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "rt");
+    char *ctok = enroll(f, etok, "rt");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 1);
+    atomic_fetch_add(&f->now_ms, 2 * 86400 * 1000LL); /* two days unseen */
+    disk_full(f);
+    fl_coord_tick(f->co); /* the first sweep: refused */
+    disk_free();
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 1);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'retention'"),
+                     0);
+    fx_advance(f, 1000); /* not yet the next sweep */
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 1);
+    fx_advance(f, 3600 * 1000); /* the hourly sweep */
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'retention'"),
+                     1);
+    /* The deleted client's token no longer authenticates (the cache was cleared). */
+    struct resp r = http_json(f, "POST", "/v1/checkin", ctok, CHECKIN);
+    assert_error(&r, 401, "unauthorized");
+    resp_free(&r);
+    free(ctok);
+    free(etok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk_refuses_writes, setup, teardown),
@@ -461,6 +501,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_abandon_retried_after_full_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_start_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregation_commit_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_sweep_refused, setup_retention,
+                                        teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
