@@ -3,8 +3,11 @@
  * adds a ledger entry and the epsilon spent (/metrics) grows; the budget may be lowered to
  * the spent epsilon but not below it (409); once the next round would overspend, check-ins
  * get retry budget_exhausted, the population shows budget_exhausted, and the refusal is
- * logged once per streak as a budget_refused audit entry naming the next round number. */
+ * logged once per streak as a budget_refused audit entry naming the next round number; a
+ * ledger the accountant cannot read stops rounds from forming. */
 #include <math.h>
+
+#include <sqlite3.h>
 
 #include "coord_testkit.h"
 
@@ -100,9 +103,48 @@ static void test_budget_over_rounds(void **state) {
     clients_free(c, N + 1);
 }
 
+
+/* A ledger entry the accountant cannot read (its parameters damaged in the database): the
+ * budget cannot be checked, so no round forms (retry no_round_forming) and nothing is
+ * stored. */
+static void test_unreadable_ledger(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "dp", .target = N, .min = N, .secagg = false, .mode = "central",
+                        .budget = 50, .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    run_round(f, c);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    /* The ledger is append-only; damage it the way only a broken disk or tool could. */
+    assert_int_equal(sqlite3_exec(db,
+                                  "DROP TRIGGER privacy_ledger_append_only_update;"
+                                  "UPDATE privacy_ledger SET params_json = '{\"dim\":-1}'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+                     "\"idle\":true}}";
+    struct resp r = http_json(f, "POST", "/v1/checkin", c[0].tok, ck);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "no_round_forming");
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM rounds"), 1);
+    clients_free(c, N);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_over_rounds, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_ledger, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -286,6 +286,20 @@ static void test_participants_and_erasure(void **state) {
     r = post(f, &other, false);
     assert_error(&r, 403, "not_a_participant");
     resp_free(&r);
+    /* Device 1's update applies buffer 2: buffer 1 is now older than the last one kept.
+     * Naming it (or a buffer not yet opened) is still refused. */
+    r = post(f, &c[1], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    r = post(f, &other, false);
+    assert_error(&r, 403, "not_a_participant");
+    resp_free(&r);
+    other.task.rid = 9999;
+    r = post(f, &other, false);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    checkin(f, &c[1], 1, w, sizeof(w)); /* trains again, in buffer 3 */
+    assert_string_equal(w, "selected");
     /* Erasure: device 1 trains in the open buffer (409); device 2 is in none (200). */
     char path[96];
     snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", c[1].tok + 4);

@@ -9,6 +9,8 @@
  * the devices in the task. */
 #include <math.h>
 
+#include <sqlite3.h>
+
 #include "coord_testkit.h"
 
 typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
@@ -185,6 +187,64 @@ static void test_fedprox(void **state) {
     run_strategy(*state, &s);
 }
 
+
+/* An optimiser state that does not fit (its tag pointing at a blob without "m"/"v", as a
+ * damaged registry could): after a restart it is ignored and the next FedAdam round starts
+ * from fresh moments. */
+static void test_unusable_state_ignored(void **state) {
+    struct fx *f = *state;
+    struct strat s = {"fedadam", "\"server_lr\":0.05", 0.05, 1e-3, 0.9, 0.99, 0.9};
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {.name = s.name, .target = N, .min = N, .secagg = false, .mode = "none",
+                        .strategy = s.name, .bits = 32, .strategy_extra = s.extra};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    float w[D], b[2], m[D], v[D];
+    for (int j = 0; j < D; j++)
+        w[j] = base_w(j);
+    int64_t version = 1;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            fx_stop(f);
+            sqlite3 *db;
+            assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+            assert_int_equal(
+                sqlite3_exec(db,
+                             "UPDATE tags SET version = (SELECT version FROM tags WHERE name = "
+                             "'population/fedadam') WHERE name = 'population/fedadam/optimizer'",
+                             NULL, NULL, NULL),
+                SQLITE_OK);
+            sqlite3_close(db);
+            fx_start(f);
+            fl__coord_debug_hook_set(f->co, on_sum, &h);
+        }
+        fx_advance(f, 61 * 1000);
+        int64_t rid = 0;
+        checkin_all(f, c, N, &rid);
+        fetch_tasks(f, c, N, rid);
+        h.calls = 0;
+        post_updates(f, c, rid);
+        json_t *st = round_status(f, &c[0], rid);
+        assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+        version = json_integer_value(json_object_get(st, "new_model_version"));
+        json_decref(st);
+        float want[D];
+        for (int j = 0; j < D; j++) /* fresh moments both times */
+            want[j] = step(&s, w[j], h.delta[j], &m[j], &v[j], true);
+        fetch_model(f, &c[0], s.name, version, w, b);
+        for (int j = 0; j < D; j++) {
+            assert_true(fabs(w[j] - want[j]) <= 1e-6 * fmax(1.0, fabs(want[j])));
+            w[j] = want[j];
+        }
+    }
+    clients_free(c, N);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fedavgm, fx_setup, fx_teardown),
@@ -192,6 +252,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fedadam, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_fedyogi, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_fedprox, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_unusable_state_ignored, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
