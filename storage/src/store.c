@@ -784,6 +784,17 @@ int fl_store_in_transaction(const fl_store *st) {
 
 /* ---- consistency check ---- */
 
+/* 1 if an integrity_check report says a page could not be read for lack of memory
+ * ("... unable to get the page. error code=7", SQLITE_NOMEM): not damage in the file. */
+static int integrity_nomem(const char *t) {
+    for (const char *p = t; (p = strstr(p, "error code=7")) != NULL;) {
+        p += strlen("error code=7");
+        if (*p < '0' || *p > '9')
+            return 1;
+    }
+    return 0;
+}
+
 fl_status fl_store_check(fl_store *st) {
     fl_status r = fl__store_enter(st, "check");
     if (r != FL_OK)
@@ -795,8 +806,11 @@ fl_status fl_store_check(fl_store *st) {
     int rc = sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         const char *t = (const char *)sqlite3_column_text(s, 0);
-        if (!t || strcmp(t, "ok") != 0)
-            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "integrity_check: %s", t ? t : "(null)");
+        if (!t)
+            r = fl__err_set(&st->err, FL_ERR_NOMEM, "integrity_check: out of memory");
+        else if (strcmp(t, "ok") != 0)
+            r = fl__err_set(&st->err, integrity_nomem(t) ? FL_ERR_NOMEM : FL_ERR_CORRUPT,
+                            "integrity_check: %s", t);
         rc = SQLITE_OK;
     }
     if (r == FL_OK && rc != SQLITE_OK && rc != SQLITE_DONE)
