@@ -926,13 +926,16 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         if (!plain_header_ok(rep, rq->body, rq->body_len, pt->sel_rid))
             return rep->status;
         memcpy(pt->hash[k], h, 32); /* kept only if accepted (posted bit) */
+        /* The answer first: the K-th update applies the buffer, and when the next buffer
+         * then fails to open, retiring it frees this one (r, pt). A refusal replaces it. */
+        reply_accepted(rep, r, k, 202);
         int st = fl__coord_buffer_fold(co, p, r, pt, rq->body + FL__COORD_UPDATE_HEADER_BYTES,
                                        rq->body_len - FL__COORD_UPDATE_HEADER_BYTES, rep);
         if (st != 202)
             return st;
         atomic_fetch_add(&co->metrics.updates_accepted, 1);
         atomic_fetch_add(&co->metrics.update_bytes, rq->body_len);
-        return reply_accepted(rep, r, k, 202);
+        return 202;
     }
     if (r->phase < k) {
         int64_t left = (r->phase_deadline[r->phase] - now) / 1000;

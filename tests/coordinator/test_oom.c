@@ -82,6 +82,12 @@ static int64_t clock_of(void *user) {
     return atomic_load(&((struct fx *)user)->now_ms);
 }
 
+static void oom_log(void *user, fl_log_level level, const char *msg) {
+    (void)user;
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "  [coordinator %d] %s\n", (int)level, msg);
+}
+
 static void start(struct fx *f) {
     fl_coord_config cfg;
     fl_coord_config_init(&cfg);
@@ -89,6 +95,8 @@ static void start(struct fx *f) {
     cfg.threads = 1;
     cfg.db_path = f->db;
     cfg.allocator = &g_alloc;
+    cfg.logger.fn = oom_log;
+    cfg.logger.min_level = FL_LOG_INFO;
     cfg.has_admin_token = 1;
     crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
     cfg.clock = clock_of;
@@ -396,11 +404,8 @@ static void test_request_walk(void **state) {
 
 /* ---- the aggregation walk ---- */
 
-static void test_aggregation_walk(void **state) {
-    struct fx *f = *state;
-    struct popcfg pc = {.name = "ag", .target = 3, .min = 3, .secagg = false, .mode = "none",
-                        .strategy = "fedadam", .bits = 32,
-                        .strategy_extra = "\"server_lr\":0.1"};
+static void aggregation_walk(struct fx *f, const struct popcfg *pcp) {
+    struct popcfg pc = *pcp;
     char *tok[3];
     setup_population(f, &pc, tok, 3);
     struct tc c[3];
@@ -441,7 +446,7 @@ static void test_aggregation_walk(void **state) {
             assert_true(nv > version);
             version = nv;
             float w[D], b[2];
-            fetch_model(f, &c[0], "ag", version, w, b);
+            fetch_model(f, &c[0], pc.name, version, w, b);
             for (int j = 0; j < D; j++)
                 assert_true(isfinite(w[j]));
             assert_true(b[0] == 3.0f && b[1] == -4.0f);
@@ -476,6 +481,195 @@ static void test_aggregation_walk(void **state) {
     clients_free(c, 3);
 }
 
+
+static void test_aggregation_walk(void **state) {
+    struct popcfg pc = {.name = "ag", .target = 3, .min = 3, .secagg = false, .mode = "none",
+                        .strategy = "fedadam", .bits = 32,
+                        .strategy_extra = "\"server_lr\":0.1"};
+    aggregation_walk(*state, &pc);
+}
+
+/* The same with central DP: the noise, the ledger entry and the epsilon refresh. */
+static void test_dp_aggregation_walk(void **state) {
+    struct popcfg pc = {.name = "dpag", .target = 3, .min = 3, .secagg = false,
+                        .mode = "central", .budget = 1e6, .bits = 32};
+    aggregation_walk(*state, &pc);
+}
+
+/* FedBuff: the k-th allocation from the update that fills the buffer (K = 2) fails; the
+ * buffer is applied or abandoned, and a later buffer still makes the next version. */
+static void test_fedbuff_walk(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fbw", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":2"};
+    char *tok[2];
+    setup_population(f, &pc, tok, 2);
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 2; i++)
+        c[i].tok = tok[i];
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                     "\"unmetered\":true,\"idle\":true},\"capabilities\":{\"secagg\":false}}";
+    long k;
+    for (k = 1; k < 2000; k++) {
+        atomic_fetch_add(&f->now_ms, 61 * 1000);
+        fl_coord_tick(f->co);
+        bool ok = true;
+        for (int i = 0, tries = 0; i < 2 && ok; tries++) {
+            struct resp r = http_json(f, "POST", "/v1/checkin", c[i].tok, ck);
+            assert_int_equal(r.status, 200);
+            json_t *j = body_json(&r);
+            ok = strcmp(json_string_value(json_object_get(j, "status")), "selected") == 0;
+            if (!ok && tries < 3) {
+                /* A buffer that could not open or apply: the next check-in retries. */
+                if (getenv("FL_TEST_VERBOSE"))
+                    fprintf(stderr, "fedbuff allocation %ld: %s\n", k, r.body);
+                json_decref(j);
+                resp_free(&r);
+                atomic_fetch_add(&f->now_ms, 61 * 1000);
+                fl_coord_tick(f->co);
+                ok = true;
+                continue;
+            }
+            if (!ok)
+                fprintf(stderr, "fedbuff allocation %ld: %s\n", k, r.body);
+            if (ok) {
+                snprintf(c[i].pid, sizeof(c[i].pid), "%s",
+                         json_string_value(json_object_get(j, "participation_id")));
+                int64_t rid = json_integer_value(json_object_get(j, "round_id"));
+                char path[96];
+                snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+                struct resp t = http_req(f, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid);
+                assert_int_equal(t.status, 200);
+                parse_task(&t, &c[i].task);
+                resp_free(&t);
+                encode(&c[i], i);
+            }
+            json_decref(j);
+            resp_free(&r);
+            i++;
+            tries = -1;
+        }
+        assert_true(ok);
+        long fired = 0;
+        for (int i = 0; i < 2; i++) {
+            uint8_t body[16 + 4 * 1024];
+            size_t bl = plain_update_body(body, c[i].task.rid, c[i].words, c[i].task.vec_len, 4);
+            char path[96];
+            snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)c[i].task.rid);
+            if (i == 1)
+                arm(k);
+            struct resp r = req_soft(f, "POST", path, c[i].tok, "application/octet-stream",
+                                     body, bl, c[i].pid);
+            if (i == 1)
+                fired = disarm();
+            assert_true(r.status == 202 || r.status >= 500 || r.status == 0 ||
+                        (fired && r.status == 410));
+            if (r.status >= 500 || r.status == 0) {
+                /* Refused for memory: the device posts again, as after any 503. */
+                resp_free(&r);
+                r = req_soft(f, "POST", path, c[i].tok, "application/octet-stream", body, bl,
+                             c[i].pid);
+                assert_true(r.status == 202 || r.status == 200);
+            }
+            resp_free(&r);
+        }
+        struct resp r = http_json(f, "GET", "/v1/admin/populations/fbw", ADMIN_TOKEN, NULL);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        if (!fired)
+            break;
+    }
+    assert_true(k < 2000);
+    /* With no failure the buffer was applied: the version moved past 1. */
+    struct resp r = http_json(f, "GET", "/v1/admin/populations/fbw", ADMIN_TOKEN, NULL);
+    json_t *j = body_json(&r);
+    assert_true(json_integer_value(json_object_get(j, "model_version")) > 1);
+    json_decref(j);
+    resp_free(&r);
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "fedbuff: %ld allocation(s) walked\n", k - 1);
+    clients_free(c, 2);
+}
+
+/* fl_coord_create on a database with populations, rounds, an optimiser state and a privacy
+ * ledger: the k-th allocation fails for k = 1, 2, ... until create succeeds without one;
+ * each failed create returns an error and leaves no block behind. */
+static void test_create_walk(void **state) {
+    struct fx *f = *state;
+    struct popcfg pa = {.name = "cw", .target = 3, .min = 3, .secagg = false, .mode = "none",
+                        .strategy = "fedadam", .bits = 32};
+    struct popcfg pb = {.name = "cwdp", .target = 3, .min = 3, .secagg = false,
+                        .mode = "central", .budget = 1e6, .bits = 32};
+    const struct popcfg *pcs[2] = {&pa, &pb};
+    for (int p = 0; p < 2; p++) {
+        char *tok[3];
+        setup_population(f, pcs[p], tok, 3);
+        struct tc c[3];
+        memset(c, 0, sizeof(c));
+        for (int i = 0; i < 3; i++)
+            c[i].tok = tok[i];
+        atomic_fetch_add(&f->now_ms, 61 * 1000);
+        int64_t rid = 0;
+        checkin_all(f, c, 3, &rid);
+        fetch_tasks(f, c, 3, rid);
+        char path[96];
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+        for (int i = 0; i < 3; i++) {
+            uint8_t body[16 + 4 * 1024];
+            size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+            struct resp r = http_req(f, "POST", path, c[i].tok, "application/octet-stream",
+                                     body, bl, c[i].pid);
+            assert_int_equal(r.status, 202);
+            resp_free(&r);
+        }
+        clients_free(c, 3);
+    }
+    fl_coord_destroy(f->co);
+    f->co = NULL;
+    pthread_mutex_lock(&g_oom.mu);
+    assert_int_equal(g_oom.live, 0);
+    pthread_mutex_unlock(&g_oom.mu);
+    long k;
+    int failed = 0;
+    for (k = 1; k < 5000; k++) {
+        arm(k);
+        fl_coord_config cfg;
+        fl_coord_config_init(&cfg);
+        cfg.port = 0;
+        cfg.db_path = f->db;
+        cfg.allocator = &g_alloc;
+        cfg.clock = clock_of;
+        cfg.clock_user = f;
+        cfg.has_signing_key = 1;
+        memset(cfg.signing_seed, 5, sizeof(cfg.signing_seed));
+        fl_coord *co = NULL;
+        char err[256];
+        fl_status rc = fl_coord_create(&co, &cfg, err, sizeof(err));
+        long fired = disarm();
+        if (rc != FL_OK) {
+            assert_true(fired > 0);
+            assert_null(co);
+            failed++;
+        }
+        fl_coord_destroy(co);
+        pthread_mutex_lock(&g_oom.mu);
+        long live = g_oom.live;
+        pthread_mutex_unlock(&g_oom.mu);
+        if (live != 0)
+            fprintf(stderr, "create, allocation %ld: %ld block(s) left (%s)\n", k, live,
+                    rc == FL_OK ? "created" : err);
+        assert_int_equal(live, 0);
+        if (!fired)
+            break;
+    }
+    assert_true(k < 5000);
+    assert_true(failed > 0);
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "create: %ld allocation(s) walked, %d refused\n", k - 1, failed);
+    start(f); /* the teardown's */
+}
 
 /* ---- the secure aggregation walk ---- */
 
@@ -583,6 +777,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_request_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregation_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secagg_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dp_aggregation_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fedbuff_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_walk, setup, teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
