@@ -671,6 +671,73 @@ static void test_create_walk(void **state) {
     start(f); /* the teardown's */
 }
 
+/* The requests of a secure-aggregation round, walked: its check-ins (the round starts with
+ * the secagg server), the per-device signed tasks, the phase results (copied out under the
+ * lock) and the status. */
+static void test_secagg_request_walk(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "sw", .target = 3, .min = 3, .secagg = true, .mode = "central",
+                        .budget = 1e6, .bits = 32};
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    /* Every refused check-in moves the clock past its pace: long deadlines. */
+    struct resp pr = http_json(f, "PATCH", "/v1/admin/populations/sw", ADMIN_TOKEN,
+                               "{\"deadlines_s\":{\"advertise\":86400,\"share\":86400},"
+                               "\"selection\":{\"forming_s\":86400}}");
+    assert_int_equal(pr.status, 200);
+    resp_free(&pr);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    for (int i = 0; i < 3; i++) {
+        struct call cc = {"POST", "/v1/checkin", c[i].tok, "application/json", CHECKIN,
+                          strlen(CHECKIN), NULL};
+        struct resp r = walk_prep(f, "secagg check-in", after_pace, send_call, &cc, 200);
+        json_t *j = body_json(&r);
+        if (strcmp(json_string_value(json_object_get(j, "status")), "selected") == 0) {
+            snprintf(c[i].pid, sizeof(c[i].pid), "%s",
+                     json_string_value(json_object_get(j, "participation_id")));
+            rid = json_integer_value(json_object_get(j, "round_id"));
+        }
+        json_decref(j);
+        resp_free(&r);
+    }
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    json_t *j = body_json(&r);
+    bool running = strcmp(json_string_value(json_object_get(j, "state")), "running") == 0;
+    json_decref(j);
+    resp_free(&r);
+    if (running && c[0].pid[0] && c[1].pid[0] && c[2].pid[0]) {
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+        for (int i = 0; i < 3; i++) {
+            r = walk_call(f, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid, 200);
+            parse_task(&r, &c[i].task);
+            resp_free(&r);
+            encode(&c[i], i);
+        }
+        const uint8_t *out[3];
+        size_t ol[3];
+        secagg_clients_start(c, 3, rid, out, ol);
+        for (int i = 0; i < 3; i++) {
+            r = post_phase(f, &c[i], rid, "advertise", out[i], ol[i]);
+            assert_int_equal(r.status, 202);
+            resp_free(&r);
+        }
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/advertise/result?wait=0",
+                 (long long)rid);
+        for (int i = 0; i < 3; i++) {
+            r = walk_call(f, "GET", path, c[i].tok, NULL, NULL, 0, c[i].pid, 200);
+            resp_free(&r);
+        }
+        secagg_clients_free(c, 3);
+    }
+    clients_free(c, 3);
+}
+
 /* ---- the secure aggregation walk ---- */
 
 /* One secagg round of 3 devices (population "sa"); the k-th allocation from the last post
@@ -780,6 +847,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_dp_aggregation_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fedbuff_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_request_walk, setup, teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
