@@ -6,7 +6,9 @@
  * each of SQLite's allocations failing in turn (hooked process-wide, in the test only):
  * the call must return FL_ERR_NOMEM with nothing handed out, leave no transaction open and
  * leak nothing; and the same call must then work on the next new handle. At the end the
- * database passes the integrity check. */
+ * database passes the integrity check. Store calls and audit log calls alike. */
+#include <sodium.h>
+
 #include "test_store_util.h"
 
 /* ---- SQLite allocation hook ---- */
@@ -72,6 +74,7 @@ struct world {
     fl_store *st; /* the fresh handle of the current call */
     int64_t pop, v1, v2, round_id;
     int n; /* a counter for unique names and bytes */
+    uint8_t pk[32], sk[64]; /* checkpoint key */
 };
 
 static void world_make(struct world *w) {
@@ -100,6 +103,14 @@ static void world_make(struct world *w) {
     e.steps = 1;
     e.participants = 1;
     STORE_OK(st, fl_store_ledger_append(st, NULL, &e));
+    /* An audit log with a checkpoint. */
+    uint8_t seed[32];
+    memset(seed, 4, sizeof(seed));
+    assert_true(sodium_init() >= 0);
+    crypto_sign_seed_keypair(w->pk, w->sk, seed);
+    STORE_OK(st, fl_store_audit_append_population(st, NULL, w->pop));
+    STORE_OK(st, fl_store_audit_append_model(st, NULL, w->pop, w->v1));
+    STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, "fresh.test/log", w->sk));
     fl_store_close(st);
 }
 
@@ -310,37 +321,122 @@ static fl_status op_check(struct world *w) {
     return fl_store_check(w->st);
 }
 
+static fl_status op_audit_size(struct world *w) {
+    int64_t n = 0;
+    fl_status r = fl_store_audit_size(w->st, &n);
+    if (r == FL_OK)
+        assert_true(n >= 2);
+    return r;
+}
+static fl_status op_audit_entry(struct world *w) {
+    fl_store_audit_entry *e = NULL;
+    fl_status r = fl_store_audit_entry_get(w->st, &e, 1);
+    if (r != FL_OK)
+        assert_null(e);
+    fl_store_free(w->st, e);
+    return r;
+}
+static fl_status op_audit_root(struct world *w) {
+    uint8_t root[32];
+    return fl_store_audit_root(w->st, root, 2);
+}
+static fl_status op_audit_proofs(struct world *w) {
+    uint8_t proof[8][32];
+    size_t n = 0;
+    fl_status r = fl_store_audit_inclusion_proof(w->st, proof, 8, &n, 0, 2);
+    if (r == FL_OK)
+        r = fl_store_audit_consistency_proof(w->st, proof, 8, &n, 1, 2);
+    return r;
+}
+static fl_status op_audit_latest(struct world *w) {
+    fl_store_audit_checkpoint *cp = NULL;
+    fl_status r = fl_store_audit_checkpoint_latest(w->st, &cp);
+    if (r != FL_OK)
+        assert_null(cp);
+    fl_store_free(w->st, cp);
+    return r;
+}
+static fl_status op_audit_export(struct world *w) {
+    uint8_t *b = NULL;
+    size_t n = 0;
+    fl_status r = fl_store_audit_export(w->st, &b, &n);
+    if (r != FL_OK)
+        assert_null(b);
+    fl_store_free(w->st, b);
+    return r;
+}
+static fl_status op_audit_config(struct world *w) {
+    char cfg[32];
+    snprintf(cfg, sizeof(cfg), "{\"c\":%d}", ++w->n);
+    return fl_store_audit_append_config(w->st, NULL, w->pop, cfg, 1, 0, "[\"eu\"]");
+}
+static fl_status op_audit_refusal(struct world *w) {
+    return fl_store_audit_append_refusal(w->st, NULL, w->pop, 1000, 5, 0);
+}
+static fl_status op_audit_erase(struct world *w) {
+    char id[32];
+    uint8_t key[32] = {0};
+    snprintf(id, sizeof(id), "erased-%d", ++w->n);
+    fl_status r = fl_store_client_enroll(w->st, id, "0123456789abcdef", 16, "eu", w->pop);
+    if (r == FL_OK)
+        r = fl_store_client_erase(w->st, NULL, id, key);
+    return r;
+}
+static fl_status op_audit_retention(struct world *w) {
+    return fl_store_retention_sweep(w->st, NULL, 365LL * 86400000);
+}
+static fl_status op_audit_checkpoint(struct world *w) {
+    fl_status r = op_audit_config(w);
+    if (r == FL_OK)
+        r = fl_store_audit_checkpoint_sign(w->st, NULL, "fresh.test/log", w->sk);
+    return r;
+}
+
 static const struct {
     const char *name;
     op_fn fn;
+    int group; /* the walk it is in: 0 store calls, 1 audit log calls, 2 fl_store_check */
 } ops[] = {
-    {"population_get", op_population_get},
-    {"population_find", op_population_find},
-    {"population_list", op_population_list},
-    {"population_client_count", op_population_count},
-    {"population_set_state", op_population_state},
-    {"population_update_config", op_population_update},
-    {"population_create", op_population_create},
-    {"client_enroll", op_client_enroll},
-    {"client_get", op_client_get},
-    {"client_authenticate", op_client_auth},
-    {"client_touch", op_client_touch},
-    {"model_put", op_model_put},
-    {"model_get", op_model_get},
-    {"model_lineage", op_model_lineage},
-    {"tag_resolve", op_tag_resolve},
-    {"tag_set+delete", op_tag_set_delete},
-    {"round create..complete", op_round_lifecycle},
-    {"round create+abandon", op_round_abandon},
-    {"round_get", op_round_get},
-    {"round_find", op_round_find},
-    {"round_list_unfinished", op_round_unfinished},
-    {"participant_list", op_participants},
-    {"ledger_append", op_ledger_append},
-    {"ledger_list", op_ledger_list},
-    {"begin+append+commit", op_txn},
-    {"check", op_check},
+    {"audit_size", op_audit_size, 1},
+    {"audit_entry_get", op_audit_entry, 1},
+    {"audit_root", op_audit_root, 1},
+    {"audit proofs", op_audit_proofs, 1},
+    {"audit_checkpoint_latest", op_audit_latest, 1},
+    {"audit_export", op_audit_export, 1},
+    {"audit_append_config", op_audit_config, 1},
+    {"audit_append_refusal", op_audit_refusal, 1},
+    {"client_enroll+erase", op_audit_erase, 1},
+    {"retention_sweep", op_audit_retention, 1},
+    {"audit config+checkpoint_sign", op_audit_checkpoint, 1},
+    {"population_get", op_population_get, 0},
+    {"population_find", op_population_find, 0},
+    {"population_list", op_population_list, 0},
+    {"population_client_count", op_population_count, 0},
+    {"population_set_state", op_population_state, 0},
+    {"population_update_config", op_population_update, 0},
+    {"population_create", op_population_create, 0},
+    {"client_enroll", op_client_enroll, 0},
+    {"client_get", op_client_get, 0},
+    {"client_authenticate", op_client_auth, 0},
+    {"client_touch", op_client_touch, 0},
+    {"model_put", op_model_put, 0},
+    {"model_get", op_model_get, 0},
+    {"model_lineage", op_model_lineage, 0},
+    {"tag_resolve", op_tag_resolve, 0},
+    {"tag_set+delete", op_tag_set_delete, 0},
+    {"round create..complete", op_round_lifecycle, 0},
+    {"round create+abandon", op_round_abandon, 0},
+    {"round_get", op_round_get, 0},
+    {"round_find", op_round_find, 0},
+    {"round_list_unfinished", op_round_unfinished, 0},
+    {"participant_list", op_participants, 0},
+    {"ledger_append", op_ledger_append, 0},
+    {"ledger_list", op_ledger_list, 0},
+    {"begin+append+commit", op_txn, 0},
+    {"check", op_check, 2},
 };
+
+static int walk_group; /* which calls test_fresh_handle_walk runs (ops[].group) */
 
 static void test_fresh_handle_walk(void **state) {
     (void)state;
@@ -348,6 +444,8 @@ static void test_fresh_handle_walk(void **state) {
     world_make(&w);
     long refused = 0;
     for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+        if (ops[o].group != walk_group)
+            continue;
         int done = 0;
         for (long k = 1; k < 5000 && !done; k++) {
             w.st = store_open_ok(w.dir.path, &w.alloc);
@@ -373,6 +471,8 @@ static void test_fresh_handle_walk(void **state) {
         }
         if (!done)
             fail_msg("%s never ran clean", ops[o].name);
+        if (getenv("FL_TEST_VERBOSE"))
+            print_message("%s: %ld allocations\n", ops[o].name, failures);
     }
     assert_true(refused > 100);
     assert_int_equal(w.count.live, 0);
@@ -382,11 +482,19 @@ static void test_fresh_handle_walk(void **state) {
     store_tdir_rm(&w.dir);
 }
 
-int main(void) {
+/* With no argument: the store calls; "audit": the audit log calls; "check": fl_store_check
+ * (more ctests, see fresh_oom.cmake, so that each stays short under ASan). */
+int main(int argc, char **argv) {
     /* Thousands of short-lived commits: on a RAM disk when there is one, since fsync is
      * not what this test is about. */
     if (!getenv("TMPDIR") && access("/dev/shm", W_OK) == 0)
         setenv("TMPDIR", "/dev/shm", 1);
+    const char *which = argc > 1 ? argv[1] : "store";
+    walk_group = strcmp(which, "audit") == 0 ? 1 : strcmp(which, "check") == 0 ? 2 : 0;
+    if (walk_group == 0 && strcmp(which, "store") != 0) {
+        fprintf(stderr, "usage: %s [store|audit|check]\n", argv[0]);
+        return 2;
+    }
     install_hook();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fresh_handle_walk),
