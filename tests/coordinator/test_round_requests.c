@@ -230,6 +230,14 @@ static void test_secagg_message_refusals(void **state) {
     expect(&r, 410, "round_closed", NULL, "dropped device posts");
     r = get_result(f, &c[3], rid, "advertise", 0);
     expect(&r, 410, "round_closed", NULL, "dropped device's result");
+    r = get_result(f, &c[3], rid, "share", 0);
+    expect(&r, 410, "round_closed", NULL, "dropped device's later result");
+    /* Masked before share closes, moments before the share deadline: Retry-After 1. */
+    atomic_store(&f->now_ms, c[0].task.dl[1] - 500);
+    r = post_phase(f, &c[0], rid, "masked", out[0], ol[0]);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "1");
+    expect(&r, 425, "phase_not_open", NULL, "masked early");
     /* The others go on: share, masked, unmask. */
     for (int i = 0; i < 3; i++) {
         r = get_result(f, &c[i], rid, "advertise", 0);
