@@ -296,6 +296,17 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
             st = client_fail(c, FL_ERR_CRYPTO, "KEYS: bad neighbour signature");
             goto out;
         }
+        /* The server refuses these; relaying one anyway is a server attack (or bug). No
+         * share or mask may depend on it, and this client cannot leave the peer out on its
+         * own (the server expects a share for every neighbour it listed, and the peers' views
+         * of U1 would differ), so it fails here, before anything leaves it. */
+        if (fl__sa_x25519_is_small_order(e) || fl__sa_x25519_is_small_order(e + 32)) {
+            char m[128];
+            snprintf(m, sizeof(m), "KEYS: client %u's %s is a small-order X25519 point", idx,
+                     fl__sa_x25519_is_small_order(e) ? "c_pk" : "s_pk");
+            st = client_fail(c, FL_ERR_CRYPTO, m);
+            goto out;
+        }
         prev = slot;
         struct fl__sa_peer *p = &peers[slot];
         p->index = idx;

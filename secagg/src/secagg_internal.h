@@ -119,6 +119,13 @@ size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t
 uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
                              uint32_t n, const uint8_t *bitmap, size_t bitmap_len);
 
+/* ---- x25519_check.c ---- */
+
+/* 1 if pk (an X25519 public key as on the wire) is a point of small order on curve25519 or
+ * its twist in any encoding X25519 accepts (bit 255 ignored, u and u + p), so that every
+ * agreement with it gives the all-zero secret; else 0. Public data: not constant time. */
+int fl__sa_x25519_is_small_order(const uint8_t pk[32]);
+
 /* ---- msg.c: wire helpers ----
  * Header: magic(2) version(1) type(1) round_id(8, LE) client(4, LE) body_len(4, LE). */
 

@@ -248,6 +248,13 @@ static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__s
         return fl__err_set(&s->err, FL_ERR_FORMAT, "ADVERTISE: body of %zu bytes, expected %zu",
                            r->left, adv);
     fl__sa_read_bytes(r, &p, adv); /* cannot fail: exactly adv bytes are left */
+    /* A small-order key would make every agreement with this client the zero secret, which
+     * its neighbours refuse: one such client could stop the round. Refused here, the client
+     * simply is not in U1 (dropped at advertise) unless it sends usable keys. */
+    if (fl__sa_x25519_is_small_order(p) || fl__sa_x25519_is_small_order(p + 32))
+        return fl__err_set(&s->err, FL_ERR_CRYPTO,
+                           "ADVERTISE: %s is a small-order X25519 point (no agreement possible)",
+                           fl__sa_x25519_is_small_order(p) ? "c_pk" : "s_pk");
     if (s->cfg.active) {
         const struct fl__sa_crypto *cr = s->crypto;
         uint8_t stmt[FL__SA_STMT_BYTES];

@@ -1,9 +1,10 @@
 /* Allocation and I/O failure walks inside the running coordinator (docs/reliability.md,
  * "Allocation and I/O failures in the coordinator").
  *
- * An in-process coordinator (one HTTP thread, an injected clock, no ticker thread: the test
- * ticks it) runs on a counting allocator that also serves its store, and Jansson's
- * allocation hooks point at the same counter (process-global, test only). For each
+ * An in-process coordinator (one HTTP thread, an injected clock the test moves, a ticker
+ * thread that pauses while a fault is armed) runs on a counting allocator that also serves
+ * its store, and Jansson's allocation hooks point at the same counter (process-global, test
+ * only). For each
  * top-level operation the test replays a whole round up to that operation, arms a fault at
  * the N-th event counted from there, sends the request, disarms, and checks:
  *
@@ -120,6 +121,39 @@ static const char *const mode_name[3] = {"alloc", "write", "fsync"};
 
 static long fired_before, events_base, last_events;
 
+/* The ticker thread ticks the coordinator (parked long polls expire, a phase whose closing
+ * failed is closed again, refused abandonments are retried: what the service's ticker does)
+ * but never while a fault is armed, so that the N-th event is the request's. */
+static pthread_mutex_t tick_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool tick_armed, tick_stop;
+static fl_coord *tick_co;
+
+static void *ticker_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&tick_mu);
+        bool stop = tick_stop;
+        if (!stop && !tick_armed && tick_co)
+            fl_coord_tick(tick_co);
+        pthread_mutex_unlock(&tick_mu);
+        if (stop)
+            return NULL;
+        rel_sleep_ms(20);
+    }
+}
+
+static void tick_set(bool armed) {
+    pthread_mutex_lock(&tick_mu);
+    tick_armed = armed;
+    pthread_mutex_unlock(&tick_mu);
+}
+
+static void tick_co_set(fl_coord *co) {
+    pthread_mutex_lock(&tick_mu);
+    tick_co = co;
+    pthread_mutex_unlock(&tick_mu);
+}
+
 /* Events of the mode so far: allocations, xWrite calls or xSync calls. */
 static long events(enum mode m) {
     return m == M_ALLOC ? atomic_load(&A.count)
@@ -127,6 +161,7 @@ static long events(enum mode m) {
 }
 
 static void arm(enum mode m, long n) {
+    tick_set(true);
     events_base = events(m);
     if (m == M_ALLOC) {
         atomic_store(&A.fail_at, atomic_load(&A.count) + n);
@@ -144,11 +179,14 @@ static bool disarm(enum mode m) {
     last_events = events(m) - events_base;
     if (m == M_ALLOC) {
         long f = atomic_exchange(&A.fail_at, 0);
+        tick_set(false);
         return atomic_load(&A.count) >= f;
     }
     fault_vfs_fail_write_at(0);
     fault_vfs_fail_sync_at(0);
-    return fault_vfs_fired() > fired_before;
+    bool fired = fault_vfs_fired() > fired_before;
+    tick_set(false);
+    return fired;
 }
 
 /* ---- the coordinator under test ---- */
@@ -204,9 +242,11 @@ static void w_start(struct w *w) {
     assert_non_null(f->co);
     assert_int_equal(fl_coord_start(f->co), FL_OK);
     f->port = fl_coord_port(f->co);
+    tick_co_set(f->co);
 }
 
 static void w_stop(struct w *w) {
+    tick_co_set(NULL);
     fl_coord_stop(w->f->co);
     fl_coord_destroy(w->f->co);
     w->f->co = NULL;
@@ -703,8 +743,11 @@ static void check_poisoned(struct w *w) {
     assert_int_equal(db_int(w->f, "SELECT count(*) FROM clients"), before);
 }
 
+static bool run_round(struct w *w, int kind, int armed, long n, const char *what, bool reset);
+
 /* Reopens: the coordinator is destroyed and created again on the same files (the restart
- * abandons a round in flight). Everything acknowledged before must be there: check_db. */
+ * abandons a round in flight). Everything acknowledged before must be there (check_db), and
+ * the reopened service must run a round to its commit. */
 static void restart(struct w *w) {
     if (w->sd[0].sa)
         secagg_clients_free(w->sd, NSA);
@@ -726,6 +769,7 @@ static void restart(struct w *w) {
         w->last_version[k] = last;
     }
     check_db(w, true);
+    run_round(w, 0, -1, 0, "after the restart", false);
 }
 
 /* The armed request came back: success, or a clean 5xx; then the service is healthy and
@@ -762,10 +806,11 @@ static bool judge(struct w *w, const char *what, long n, long st, long ok, struc
 
 /* One round with step `armed` armed at n (armed < 0: none). Returns whether the fault fired;
  * *restarted says the coordinator was reopened (failed fsync). */
-static bool run_round(struct w *w, int kind, int armed, long n, const char *what) {
+static bool run_round(struct w *w, int kind, int armed, long n, const char *what, bool reset) {
     struct round_ctx rc;
     memset(&rc, 0, sizeof(rc));
-    w_reset(w);
+    if (reset)
+        w_reset(w);
     w_tick(w, 120 * 1000); /* check-in intervals and round spacing pass */
     int end = kind == 0 ? P_END : S_END;
     bool fired = false, gone = false;
@@ -914,7 +959,7 @@ static bool run_op(struct w *w, const struct op *o, long n) {
     switch (o->kind) {
     case 0:
     case 1:
-        return run_round(w, o->kind, o->step, n, o->name);
+        return run_round(w, o->kind, o->step, n, o->name, true);
     case 2:
         return run_erase(w, n);
     default:
@@ -957,6 +1002,9 @@ static void walk(enum mode first, enum mode last) {
         assert_int_equal(fault_vfs_register(), SQLITE_OK);
         fault_vfs_uri(w->uri, sizeof(w->uri), w->f->db);
     }
+    pthread_t ticker;
+    tick_stop = false;
+    assert_int_equal(pthread_create(&ticker, NULL, ticker_main, NULL), 0);
     w_start(w);
     w_setup(w);
     w_template(w);
@@ -1001,6 +1049,10 @@ static void walk(enum mode first, enum mode last) {
             first == M_ALLOC ? "allocation" : "I/O", rel_mono_s() - t0,
             atomic_load(&A.count), w->bad);
     w_stop(w);
+    pthread_mutex_lock(&tick_mu);
+    tick_stop = true;
+    pthread_mutex_unlock(&tick_mu);
+    pthread_join(ticker, NULL);
     assert_int_equal(atomic_load(&A.bad_size), 0);
     clients_free(w->pd, NPLAIN);
     clients_free(w->sd, NSA);

@@ -1,9 +1,10 @@
 /* Where a round stops, and why: the server's reconstructibility checks after the masked
  * input and after the consistency check on a sparse graph (a survivor whose neighbours all
  * dropped; a dropped client with a single surviving neighbour), unmask shares that do not
- * rebuild the secret they claim (FL_ERR_PROTOCOL, sticky), and clients whose neighbour
- * advertised a key no agreement can use (they fail stickily with FL_ERR_CRYPTO before any
- * share or masked input leaves them). */
+ * rebuild the secret they claim (FL_ERR_PROTOCOL, sticky), and small-order X25519 keys: the
+ * server refuses such an advertisement (the client counts as dropped and the round completes
+ * without it), and a client to which a server relays one fails stickily with FL_ERR_CRYPTO
+ * before any share or masked input leaves it. */
 #include "sa_rig.h"
 
 /* Client at ring position p of the round's graph (k = 2: neighbours are p - 1 and p + 1). */
@@ -173,56 +174,177 @@ static void test_forged_unmask_shares(void **state) {
     assert_non_null(strstr(msg, "client 4: rebuilt masking key does not match"));
 }
 
-/* ---- unusable advertised keys ---- */
+/* ---- small-order advertised keys ---- */
 
-/* Client 4's advertisement reaches the server with one of its keys replaced by the
- * all-zero point (small order: every X25519 agreement with it is zero and refused). The
- * other clients find out when they first use that key: each fails stickily, and the round
- * cannot continue. Returns the server's code at the first failing advance. */
-static fl_status zero_key_round(size_t key_off, fl_secagg_phase fail_phase, const char *why) {
-    struct rig R;
-    rig_init(&R, 5, 4, 4, 3, 32, 0);
-    rig_start(&R);
-    memset(R.reply[4] + RIG_H + key_off, 0, 32);
-    rig_send_all(&R, 0);
-    fl_status st = FL_OK;
-    int failures = 0;
-    while (st == FL_OK && fl_secagg_server_phase(R.srv) != FL_SECAGG_PHASE_DONE) {
-        st = fl_secagg_server_advance(R.srv);
-        if (st != FL_OK)
-            break;
-        for (uint32_t i = 0; i < 5; i++) {
-            const uint8_t *m, *r;
-            size_t ml, rl;
-            if (fl_secagg_server_outgoing(R.srv, i, &m, &ml) != FL_OK)
-                continue;
-            fl_secagg_phase before = fl_secagg_client_phase(R.cl[i]);
-            fl_status cs = fl_secagg_client_handle(R.cl[i], m, ml, &r, &rl);
-            if (cs == FL_OK) {
-                assert_int_equal(fl_secagg_server_receive(R.srv, i, r, rl), FL_OK);
-                continue;
-            }
-            assert_true(i != 4);
-            assert_int_equal(cs, FL_ERR_CRYPTO);
-            assert_int_equal(before, fail_phase);
-            assert_non_null(strstr(fl_secagg_client_errmsg(R.cl[i]), why));
-            assert_int_equal(fl_secagg_client_phase(R.cl[i]), FL_SECAGG_PHASE_FAILED);
-            failures++;
-        }
+/* The seven small-order u values of secagg/tools/x25519_small_order.py (little-endian, bit
+ * 255 clear); with bit 255 set or clear, 14 encodings (test_sa_x25519_check.c checks the
+ * list itself). */
+static const char *const small_hex[7] = {
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    "0100000000000000000000000000000000000000000000000000000000000000",
+    "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
+    "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+};
+#define SMALL_ENCODINGS 14
+
+/* Encoding e (0..13): value e / 2, bit 255 set when e is odd. */
+static void small_encoding(uint8_t out[32], int e) {
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(small_hex[e / 2] + 2 * i, "%2x", &v), 1);
+        out[i] = (uint8_t)v;
     }
-    assert_int_equal(failures, 4); /* every neighbour of client 4 */
-    rig_free(&R);
-    return st;
+    if (e & 1)
+        out[31] |= 0x80;
 }
 
-static void test_zero_keys(void **state) {
+/* Moves the rig's server and clients to backend b (rig_init makes them on sodium); 0 if b
+ * is not built. */
+static int rig_on_backend(struct rig *R, fl_secagg_backend b) {
+    fl_secagg_config c = R->cfg;
+    c.backend = b;
+    if (fl_secagg_config_resolve(&c, NULL, 0) != FL_OK) {
+        assert_false(fl_build_has("mbedtls")); /* only a backend that was not built */
+        return 0;
+    }
+    R->cfg = c;
+    fl_secagg_server_destroy(R->srv);
+    assert_int_equal(fl_secagg_server_create(&R->srv, &R->cfg, R->round_id, R->gseed, NULL),
+                     FL_OK);
+    for (uint32_t i = 0; i < R->n; i++) {
+        fl_secagg_client_destroy(R->cl[i]);
+        assert_int_equal(fl_secagg_client_create(&R->cl[i], &R->cfg, R->round_id, i,
+                                                 R->cfg.active ? &R->ids[i] : NULL, NULL),
+                         FL_OK);
+    }
+    return 1;
+}
+
+/* Re-signs client i's pending ADVERTISE after its keys were changed (active mode), so that
+ * only the key check can refuse it. */
+static void resign_advertise(struct rig *R, uint32_t i) {
+    const struct fl__sa_crypto *cr = fl__sa_backend(R->cfg.backend);
+    uint8_t *b = R->reply[i] + RIG_H, stmt[FL__SA_STMT_BYTES];
+    size_t sl = fl__sa_adv_statement(stmt, sizeof(stmt), R->round_id, i, b, b + 32,
+                                     R->cfg.context);
+    assert_true(sl > 0);
+    assert_int_equal(cr->ed25519_sign(b + 160, stmt, sl, R->ids[i].signing_key), 0);
+}
+
+/* Client 4 advertises encoding e in place of its c_pk (key_off 0) or s_pk (32). The server
+ * refuses it with no state change; client 4 then counts as dropped at ADVERTISE, and the
+ * round (complete graph, n = 5, t = 3) completes with the exact sum of the other four. */
+static void small_key_round(fl_secagg_backend b, int active, size_t key_off, int e) {
+    struct rig R;
+    rig_init(&R, 5, 4, 4, 3, 32, active);
+    if (!rig_on_backend(&R, b)) {
+        rig_free(&R);
+        return;
+    }
+    rig_start(&R);
+    small_encoding(R.reply[4] + RIG_H + key_off, e);
+    if (active)
+        resign_advertise(&R, 4);
+    rig_send_all(&R, 1u << 4);
+    assert_int_equal(fl_secagg_server_pending(R.srv), 1);
+    assert_int_equal(rig_send(&R, 4), FL_ERR_CRYPTO);
+    char want[96];
+    snprintf(want, sizeof(want), "ADVERTISE: %s is a small-order X25519 point",
+             key_off ? "s_pk" : "c_pk");
+    assert_non_null(strstr(fl_secagg_server_errmsg(R.srv), want));
+    assert_int_equal(fl_secagg_server_pending(R.srv), 1);
+    assert_int_equal(fl_secagg_server_phase(R.srv), FL_SECAGG_PHASE_ADVERTISE);
+    /* The deadline passes: client 4 is not in U1 and gets no KEYS. */
+    rig_step(&R, RIG_ALL & ~(1u << 4));
+    size_t ml;
+    const uint8_t *m;
+    assert_int_equal(fl_secagg_server_outgoing(R.srv, 4, &m, &ml), FL_ERR_NOT_FOUND);
+    for (int ph = 0; ph < (active ? 3 : 2); ph++) {
+        rig_send_all(&R, 1u << 4);
+        rig_step(&R, RIG_ALL & ~(1u << 4));
+    }
+    rig_send_all(&R, 1u << 4);
+    assert_int_equal(fl_secagg_server_advance(R.srv), FL_OK);
+    rig_check_sum(&R, 0xF);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_not_equal(fl_secagg_client_phase(R.cl[i]), FL_SECAGG_PHASE_FAILED);
+    rig_free(&R);
+}
+
+static void test_small_order_keys_refused(void **state) {
     (void)state;
-    /* c_pk: no share-encryption key with client 4 (KEYS). */
-    assert_int_equal(zero_key_round(0, FL_SECAGG_PHASE_SHARE_KEYS, "share encryption failed"),
-                     FL_ERR_ABORTED);
-    /* s_pk: no pairwise mask with client 4 (CIPHERTEXTS, before the masked input exists). */
-    assert_int_equal(zero_key_round(32, FL_SECAGG_PHASE_MASKED_INPUT, "pairwise mask failed"),
-                     FL_ERR_ABORTED);
+    const fl_secagg_backend backends[2] = {FL_SECAGG_BACKEND_SODIUM, FL_SECAGG_BACKEND_MBEDTLS};
+    for (int b = 0; b < 2; b++)
+        for (size_t key_off = 0; key_off <= 32; key_off += 32)
+            for (int e = 0; e < SMALL_ENCODINGS; e++)
+                small_key_round(backends[b], 0, key_off, e);
+    /* Active mode: a small-order key under a valid signature is refused all the same. */
+    for (int b = 0; b < 2; b++) {
+        small_key_round(backends[b], 1, 0, 0);
+        small_key_round(backends[b], 1, 32, 9);
+    }
+}
+
+/* A server that relays a small-order key anyway (the check skipped, or malicious): the client
+ * fails stickily with FL_ERR_CRYPTO naming the peer, and sends nothing. */
+static void relayed_small_key(fl_secagg_backend b, size_t key_off, int e) {
+    struct rig R;
+    rig_init(&R, 5, 4, 4, 3, 32, 0);
+    if (!rig_on_backend(&R, b)) {
+        rig_free(&R);
+        return;
+    }
+    rig_start(&R);
+    rig_send_all(&R, 0);
+    assert_int_equal(fl_secagg_server_advance(R.srv), FL_OK);
+    size_t len;
+    uint8_t *keys = rig_outgoing(&R, 0, &len);
+    /* KEYS body: n, k, t (u32), b, active, 2 pad, d (u32), seed[32], count, entries. */
+    size_t off = RIG_H + 12 + 4 + 4 + 32;
+    uint32_t count = fl__get_u32le(keys + off);
+    assert_int_equal(count, 4);
+    off += 4;
+    int found = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        uint8_t *ent = keys + off + (size_t)j * (4 + FL__SA_ADV_BASE_BYTES);
+        if (fl__get_u32le(ent) == 4) {
+            small_encoding(ent + 4 + key_off, e);
+            found = 1;
+        }
+    }
+    assert_true(found);
+    const uint8_t *r = NULL;
+    size_t rl = 0;
+    assert_int_equal(fl_secagg_client_handle(R.cl[0], keys, len, &r, &rl), FL_ERR_CRYPTO);
+    char want[96];
+    snprintf(want, sizeof(want), "KEYS: client 4's %s is a small-order X25519 point",
+             key_off ? "s_pk" : "c_pk");
+    assert_non_null(strstr(fl_secagg_client_errmsg(R.cl[0]), want));
+    assert_int_equal(fl_secagg_client_phase(R.cl[0]), FL_SECAGG_PHASE_FAILED);
+    /* Sticky: the honest KEYS message is refused too. */
+    const uint8_t *honest;
+    size_t hl;
+    assert_int_equal(fl_secagg_server_outgoing(R.srv, 0, &honest, &hl), FL_OK);
+    assert_int_equal(fl_secagg_client_handle(R.cl[0], honest, hl, &r, &rl), FL_ERR_CRYPTO);
+    /* The other clients, given the honest keys, go on. */
+    for (uint32_t i = 1; i < 5; i++) {
+        assert_int_equal(fl_secagg_server_outgoing(R.srv, i, &honest, &hl), FL_OK);
+        assert_int_equal(fl_secagg_client_handle(R.cl[i], honest, hl, &r, &rl), FL_OK);
+    }
+    free(keys);
+    rig_free(&R);
+}
+
+static void test_small_order_keys_relayed(void **state) {
+    (void)state;
+    const fl_secagg_backend backends[2] = {FL_SECAGG_BACKEND_SODIUM, FL_SECAGG_BACKEND_MBEDTLS};
+    for (int b = 0; b < 2; b++)
+        for (size_t key_off = 0; key_off <= 32; key_off += 32)
+            for (int e = 0; e < SMALL_ENCODINGS; e++)
+                relayed_small_key(backends[b], key_off, e);
 }
 
 int main(void) {
@@ -232,7 +354,8 @@ int main(void) {
         cmocka_unit_test(test_sparse_dropped_island),
         cmocka_unit_test(test_sparse_consistency_abort),
         cmocka_unit_test(test_forged_unmask_shares),
-        cmocka_unit_test(test_zero_keys),
+        cmocka_unit_test(test_small_order_keys_refused),
+        cmocka_unit_test(test_small_order_keys_relayed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
