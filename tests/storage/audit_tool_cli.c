@@ -6,6 +6,7 @@
  * 1 failed verification, 2 usage or I/O error) and what is printed.
  * usage: test_audit_tool_cli PATH/TO/flotilla-audit */
 #include <fcntl.h>
+#include <jansson.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -80,7 +81,8 @@ static char *slurp(const char *name) {
         }                                                                                          \
     } while (0)
 
-static char path_all[300], path_forged[300], path_junk[300], vkey[256], vkey_other[256];
+static char path_all[300], path_forged[300], path_junk[300], path_odd[300], path_rule[300],
+    vkey[256], vkey_other[256];
 
 /* A log with every entry type, exported to dir/all.jsonl. */
 static void make_bundles(void) {
@@ -154,6 +156,35 @@ static void make_bundles(void) {
     assert_non_null(fp);
     fputs("this is not an audit bundle\n", fp);
     fclose(fp);
+
+    /* A valid header over entries that are not entries: opens, fails verification, and
+     * show/export/report still list what is there. */
+    b = audit_read_file(path_all, &n);
+    char *nl = memchr(b, '\n', n);
+    assert_non_null(nl);
+    json_t *h = json_loadb((const char *)b, (size_t)(nl - (char *)b), 0, NULL);
+    assert_non_null(h);
+    json_object_set_new(h, "entries", json_integer(3));
+    json_object_set_new(h, "checkpoints", json_integer(1));
+    char *ht = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(h);
+    fp = fopen(path_odd, "wb");
+    assert_non_null(fp);
+    fprintf(fp, "%s\n[1]\n{\"type\":\"mystery\"}\n{\"seq\":2}\n{\"checkpoint\":\"x\"}\n", ht);
+    fclose(fp);
+    free(ht);
+
+    /* The honest bundle with entry 1 (a short model_registered entry) claiming format
+     * version 2: refused by the rules at that entry. */
+    char *line2 = memchr(nl + 1, '\n', n - (size_t)(nl + 1 - (char *)b)) + 1;
+    char *v1 = strstr(line2, "\"v\":1}");
+    assert_non_null(v1);
+    v1[4] = '2';
+    fp = fopen(path_rule, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, n, fp), n);
+    fclose(fp);
+    free(b);
 }
 
 static int setup(void **state) {
@@ -164,6 +195,8 @@ static int setup(void **state) {
     snprintf(path_all, sizeof(path_all), "%s/all.jsonl", dir);
     snprintf(path_forged, sizeof(path_forged), "%s/forged.jsonl", dir);
     snprintf(path_junk, sizeof(path_junk), "%s/junk.jsonl", dir);
+    snprintf(path_odd, sizeof(path_odd), "%s/odd.jsonl", dir);
+    snprintf(path_rule, sizeof(path_rule), "%s/rule.jsonl", dir);
     make_bundles();
     return 0;
 }
@@ -288,6 +321,36 @@ static void test_export_and_report(void **state) {
     EXPECT_IN("all.html", "No rounds with region counts.");
     RUN(1, "report", path_junk, "-o", html);
     EXPECT_IN("all.html", "class=\"verdict bad\"");
+    RUN(1, "report", path_odd, "-o", html);
+    EXPECT_IN("all.html", "class=\"verdict bad\"");
+    RUN(1, "export", path_odd, "--format", "csv", "-o", csv);
+    EXPECT_IN("all.csv", "mystery");
+}
+
+static void test_odd_entries(void **state) {
+    (void)state;
+    RUN(1, "show", path_odd);
+    EXPECT_IN("out", "#0  (unreadable entry)");
+    EXPECT_IN("out", "#1  -  mystery");
+    EXPECT_IN("out", "3 of 3 entries shown; bundle NOT VERIFIED");
+    RUN(1, "verify", path_rule, "--key", vkey);
+    EXPECT_IN("out", "first offending entry: #1 (bundle line 3)");
+    EXPECT_IN("out", "  entry: {\"model\":");
+}
+
+/* The demo: a log long enough for a budget refusal, a bundle over 64 KiB (read in more
+ * than one piece), another seed. */
+static void test_demo(void **state) {
+    (void)state;
+    char out[300];
+    snprintf(out, sizeof(out), "%s/demo.jsonl", dir);
+    RUN(0, "demo", out, "--rounds", "200", "--seed", "3");
+    EXPECT_IN("out", "verifier key: demo.flotilla.example/audit+");
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    assert_true(sb.st_size > 65536);
+    RUN(0, "show", out, "--round", "9", "--population", "health-ru");
+    EXPECT_IN("out", "refused");
 }
 
 int main(int argc, char **argv) {
@@ -299,7 +362,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_io_errors),
         cmocka_unit_test(test_verify),       cmocka_unit_test(test_show),
-        cmocka_unit_test(test_export_and_report),
+        cmocka_unit_test(test_export_and_report), cmocka_unit_test(test_odd_entries),
+        cmocka_unit_test(test_demo),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

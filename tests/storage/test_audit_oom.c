@@ -12,6 +12,7 @@
  * checkpoints, exports and verifies offline, and the store passes its integrity check. */
 #include <jansson.h>
 
+#include "audit_internal.h"
 #include "test_audit_util.h"
 
 /* ---- process-wide allocation hooks (test only) ---- */
@@ -504,6 +505,23 @@ static void test_json_allocator_walk(void **state) {
     walk(WALK_JSON);
 }
 
+/* Reading an entry back when Jansson cannot even start its parser is out of memory, not a
+ * damaged entry. */
+static void test_parse_nomem(void **state) {
+    (void)state;
+    const char *e = "{\"seq\":0,\"type\":\"x\",\"v\":1}";
+    json_t *v = NULL;
+    char why[200];
+    json_countdown = 1;
+    fl_status r = fl__store_audit_parse(e, strlen(e), &v, why, sizeof(why));
+    json_countdown = 0;
+    assert_int_equal(r, FL_ERR_NOMEM);
+    assert_null(v);
+    assert_non_null(strstr(why, "out of memory"));
+    assert_int_equal(fl__store_audit_parse(e, strlen(e), &v, why, sizeof(why)), FL_OK);
+    json_decref(v);
+}
+
 /* With no argument: the store allocator walk; "sqlite" or "json": that walk (ctest runs
  * each as its own test, see audit_oom.cmake, so that each stays short under ASan). */
 int main(int argc, char **argv) {
@@ -511,7 +529,8 @@ int main(int argc, char **argv) {
     const char *which = argc > 1 ? argv[1] : "store";
     const struct CMUnitTest store[] = {cmocka_unit_test(test_store_allocator_walk)};
     const struct CMUnitTest sqlite[] = {cmocka_unit_test(test_sqlite_allocator_walk)};
-    const struct CMUnitTest json[] = {cmocka_unit_test(test_json_allocator_walk)};
+    const struct CMUnitTest json[] = {cmocka_unit_test(test_parse_nomem),
+                                      cmocka_unit_test(test_json_allocator_walk)};
     if (strcmp(which, "store") == 0)
         return cmocka_run_group_tests(store, NULL, NULL);
     if (strcmp(which, "sqlite") == 0)
