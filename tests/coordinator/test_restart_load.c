@@ -36,12 +36,15 @@ static fl_status create_only(struct fx *f, fl_coord **out, char *err, size_t n) 
     return fl_coord_create(out, &cfg, err, n);
 }
 
+static char g_client[128]; /* the population's one client token */
+
 static int setup(void **state) {
     fx_setup(state);
     struct fx *f = *state;
     struct popcfg pc = {.name = "ld", .target = 3, .min = 3, .secagg = false, .mode = "none"};
     char *tok[1];
     setup_population(f, &pc, tok, 1);
+    snprintf(g_client, sizeof(g_client), "%s", tok[0]);
     free(tok[0]);
     fx_stop(f);
     return 0;
@@ -90,6 +93,15 @@ static void test_closed_not_loaded(void **state) {
     struct fx *f = *state;
     sql(f, "UPDATE populations SET state = 2 WHERE name = 'ld'");
     fx_start(f);
+    /* Its clients' tokens still authenticate, but the population is gone for them. */
+    struct resp r0 = http_json(f, "POST", "/v1/checkin", g_client,
+                               "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                               "\"unmetered\":true,\"idle\":true}}");
+    assert_error(&r0, 401, "token_revoked");
+    resp_free(&r0);
+    r0 = http_req(f, "GET", "/v1/models/ld/1", g_client, NULL, NULL, 0, NULL);
+    assert_error(&r0, 404, "not_found");
+    resp_free(&r0);
     struct resp r = http_req(f, "GET", "/v1/admin/populations", ADMIN_TOKEN, NULL, NULL, 0, NULL);
     assert_int_equal(r.status, 200);
     json_t *j = body_json(&r);

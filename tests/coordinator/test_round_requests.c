@@ -417,12 +417,96 @@ static void test_parked_polls(void **state) {
     clients_free(c, N);
 }
 
+
+/* Every round endpoint needs the client's token; ?wait= takes one or two digits; a message
+ * without a Content-Type is taken as octet-stream. */
+static void test_round_endpoint_forms(void **state) {
+    struct fx *f = *state;
+    enum { N = 3 };
+    struct popcfg pc = {.name = "fm", .target = N, .min = 3, .secagg = true, .neighbors = 0,
+                        .mode = "none", .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    char path[128];
+    static const char *const ends[][2] = {
+        {"GET", "task"},
+        {"POST", "update"},
+        {"POST", "secagg/advertise"},
+        {"GET", "secagg/advertise/result"},
+        {"GET", "status"},
+    };
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/%s", (long long)rid, ends[i][1]);
+        bool get = strcmp(ends[i][0], "GET") == 0;
+        struct resp r = http_req(f, ends[i][0], path, NULL, get ? NULL : "application/octet-stream",
+                                 get ? NULL : "x", get ? 0 : 1, c[0].pid);
+        expect(&r, 401, "unauthorized", NULL, path);
+    }
+    static const char *const waits[] = {"a", "-", "9-"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=%s", (long long)rid, waits[i]);
+        struct resp r = get_as(f, &c[0], path);
+        expect(&r, 400, "invalid_parameter", "wait", waits[i]);
+    }
+    /* No Content-Type at all: read as a secagg message. */
+    const uint8_t *out[N];
+    size_t ol[N];
+    secagg_clients_start(c, N, rid, out, ol);
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/advertise", (long long)rid);
+    struct resp r;
+    memset(&r, 0, sizeof(r));
+    CURL *cu = curl_easy_init();
+    struct curl_slist *h = http_prepare(f, cu, "POST", path, c[0].tok, NULL, out[0], ol[0],
+                                        c[0].pid, &r);
+    h = curl_slist_append(h, "Content-Type:");
+    curl_easy_setopt(cu, CURLOPT_HTTPHEADER, h);
+    assert_int_equal(curl_easy_perform(cu), CURLE_OK);
+    curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &r.status);
+    assert_int_equal(r.status, 202);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(cu);
+    resp_free(&r);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
+/* A secure-aggregation round cannot run with one client: it is abandoned at its start. */
+static void test_secagg_single_client(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "one", .target = 1, .min = 1, .secagg = true, .neighbors = 0,
+                        .mode = "none", .bits = 32};
+    char *tok[1];
+    setup_population(f, &pc, tok, 1);
+    struct tc c[1];
+    memset(c, 0, sizeof(c));
+    c[0].tok = tok[0];
+    int64_t rid = 0;
+    checkin_all(f, c, 1, &rid);
+    char word[32];
+    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "abandoned");
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_non_null(strstr(r.body, "at least 2 clients"));
+    resp_free(&r);
+    clients_free(c, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_message_refusals, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_abandoned_answers, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_parked_polls, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_round_endpoint_forms, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_single_client, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
