@@ -547,6 +547,20 @@ static void test_admin_models_and_rounds(void **state) {
     }
     fingerprint(f, after, sizeof(after));
     assert_string_equal(before, after);
+    /* Without a Content-Type a model upload is taken as octet-stream. */
+    struct resp ru;
+    memset(&ru, 0, sizeof(ru));
+    CURL *cu = curl_easy_init();
+    struct curl_slist *hl = http_prepare(f, cu, "POST", "/v1/admin/populations/mr/models",
+                                         ADMIN_TOKEN, NULL, model, mlen, NULL, &ru);
+    hl = curl_slist_append(hl, "Content-Type:");
+    curl_easy_setopt(cu, CURLOPT_HTTPHEADER, hl);
+    assert_int_equal(curl_easy_perform(cu), CURLE_OK);
+    curl_easy_getinfo(cu, CURLINFO_RESPONSE_CODE, &ru.status);
+    assert_int_equal(ru.status, 201);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(cu);
+    resp_free(&ru);
     /* No rounds yet: an empty list; limit 1000 accepted. */
     r = http_req(f, "GET", "/v1/admin/populations/mr/rounds?limit=1000", ADMIN_TOKEN, NULL, NULL,
                  0, NULL);

@@ -499,6 +499,39 @@ static void test_secagg_single_client(void **state) {
     clients_free(c, 1);
 }
 
+
+/* Configured secagg neighbourhoods that do not fit the round (odd, too large, too small)
+ * are adjusted or derived: the round runs, and every task names the same k and t. */
+static void test_secagg_neighbors(void **state) {
+    struct fx *f = *state;
+    enum { N = 4 };
+    static const int ks[] = {1, 7, 2};
+    for (int q = 0; q < 3; q++) {
+        char name[16];
+        snprintf(name, sizeof(name), "nb%d", q);
+        struct popcfg pc = {.name = name, .target = N, .min = 3, .secagg = true,
+                            .neighbors = ks[q], .mode = "none", .bits = 32};
+        char *tok[N];
+        setup_population(f, &pc, tok, N);
+        struct tc c[N];
+        memset(c, 0, sizeof(c));
+        for (int i = 0; i < N; i++)
+            c[i].tok = tok[i];
+        int64_t rid = 0;
+        checkin_all(f, c, N, &rid);
+        char word[32];
+        assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "advertise");
+        fetch_tasks(f, c, N, rid);
+        for (int i = 0; i < N; i++) {
+            assert_true(c[i].task.k >= 2 && c[i].task.k <= N - 1);
+            assert_true(c[i].task.t >= 1 && c[i].task.t <= c[i].task.k);
+            assert_int_equal(c[i].task.k, c[0].task.k);
+            assert_int_equal(c[i].task.t, c[0].task.t);
+        }
+        clients_free(c, N);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
@@ -507,6 +540,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_parked_polls, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_round_endpoint_forms, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_single_client, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_neighbors, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
