@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -1483,6 +1484,10 @@ fl_status fl_store_audit_export_file(fl_store *st, const char *path) {
     FILE *f = fopen(path, "wb");
     if (!f)
         return fl__err_set(&st->err, FL_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    /* On failure the partial file is removed, but never something that is not a regular
+     * file (a FIFO, or /dev/null when the caller runs as root). */
+    struct stat sb;
+    int regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
     struct fl__store_audit_stmts c = {st, {0}};
     struct sink k = {NULL, 0, f, 0, 0};
     r = fl__store_op_begin(st, 0);
@@ -1497,7 +1502,7 @@ fl_status fl_store_audit_export_file(fl_store *st, const char *path) {
     }
     if (fclose(f) != 0 && r == FL_OK)
         r = fl__err_set(&st->err, FL_ERR_IO, "closing %s failed: %s", path, strerror(errno));
-    if (r != FL_OK)
+    if (r != FL_OK && regular)
         remove(path);
     return r;
 }

@@ -8,6 +8,7 @@
  *      refusal must name that rule.
  * These are the ways a forged or damaged bundle can differ from what the store wrote. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -204,6 +205,12 @@ static void mutate_object(const struct log *l, int i, json_t *m, json_t *o, cons
                 json_object_set_new(o, k, json_integer(-1));
                 expect_refused(l, i, m, "a negative integer", sub, ms);
             }
+        }
+        /* null: only a round's model_in, model_out and secagg may be null. */
+        if (!json_is_null(orig) && strcmp(k, "model_in") != 0 && strcmp(k, "model_out") != 0 &&
+            strcmp(k, "secagg") != 0) {
+            json_object_set_new(o, k, json_null());
+            expect_refused(l, i, m, "null", sub, ms);
         }
         if (json_is_object(orig) || json_is_array(orig)) {
             json_object_set_new(o, k, json_integer(1));
@@ -603,12 +610,106 @@ static void test_text_fields(void **state) {
     log_free(&l);
 }
 
+/* The canonical-JSON reader the verifier and the store share. */
+static void test_parse_canonical(void **state) {
+    (void)state;
+    json_t *v = NULL;
+    char why[200];
+    struct {
+        const char *text;
+        const char *want;
+    } bad[] = {
+        {"[1]", "not an object"},
+        {"{\"a\":true}", "not an object of strings, integers and null"},
+        {"{\"a\":[1.5]}", "not an object of strings, integers and null"},
+        {"{\"a\":[[[[[[[[[[1]]]]]]]]]]}", "not an object of strings, integers and null"},
+        {"{\"a\":1} ", "not canonical"},           /* trailing space */
+        {"{\"b\":1,\"a\":2}", "not canonical"},     /* keys out of order */
+        {"{\"a\":\"\xc3\xa9\"}", "not canonical"}, /* raw UTF-8: the dump escapes it (longer) */
+        {"{\"a\":", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fl_status r = fl__store_audit_parse(bad[i].text, strlen(bad[i].text), &v, why, sizeof(why));
+        if (r != FL_ERR_FORMAT || !strstr(why, bad[i].want))
+            fail_msg("%s: %s \"%s\", want \"%s\"", bad[i].text, fl_status_name(r), why,
+                     bad[i].want);
+        assert_null(v);
+    }
+    /* Eight levels below the entry are fine (the tenth above is not). */
+    const char *deep = "{\"a\":[[[[[[[1]]]]]]]}";
+    assert_int_equal(fl__store_audit_parse(deep, strlen(deep), &v, why, sizeof(why)), FL_OK);
+    json_decref(v);
+    /* Empty, NUL inside, and longer than two maximal entries. */
+    assert_int_equal(fl__store_audit_parse("{}", 0, &v, why, sizeof(why)), FL_ERR_FORMAT);
+    assert_int_equal(fl__store_audit_parse("{\"a\":\"\0\"}", 9, &v, why, sizeof(why)),
+                     FL_ERR_FORMAT);
+    assert_non_null(strstr(why, "NUL"));
+    assert_int_equal(fl__store_audit_parse("{}", 2 * FL_STORE_AUDIT_ENTRY_MAX + 1, &v, why,
+                                           sizeof(why)),
+                     FL_ERR_FORMAT);
+    /* Fixed point: out of range, negative and non-finite values are refused. */
+    assert_int_equal(fl__store_audit_fixed_ceil(0.25, 1e9), 250000000);
+    assert_int_equal(fl__store_audit_fixed_floor(0.9999999999, 1e9), 999999999);
+    assert_int_equal(fl__store_audit_fixed_round(1.1, 1e9), 1100000000);
+    assert_int_equal(fl__store_audit_fixed_ceil(1e10, 1e9), -1);
+    assert_int_equal(fl__store_audit_fixed_ceil(-1, 1e9), -1);
+    assert_int_equal(fl__store_audit_fixed_floor(NAN, 1e9), -1);
+    assert_int_equal(fl__store_audit_fixed_round(INFINITY, 1e9), -1);
+    /* An entry's population, and applying entries that change nothing. */
+    json_t *e = json_pack("{s:s}", "population_id", "1");
+    assert_int_equal(fl__store_audit_entry_pop(e), 0);
+    struct fl__store_audit_pop p;
+    fl__store_audit_pop_init(&p);
+    assert_int_equal(fl__store_audit_apply(e, &p), FL_OK); /* no type */
+    json_object_set_new(e, "type", json_string("round"));
+    assert_int_equal(fl__store_audit_apply(e, NULL), FL_OK); /* no population */
+    json_object_set_new(e, "type", json_string("erasure"));
+    assert_int_equal(fl__store_audit_apply(e, &p), FL_OK);
+    assert_int_equal(p.seen, 0);
+    assert_int_equal(p.last_round, 0);
+    json_decref(e);
+    fl__store_audit_pop_free(&p);
+    fl__store_audit_pop_free(NULL);
+}
+
+static void test_more_rules(void **state) {
+    (void)state;
+    struct log l;
+    log_make(&l);
+    json_t *m;
+    /* Rounds and refusals must name their population as it was created. */
+    m = copy(&l, E_ROUND);
+    set_str(m, "population", "other");
+    expect_rule(&l, E_ROUND, m, "is named \"keyboard\"", 0);
+    m = copy(&l, E_REFUSED);
+    set_str(m, "population", "other");
+    expect_rule(&l, E_REFUSED, m, "is named \"keyboard\"", 0);
+    /* A model_registered entry's model is never null. */
+    m = copy(&l, E_MODEL);
+    json_object_set_new(m, "model", json_null());
+    expect_rule(&l, E_MODEL, m, "model is not an object", 0);
+    /* Mechanism none: each parameter alone is refused. */
+    const char *params[] = {"dp.noise_multiplier_e9", "dp.sampling_rate_e9", "dp.steps"};
+    for (int i = 0; i < 3; i++) {
+        m = copy(&l, E_ABANDONED); /* an abandoned round without DP */
+        set_int(m, params[i], 1);
+        expect_rule(&l, E_ABANDONED, m, "mechanism none with parameters", 0);
+    }
+    /* Region counts must be integers. */
+    m = copy(&l, E_ABANDONED);
+    json_object_set_new(json_object_get(m, "regions"), "EU", json_null());
+    expect_rule(&l, E_ABANDONED, m, "is not a positive integer", 0);
+    log_free(&l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_log_passes),
         cmocka_unit_test(test_schema_mutations_refused),
         cmocka_unit_test(test_rules_refused),
         cmocka_unit_test(test_text_fields),
+        cmocka_unit_test(test_parse_canonical),
+        cmocka_unit_test(test_more_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,14 +1,17 @@
-/* SQLite allocation failures on a freshly opened handle.
+/* SQLite allocation failures on a handle that has not prepared its statements yet.
  *
  * The handle prepares each statement on its first use and keeps it, so the allocation
  * walks in test_store_oom (which run on a handle that has already used every statement)
- * never see a statement fail to prepare. Here every call runs on a new handle, once for
- * each of SQLite's allocations failing in turn (hooked process-wide, in the test only):
+ * never see a statement fail to prepare. Here the handle's statement cache is emptied
+ * (through store_internal.h) before every call, so that the call prepares each statement
+ * again, and the call runs once for each of SQLite's allocations failing in turn (hooked
+ * process-wide, in the test only):
  * the call must return FL_ERR_NOMEM with nothing handed out, leave no transaction open and
- * leak nothing; and the same call must then work on the next new handle. At the end the
+ * leak nothing; and the same call must then work. At the end the
  * database passes the integrity check. Store calls and audit log calls alike. */
 #include <sodium.h>
 
+#include "store_internal.h"
 #include "test_store_util.h"
 
 /* ---- SQLite allocation hook ---- */
@@ -71,7 +74,7 @@ struct world {
     struct store_tdir dir;
     struct fl_test_counting count;
     fl_allocator alloc;
-    fl_store *st; /* the fresh handle of the current call */
+    fl_store *st; /* the handle of the current walk */
     int64_t pop, v1, v2, round_id;
     int n; /* a counter for unique names and bytes */
     uint8_t pk[32], sk[64]; /* checkpoint key */
@@ -436,6 +439,14 @@ static const struct {
     {"check", op_check, 2},
 };
 
+/* Finalizes every statement the handle has prepared, as if it had just been opened. */
+static void forget_statements(fl_store *st) {
+    for (int i = 0; i < FL__STORE_STMT_COUNT; i++) {
+        sqlite3_finalize(st->stmt[i]);
+        st->stmt[i] = NULL;
+    }
+}
+
 static int walk_group; /* which calls test_fresh_handle_walk runs (ops[].group) */
 
 static void test_fresh_handle_walk(void **state) {
@@ -447,8 +458,9 @@ static void test_fresh_handle_walk(void **state) {
         if (ops[o].group != walk_group)
             continue;
         int done = 0;
+        w.st = store_open_ok(w.dir.path, &w.alloc);
         for (long k = 1; k < 5000 && !done; k++) {
-            w.st = store_open_ok(w.dir.path, &w.alloc);
+            forget_statements(w.st);
             long live = w.count.live, before = failures;
             countdown = k;
             fl_status r = ops[o].fn(&w);
@@ -466,9 +478,9 @@ static void test_fresh_handle_walk(void **state) {
                              fl_status_name(r), fl_store_errmsg(w.st));
                 done = 1;
             }
-            fl_store_close(w.st);
-            w.st = NULL;
         }
+        fl_store_close(w.st);
+        w.st = NULL;
         if (!done)
             fail_msg("%s never ran clean", ops[o].name);
         if (getenv("FL_TEST_VERBOSE"))
