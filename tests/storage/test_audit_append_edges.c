@@ -163,6 +163,37 @@ static void test_optional_fields(void **state) {
     assert_non_null(strstr(e->json, "\"coordinator\":\"coord-2.0\""));
     fl_store_free(st, e);
 
+    /* Steps of several ledger entries saturate instead of overflowing. */
+    STORE_OK(st, fl_store_begin(st));
+    STORE_OK(st, fl_store_round_create(st, &rid, f.pop, 0, ref.version, "{}"));
+    STORE_OK(st, fl_store_round_start(st, rid));
+    fl_store_round_counts three = {4, 3, 3, 0};
+    STORE_OK(st, fl_store_round_set_counts(st, rid, &three));
+    w[0] = 100;
+    fl_store_model_ref ref2;
+    STORE_OK(st, fl_store_model_put(st, &ref2, f.pop, ref.version, w, sizeof(w), NULL));
+    STORE_OK(st, fl_store_round_complete(st, rid, ref2.version));
+    for (int i = 0; i < 2; i++) {
+        fl_store_ledger_entry le = {0};
+        le.population_id = f.pop;
+        le.round_id = rid;
+        le.mechanism = "gaussian";
+        le.sampling_rate = 0.25;
+        le.clip_norm = 0.5;
+        le.steps = INT64_MAX - 1;
+        STORE_OK(st, fl_store_ledger_append(st, NULL, &le));
+    }
+    fl_store_audit_round_info_init(&in);
+    in.round_id = rid;
+    in.epsilon_total = 1.5;
+    in.regions = reg + 1; /* UK 2, EU 1 */
+    in.n_regions = 2;
+    STORE_OK(st, fl_store_audit_append_round(st, &seq, &in));
+    STORE_OK(st, fl_store_commit(st));
+    STORE_OK(st, fl_store_audit_entry_get(st, &e, seq));
+    assert_non_null(strstr(e->json, "\"steps\":9223372036854775807"));
+    fl_store_free(st, e);
+
     /* A new population with no model: a round with no base model logs model_in null. */
     int64_t p2 = 0;
     STORE_OK(st, fl_store_population_create(st, &p2, "fresh", "{}", 1, 0, "[]"));
@@ -304,6 +335,24 @@ static void test_damage_detected(void **state) {
     size_t len = 0;
     EXPECT(&f, fl_store_audit_export(f.st, &buf, &len), FL_ERR_CORRUPT, "audit");
     assert_null(buf);
+    audit_fx_teardown(&f);
+
+    /* The last entry gone: fewer entries than the checkpoint covers. */
+    audit_fx_setup(&f, 2);
+    STORE_OK(f.st, fl_store_audit_checkpoint_sign(f.st, NULL, AUDIT_ORIGIN, f.sk));
+    tamper(f.t.path, "DROP TRIGGER audit_entries_append_only_delete;"
+                     "DELETE FROM audit_entries WHERE seq = 1;");
+    EXPECT(&f, fl_store_audit_export(f.st, &buf, &len), FL_ERR_CORRUPT,
+           "audit log has 1 entries, checkpoint 2");
+    audit_fx_teardown(&f);
+
+    /* A checkpoint root that the tree does not give, with nothing appended since. */
+    audit_fx_setup(&f, 2);
+    STORE_OK(f.st, fl_store_audit_checkpoint_sign(f.st, NULL, AUDIT_ORIGIN, f.sk));
+    tamper(f.t.path, "DROP TRIGGER audit_checkpoints_append_only_update;"
+                     "UPDATE audit_checkpoints SET root = zeroblob(32);");
+    EXPECT(&f, fl_store_audit_checkpoint_sign(f.st, NULL, AUDIT_ORIGIN, f.sk), FL_ERR_CORRUPT,
+           "no longer matches the latest checkpoint");
     audit_fx_teardown(&f);
 
     /* A damaged checkpoint row: its root, its origin. */
