@@ -4,16 +4,22 @@
  * model has no F32 tensor at all, or when central DP noise cannot be sized for the configured granularity;
  * without update.tensors every F32 tensor is trained and the others (here an I32 tensor)
  * and the model's metadata pass through the aggregation unchanged. */
+#include <math.h>
+
 #include "coord_testkit.h"
 #include "flotilla/tensor.h"
 
 static const int32_t IVALS[3] = {7, -8, 9};
+
+static bool g_nan_model; /* the next model_mixed has a NaN in "w" */
 
 /* A model with "w" (D floats, unless no_f32) and "i" (3 int32), metadata "owner": "t". */
 static uint8_t *model_mixed(size_t *len, bool no_f32) {
     float w[D];
     for (int j = 0; j < D; j++)
         w[j] = base_w(j);
+    if (g_nan_model)
+        w[3] = NAN;
     fl_safetensors_writer *wr = NULL;
     assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
     uint64_t sw[1] = {D}, si[1] = {3};
@@ -160,10 +166,77 @@ static void test_other_tensors_pass_through(void **state) {
     clients_free(c, 2);
 }
 
+
+/* Example weights are summed modulo 2^modulus_bits like the coordinates: with 8 bits, two
+ * devices of weight 128 sum to 0 and the round cannot be averaged; it is abandoned with that
+ * reason and no model is made. */
+static void test_weights_sum_to_zero(void **state) {
+    struct fx *f = *state;
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    population(f, "wz",
+               "\"update\":{\"weighting\":\"examples\",\"weight_cap\":255},"
+               "\"privacy\":{\"mode\":\"none\",\"modulus_bits\":8}",
+               false, c);
+    int64_t rid = 0;
+    checkin_all(f, c, 2, &rid);
+    c[0].weight = c[1].weight = 128;
+    fetch_tasks(f, c, 2, rid);
+    assert_int_equal(c[0].task.bits, 8);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[16 + 4 * 1024];
+    for (int i = 0; i < 2; i++) {
+        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+        struct resp r =
+            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(st, "reason")), "sum to zero"));
+    json_decref(st);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM models"), 1);
+    clients_free(c, 2);
+}
+
+
+/* A base model with a NaN weight: the aggregation refuses to make a non-finite model and
+ * the round is abandoned with that reason. */
+static void test_non_finite_model(void **state) {
+    struct fx *f = *state;
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    g_nan_model = true;
+    population(f, "nan", "", false, c);
+    g_nan_model = false;
+    int64_t rid = 0;
+    checkin_all(f, c, 2, &rid);
+    fetch_tasks(f, c, 2, rid);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[16 + 4 * 1024];
+    for (int i = 0; i < 2; i++) {
+        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+        struct resp r =
+            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(st, "reason")), "not finite"));
+    json_decref(st);
+    clients_free(c, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_cannot_form, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_other_tensors_pass_through, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_weights_sum_to_zero, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_non_finite_model, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
