@@ -313,12 +313,62 @@ static void test_participants_and_erasure(void **state) {
     clients_free(c, 3);
 }
 
+
+/* An expired device coming back while max_concurrency others train: its old slot is kept
+ * for it but it waits (round_full); when the buffer is applied, expired, dropped and
+ * contributed participations stay behind and only live ones carry over. */
+static void test_expired_waits(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":2"};
+    char *tok[5];
+    setup_population(f, &pc, tok, 5);
+    struct tc c[5];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 5; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    later(f, 61 * 1000);
+    fl_coord_tick(f->co); /* device 0 expired */
+    checkin(f, &c[1], 1, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[2], 2, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "round_full"); /* 1 and 2 train */
+    /* 1 posts; a minute on, 2 has expired (its late post is refused) and 3 and 4 train; 4
+     * posts: the buffer (1, 4) is applied and 3, still training, carries over. */
+    struct resp r = post(f, &c[1], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    later(f, 61 * 1000);
+    checkin(f, &c[3], 3, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    r = post(f, &c[2], false);
+    assert_error(&r, 410, "round_closed"); /* 2's deadline passed meanwhile */
+    resp_free(&r);
+    checkin(f, &c[4], 4, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    r = post(f, &c[4], false);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    assert_int_equal(version_of(f), 2);
+    r = post(f, &c[3], false); /* carried over into the next buffer */
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    clients_free(c, 5);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_carry_over, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_wide_words, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_participants_and_erasure, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_expired_waits, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
