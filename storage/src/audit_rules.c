@@ -258,7 +258,8 @@ static int get_str(struct ck *c, const json_t *obj, const char *key, size_t max,
     if (!json_is_string(v))
         return bad(c, "\"%s\" is not a string", key);
     const char *s = json_string_value(v);
-    if (!text_ok(s, json_string_length(v), max, spaces) || strlen(s) != json_string_length(v))
+    /* text_ok reads all json_string_length bytes, so an embedded NUL is refused there. */
+    if (!text_ok(s, json_string_length(v), max, spaces))
         return bad(c, "\"%s\" is not 1..%zu printable ASCII characters", key, max);
     *out = s;
     return 0;
