@@ -98,7 +98,8 @@ FL_API void fl_secagg_config_init(fl_secagg_config *cfg);
 /* Validates cfg and replaces degree/threshold 0 by the derived values (in place).
  * Returns FL_OK, FL_ERR_MISUSE with a message naming the field (errmsg may be NULL; if not,
  * it receives up to errmsg_len bytes, NUL-terminated), or FL_ERR_UNSUPPORTED when the
- * chosen backend is not built or lacks Ed25519 in active mode. */
+ * chosen backend is not built (every built backend has Ed25519, so active mode is
+ * available on each). */
 FL_API fl_status fl_secagg_config_resolve(fl_secagg_config *cfg, char *errmsg,
                                           size_t errmsg_len);
 
@@ -162,8 +163,8 @@ typedef struct fl_secagg_identity {
 } fl_secagg_identity;
 
 /* Generates a fresh Ed25519 key pair with the backend's CSPRNG (authority or client key).
- * Outputs first. FL_ERR_MISUSE on NULL, FL_ERR_UNSUPPORTED if the backend lacks Ed25519,
- * FL_ERR_CRYPTO on a backend failure. */
+ * Outputs first. FL_ERR_MISUSE on NULL, FL_ERR_UNSUPPORTED if the backend is not built,
+ * FL_ERR_CRYPTO on a backend failure (signing_key is then zeroed). */
 FL_API fl_status fl_secagg_signing_keygen(uint8_t verify_key[FL_SECAGG_VERIFY_KEY_BYTES],
                                           uint8_t signing_key[FL_SECAGG_SIGNING_KEY_BYTES],
                                           fl_secagg_backend backend);
