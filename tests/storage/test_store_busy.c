@@ -76,6 +76,12 @@ static fl_status w_model_put(struct fx *x) {
 static fl_status w_tag_set(struct fx *x) {
     return fl_store_tag_set(x->f.st, "prod", x->f.model);
 }
+static fl_status w_tag_delete(struct fx *x) {
+    fl_status r = fl_store_tag_delete(x->f.st, "prod");
+    if (r == FL_OK) /* set again for the next round of this walk */
+        STORE_OK(x->f.st, fl_store_tag_set(x->f.st, "prod", x->f.model));
+    return r;
+}
 static fl_status w_round_create(struct fx *x) {
     return fl_store_round_create(x->f.st, NULL, x->f.pop, 0, 0, NULL);
 }
@@ -139,6 +145,7 @@ static const struct {
     {"client_touch", w_client_touch},
     {"model_put", w_model_put},
     {"tag_set", w_tag_set},
+    {"tag_delete", w_tag_delete},
     {"round_create", w_round_create},
     {"participant_set", w_participant},
     {"ledger_append", w_ledger},

@@ -254,6 +254,29 @@ static void test_bad_numbers(void **state) {
     le.sampling_rate = 0.5;
     le.clip_norm = NAN;
     EXPECT(st, fl_store_ledger_append(st, NULL, &le), FL_ERR_MISUSE, "clip_norm");
+    EXPECT(st, fl_store_population_set_state(st, x.pop, (fl_store_population_state)-1),
+           FL_ERR_MISUSE, "state");
+    EXPECT(st, fl_store_participant_set(st, x.round, "c1", (fl_store_participant_state)-1),
+           FL_ERR_MISUSE, "state");
+    const fl_store_round_counts bad_counts[] = {{-1, 0, 0, 0}, {1, 1, -1, 0}, {1, 1, 0, -1}};
+    for (int i = 0; i < 3; i++)
+        EXPECT(st, fl_store_round_set_counts(st, x.round, &bad_counts[i]), FL_ERR_MISUSE, ">= 0");
+    char reason[2048];
+    memset(reason, 'r', sizeof(reason) - 1);
+    reason[sizeof(reason) - 1] = '\0';
+    EXPECT(st, fl_store_round_abandon(st, x.round, reason), FL_ERR_MISUSE, "reason");
+    /* names: NULL, or a character the kind of name does not allow */
+    fl_store_client *cl = NULL;
+    EXPECT(st, fl_store_population_find(st, &p, NULL), FL_ERR_MISUSE, "name");
+    EXPECT(st, fl_store_client_get(st, &cl, "has space"), FL_ERR_MISUSE, "client_id");
+    EXPECT(st, fl_store_client_authenticate(st, "has space", "0123456789abcdef", 16), FL_ERR_MISUSE,
+           "client_id");
+    EXPECT(st, fl_store_client_touch(st, "has space"), FL_ERR_MISUSE, "client_id");
+    EXPECT(st, fl_store_participant_set(st, x.round, "has space", FL_STORE_PARTICIPANT_SELECTED),
+           FL_ERR_MISUSE, "client_id");
+    EXPECT(st, fl_store_tag_delete(st, "bad tag"), FL_ERR_MISUSE, "tag");
+    assert_null(p);
+    assert_null(cl);
     /* clients */
     EXPECT(st, fl_store_client_authenticate(st, "c1", NULL, 16), FL_ERR_MISUSE, "token");
     assert_int_equal(fl_store_client_authenticate(st, "c1", NULL, 0), FL_ERR_AUTH);
