@@ -821,6 +821,70 @@ static void test_round_writes_walk(void **state) {
     }
 }
 
+/* A round's start walked: the k-th allocation from the check-in that fills the round fails
+ * (plain: the accumulator; secagg: the server state machine). The round then runs or is
+ * abandoned with a reason; either way the next round forms normally. */
+static void start_walk(struct fx *f, const struct popcfg *pcp) {
+    struct popcfg pc = *pcp;
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pc.name);
+    char start_path[128];
+    snprintf(start_path, sizeof(start_path), "/v1/admin/populations/%s/start", pc.name);
+    long k;
+    int abandoned = 0;
+    for (k = 1; k < 1000; k++) {
+        atomic_fetch_add(&f->now_ms, 61 * 1000);
+        fl_coord_tick(f->co);
+        int64_t rid = 0;
+        checkin_all(f, c, 2, &rid);
+        arm(k);
+        struct resp r = req_soft(f, "POST", "/v1/checkin", c[2].tok, "application/json",
+                                 CHECKIN, strlen(CHECKIN), NULL);
+        long fired = disarm();
+        assert_true(r.status == 200 || r.status >= 500 || r.status == 0);
+        resp_free(&r);
+        snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+        r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+        json_t *j = body_json(&r);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        assert_true(strcmp(st, "running") == 0 || strcmp(st, "abandoned") == 0 ||
+                    strcmp(st, "forming") == 0);
+        abandoned += strcmp(st, "abandoned") == 0;
+        json_decref(j);
+        resp_free(&r);
+        /* End it (stop abandons a forming or running round) and start again. */
+        snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pc.name);
+        r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        r = http_json(f, "POST", start_path, ADMIN_TOKEN, NULL);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        if (!fired)
+            break;
+    }
+    assert_true(k < 1000);
+    if (getenv("FL_TEST_VERBOSE"))
+        fprintf(stderr, "%s start: %ld allocation(s) walked, %d abandoned\n", pc.name, k - 1,
+                abandoned);
+    clients_free(c, 3);
+}
+
+static void test_start_walk(void **state) {
+    struct popcfg plain = {.name = "stp", .target = 3, .min = 3, .secagg = false,
+                           .mode = "none", .bits = 32};
+    struct popcfg sec = {.name = "sts", .target = 3, .min = 3, .secagg = true, .mode = "none",
+                         .bits = 32};
+    start_walk(*state, &plain);
+    start_walk(*state, &sec);
+}
+
 /* ---- the secure aggregation walk ---- */
 
 /* One secagg round of 3 devices (population "sa"); the k-th allocation from the last post
@@ -936,6 +1000,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_secagg_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dp_aggregation_walk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fedbuff_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_start_walk, setup, teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = argc > 1 && strcmp(argv[1], "rounds") == 0

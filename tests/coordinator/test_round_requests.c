@@ -532,6 +532,34 @@ static void test_secagg_neighbors(void **state) {
     }
 }
 
+
+/* A round that ends "before" it began (the clock went back meanwhile) is counted with
+ * duration 0 in flotilla_round_duration_seconds, not a negative one. */
+static void test_duration_clock_back(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "cb", .target = 3, .min = 3, .secagg = false, .mode = "none",
+                        .bits = 32};
+    char *tok[1];
+    setup_population(f, &pc, tok, 1);
+    struct tc c[1];
+    memset(c, 0, sizeof(c));
+    c[0].tok = tok[0];
+    int64_t rid = 0;
+    checkin_all(f, c, 1, &rid);
+    atomic_fetch_sub(&f->now_ms, 3600 * 1000LL);
+    struct resp r = http_json(f, "POST", "/v1/admin/populations/cb/stop", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "flotilla_round_duration_seconds_bucket{outcome=\"abandoned\","
+                                   "le=\"1\"} 1\n"));
+    assert_non_null(strstr(r.body, "flotilla_round_duration_seconds_sum{outcome=\"abandoned\"} "
+                                   "0.000\n"));
+    resp_free(&r);
+    clients_free(c, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
@@ -541,6 +569,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_round_endpoint_forms, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_single_client, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_neighbors, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_duration_clock_back, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
