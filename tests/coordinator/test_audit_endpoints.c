@@ -60,6 +60,7 @@ static void test_proof_parameters(void **state) {
         {"/v1/audit/proof/inclusion?index=0", "size"},
         {"/v1/audit/proof/inclusion?index=0&size=0", "size"},
         {"/v1/audit/proof/inclusion?index=0&size=abc", "size"},
+        {"/v1/audit/proof/inclusion?index=&size=2", "index"},
         {"/v1/audit/proof/inclusion?index=2&size=2", "index"},      /* index >= size */
         {"/v1/audit/proof/inclusion?index=0&size=999999", "index"}, /* size > log size */
         {"/v1/audit/proof/consistency", "first"},

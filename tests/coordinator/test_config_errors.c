@@ -39,11 +39,16 @@ static void test_file_field_errors(void **state) {
     write_file("short.token", "too-short\n");
     write_file("bad.key", "not hex at all\n");
     write_file("good.key", HEX64 "\r\n \n");
+    char big[5000];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    write_file("big.token", big); /* over the 4 KiB a secret file may hold */
     static const struct {
         const char *json;
         fl_status want;
         const char *msg;
     } cases[] = {
+        {"{\"admin_token_file\":\"big.token\"}", FL_ERR_IO, "admin_token_file"},
         {"{\"listen\":5}", FL_ERR_FORMAT, "'listen'"},
         {"{\"port\":-1}", FL_ERR_FORMAT, "'port'"},
         {"{\"port\":\"80\"}", FL_ERR_FORMAT, "'port'"},
@@ -434,7 +439,8 @@ int main(void) {
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char p[256];
-    const char *files[] = {"c.json", "short.token", "bad.key", "good.key", "cert.pem"};
+    const char *files[] = {"c.json", "short.token", "bad.key", "good.key", "cert.pem",
+                           "big.token"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(p, sizeof(p), "%s/%s", g_dir, files[i]);
         unlink(p);

@@ -537,6 +537,7 @@ static void test_admin_models_and_rounds(void **state) {
         {"/v1/admin/populations/mr/rounds?limit=0", 400, "invalid_parameter", "limit"},
         {"/v1/admin/populations/mr/rounds?limit=1001", 400, "invalid_parameter", "limit"},
         {"/v1/admin/populations/mr/rounds?limit=ten", 400, "invalid_parameter", "limit"},
+        {"/v1/admin/populations/mr/rounds?limit=", 400, "invalid_parameter", "limit"},
         {"/v1/admin/populations/zz/rounds", 404, "not_found", "population"},
         {"/v1/admin/populations/zz", 404, "not_found", "population"},
     };
