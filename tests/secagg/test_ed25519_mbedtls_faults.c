@@ -5,23 +5,27 @@
  *     (a key with an order-2 component), or whose intermediate [S]B - [k-1]A is the
  *     identity (a valid signature with R = -A): each decision is asserted and equal to
  *     libsodium's;
- *   - the one-time curve construction failing at its n-th mbedTLS allocation, n = 1, 2, ...
- *     until it succeeds, each in a forked child (the construction runs once per process):
- *     the group stays unavailable and keypair, sign and verify all return -1;
+ *   - the one-time curve construction failing at one of its mbedTLS allocations (each picked
+ *     one in turn, see "which allocations to fail"), each in a forked child (the
+ *     construction runs once per process): the group stays unavailable and keypair, sign,
+ *     verify and fl_secagg_signing_keygen all fail;
  *   - allocation-failure walks over keypair, sign and verify (the constructed cases
  *     included) and over fl_secagg_signing_keygen / fl_secagg_cert_issue on the mbedTLS
- *     backend: the n-th allocation fails, n = 1, 2, ... until a call runs clean; every
- *     failed call returns -1 (FL_ERR_CRYPTO for the public calls), a failed sign leaves a
+ *     backend, failing each picked allocation of a call in turn: every failed call
+ *     returns -1 (FL_ERR_CRYPTO for the public calls), a failed sign leaves a
  *     zeroed signature, no failure ever turns a rejection into an acceptance, and the same
- *     call succeeds with the right output afterwards. Leaks: ASan's leak check at exit.
+ *     call succeeds with the right output afterwards. Leaks: ASan's leak check at exit;
+ *   - the same walks over the backend's X25519 (keypair, shared secret) and HKDF, the other
+ *     entries whose mbedTLS calls allocate.
  *
  * mbedTLS 2.28 as packaged by Debian is built without MBEDTLS_PLATFORM_MEMORY, so its
  * mbedtls_calloc is the C library's calloc, called through the dynamic linker. This
  * executable therefore defines calloc itself (the executable's definition takes precedence
  * over libc's, and over the sanitizer's): it counts calls while a walk is armed, fails the
  * chosen one and otherwise allocates with malloc. Only mbedTLS calls calloc inside the
- * Ed25519 functions (they do not allocate themselves), and test_hook_sees_mbedtls checks that
- * the hook really intercepts mbedTLS. Skipped when the mbedTLS backend is not built. */
+ * backend functions walked here (they do not allocate themselves), and
+ * test_hook_sees_mbedtls checks that the hook really intercepts mbedTLS. Skipped when the
+ * mbedTLS backend is not built. */
 
 #include <errno.h>
 #include <execinfo.h>
@@ -96,8 +100,10 @@ static int hook_disarm(void) {
  * and slow under ASan. A counting run first records, for every allocation, the chain of
  * return addresses inside this executable (the Ed25519 code and its callers; mbedTLS's own
  * frames are left out): an allocation whose chain was not seen before is the first one of a
- * distinct path through ed25519_mbedtls.c, and is picked. Every WALK_STRIDE-th allocation is
- * picked as well, so failures deep inside mbedTLS's loops are exercised too. */
+ * distinct path through ed25519_mbedtls.c, and is picked. The first WALK_HEAD allocations
+ * and every WALK_STRIDE-th one are picked as well, so short calls are walked in full and
+ * failures deep inside mbedTLS's loops are exercised too. */
+#define WALK_HEAD 8
 #define WALK_STRIDE 97
 #define MAX_PICKS 4096
 
@@ -124,7 +130,7 @@ static void hook_record(long index) {
         fresh = seen[i] != h;
     if (fresh && nseen < MAX_PICKS)
         seen[nseen++] = h;
-    if ((fresh || index % WALK_STRIDE == 0) && npicks < MAX_PICKS)
+    if ((fresh || index <= WALK_HEAD || index % WALK_STRIDE == 0) && npicks < MAX_PICKS)
         picks[npicks++] = index;
 }
 
@@ -412,6 +418,7 @@ struct op {
     uint8_t seed[32], pk[32], msg[40];
     uint8_t ref_pk[32], ref_sk[64], ref_sig[64];
     uint8_t out_pk[32], out_sk[64], out_sig[64];
+    uint8_t x_sk[32], x_peer[32], x_ref[64]; /* X25519 and HKDF walks */
 };
 
 static int run_keypair(struct op *o) {
@@ -608,12 +615,78 @@ static void test_walk_public_calls(void **state) {
     walk(&o, 0);
 }
 
+/* ---- the backend's other allocating mbedTLS calls: X25519 and HKDF ---- */
+
+static int run_x25519_keypair(struct op *o) {
+    memset(o->out_pk, 0x55, 32);
+    return M->x25519_keypair(o->out_pk, o->out_sk);
+}
+static int x25519_keypair_failed_ok(struct op *o) {
+    return all_zero(o->out_pk, 32) && all_zero(o->out_sk, 32);
+}
+static int x25519_keypair_ok(struct op *o) {
+    uint8_t ref[32];
+    return S->x25519_public(ref, o->out_sk) == 0 && memcmp(ref, o->out_pk, 32) == 0;
+}
+static int run_x25519_shared(struct op *o) {
+    memset(o->out_sig, 0x55, 32);
+    return M->x25519_shared(o->out_sig, o->x_sk, o->x_peer);
+}
+static int out32_zero(struct op *o) {
+    return all_zero(o->out_sig, 32);
+}
+static int out32_ref(struct op *o) {
+    return memcmp(o->out_sig, o->x_ref, 32) == 0;
+}
+#define HKDF_OUT 42
+static int run_hkdf(struct op *o) {
+    memset(o->out_sig, 0x55, HKDF_OUT);
+    return M->hkdf_sha256(o->out_sig, HKDF_OUT, o->seed, 32, o->x_sk, 32, o->msg, 16);
+}
+static int hkdf_zero(struct op *o) {
+    return all_zero(o->out_sig, HKDF_OUT);
+}
+static int hkdf_ref(struct op *o) {
+    return memcmp(o->out_sig, o->x_ref, HKDF_OUT) == 0;
+}
+
+/* X25519 keypair and shared secret and HKDF on the mbedTLS backend fail the same way: -1,
+ * outputs (and a half-made secret key) zeroed, right again after; outputs equal
+ * libsodium's / OpenSSL's otherwise. */
+static void test_walk_x25519_hkdf(void **state) {
+    (void)state;
+    NEED_MBEDTLS();
+    struct op o;
+    uint8_t peer_sk[32];
+    op_init(&o);
+    fill(o.x_sk, 32);
+    fill(peer_sk, 32);
+    assert_int_equal(S->x25519_public(o.x_peer, peer_sk), 0);
+    o.what = "x25519_keypair";
+    o.run = run_x25519_keypair;
+    o.failed_ok = x25519_keypair_failed_ok;
+    o.succeeded_ok = x25519_keypair_ok;
+    walk(&o, 0);
+    assert_int_equal(S->x25519_shared(o.x_ref, o.x_sk, o.x_peer), 0);
+    o.what = "x25519_shared";
+    o.run = run_x25519_shared;
+    o.failed_ok = out32_zero;
+    o.succeeded_ok = out32_ref;
+    walk(&o, 0);
+    assert_int_equal(S->hkdf_sha256(o.x_ref, HKDF_OUT, o.seed, 32, o.x_sk, 32, o.msg, 16), 0);
+    o.what = "hkdf_sha256";
+    o.run = run_hkdf;
+    o.failed_ok = hkdf_zero;
+    o.succeeded_ok = hkdf_ref;
+    walk(&o, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_curve_build_failures), /* first: before the curve exists */
         cmocka_unit_test(test_constructed_cases),    cmocka_unit_test(test_hook_sees_mbedtls),
         cmocka_unit_test(test_walk_keypair_sign),    cmocka_unit_test(test_walk_verify),
-        cmocka_unit_test(test_walk_public_calls),
+        cmocka_unit_test(test_walk_public_calls),    cmocka_unit_test(test_walk_x25519_hkdf),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
