@@ -49,8 +49,9 @@ struct fl__sa_crypto {
     int (*aead_open)(uint8_t *out, const uint8_t *ct, size_t ct_len, const uint8_t *ad,
                      size_t ad_len, const uint8_t nonce[12], const uint8_t key[32]);
 
-    /* Ed25519 (RFC 8032). keypair from a 32-byte seed; sk = seed || pk. Backends that
-     * lack Ed25519 set these to NULL and the active mode reports FL_ERR_UNSUPPORTED. */
+    /* Ed25519 (RFC 8032). keypair from a 32-byte seed; sk = seed || pk. Both backends have
+     * it (mbedTLS via Wei25519, ed25519_mbedtls.c) and must agree byte for byte and on every
+     * verify decision (tests/vectors/secagg/ed25519_edge.txt). */
     int (*ed25519_keypair)(uint8_t pk[32], uint8_t sk[64], const uint8_t seed[32]);
     int (*ed25519_sign)(uint8_t sig[64], const uint8_t *msg, size_t len, const uint8_t sk[64]);
     int (*ed25519_verify)(const uint8_t sig[64], const uint8_t *msg, size_t len,
