@@ -164,13 +164,19 @@ static void make_bundles(void) {
     assert_non_null(nl);
     json_t *h = json_loadb((const char *)b, (size_t)(nl - (char *)b), 0, NULL);
     assert_non_null(h);
-    json_object_set_new(h, "entries", json_integer(3));
+    json_object_set_new(h, "entries", json_integer(4));
     json_object_set_new(h, "checkpoints", json_integer(1));
     char *ht = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
     fp = fopen(path_odd, "wb");
     assert_non_null(fp);
-    fprintf(fp, "%s\n[1]\n{\"type\":\"mystery\"}\n{\"seq\":2}\n{\"checkpoint\":\"x\"}\n", ht);
+    /* ... and a round of a population that was never created (shown, but no report
+     * section: those follow population_created entries). */
+    fprintf(fp,
+            "%s\n[1]\n{\"type\":\"mystery\"}\n{\"seq\":2}\n{\"outcome\":\"completed\","
+            "\"population\":\"ghost\",\"population_id\":7,\"round\":1,\"seq\":3,"
+            "\"type\":\"round\"}\n{\"checkpoint\":\"x\"}\n",
+            ht);
     fclose(fp);
     free(ht);
 
@@ -332,7 +338,8 @@ static void test_odd_entries(void **state) {
     RUN(1, "show", path_odd);
     EXPECT_IN("out", "#0  (unreadable entry)");
     EXPECT_IN("out", "#1  -  mystery");
-    EXPECT_IN("out", "3 of 3 entries shown; bundle NOT VERIFIED");
+    EXPECT_IN("out", "#3  -  round  population \"ghost\" (id 7)");
+    EXPECT_IN("out", "4 of 4 entries shown; bundle NOT VERIFIED");
     RUN(1, "verify", path_rule, "--key", vkey);
     EXPECT_IN("out", "first offending entry: #1 (bundle line 3)");
     EXPECT_IN("out", "  entry: {\"model\":");
