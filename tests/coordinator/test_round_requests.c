@@ -94,6 +94,19 @@ static void test_plain_update_refusals(void **state) {
     assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
     assert_true(strtol(hv, NULL, 10) >= 1 && strtol(hv, NULL, 10) <= 60);
     expect(&r, 425, "phase_not_open", NULL, "update while forming");
+    /* Half the window later: the rest of it; at its very end: 1. */
+    int64_t formed_at = atomic_load(&f->now_ms);
+    atomic_store(&f->now_ms, formed_at + 30 * 1000);
+    r = post_to(f, &c[0], path, "application/octet-stream", body, bl);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "30");
+    expect(&r, 425, "phase_not_open", NULL, "update while forming (30 s left)");
+    atomic_store(&f->now_ms, formed_at + 59 * 1000 + 500);
+    r = post_to(f, &c[0], path, "application/octet-stream", body, bl);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "1");
+    expect(&r, 425, "phase_not_open", NULL, "update while forming (0.5 s left)");
+    atomic_store(&f->now_ms, formed_at);
     assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "forming");
     checkin_all(f, c + 1, N - 1, &rid); /* full: the round starts */
     fetch_tasks(f, c, N, rid);
@@ -194,6 +207,28 @@ static void test_secagg_message_refusals(void **state) {
     expect(&r, 400, "invalid_message", NULL, "another client's message");
     r = post_phase(f, &c[0], rid, "advertise", out[0], ol[0] - 7);
     expect(&r, 400, "invalid_message", NULL, "truncated");
+    {
+        /* A well-formed advertise of this client for another round. */
+        fl_secagg_config cfg;
+        fl_secagg_config_init(&cfg);
+        cfg.num_clients = c[0].task.n;
+        cfg.dim = (uint32_t)c[0].task.vec_len;
+        cfg.bits = c[0].task.bits;
+        cfg.degree = c[0].task.k;
+        cfg.threshold = c[0].task.t;
+        fl_secagg_client *other = NULL;
+        assert_int_equal(fl_secagg_client_create(&other, &cfg, (uint64_t)rid + 1000,
+                                                 c[0].task.index, NULL, NULL), FL_OK);
+        uint32_t x[1024] = {0};
+        x[c[0].task.vec_len - 1] = 1;
+        assert_int_equal(fl_secagg_client_set_input(other, x, c[0].task.vec_len), FL_OK);
+        const uint8_t *m;
+        size_t ml;
+        assert_int_equal(fl_secagg_client_start(other, &m, &ml), FL_OK);
+        r = post_phase(f, &c[0], rid, "advertise", m, ml);
+        expect(&r, 400, "invalid_message", NULL, "another round's message");
+        fl_secagg_client_destroy(other);
+    }
     /* Results: ?wait= checked; open phase and wait=0: 204, Retry-After 0. */
     static const char *const waits[] = {"abc", "61", "", "6x", "123"};
     for (int i = 0; i < 5; i++) {
@@ -232,7 +267,12 @@ static void test_secagg_message_refusals(void **state) {
     expect(&r, 410, "round_closed", NULL, "dropped device's result");
     r = get_result(f, &c[3], rid, "share", 0);
     expect(&r, 410, "round_closed", NULL, "dropped device's later result");
-    /* Masked before share closes, moments before the share deadline: Retry-After 1. */
+    /* Masked before share closes: Retry-After is the time left, at most 5 s, at least 1. */
+    atomic_store(&f->now_ms, c[0].task.dl[1] - 3000);
+    r = post_phase(f, &c[0], rid, "masked", out[0], ol[0]);
+    assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "3");
+    expect(&r, 425, "phase_not_open", NULL, "masked early (3 s)");
     atomic_store(&f->now_ms, c[0].task.dl[1] - 500);
     r = post_phase(f, &c[0], rid, "masked", out[0], ol[0]);
     assert_non_null(header_in(&r, "Retry-After", hv, sizeof(hv)));
@@ -560,6 +600,35 @@ static void test_duration_clock_back(void **state) {
     clients_free(c, 1);
 }
 
+
+/* A result asked while the round still forms: no result yet (204). A coordinator that
+ * stops answers its parked polls at once (before its HTTP server goes) instead of leaving
+ * them hanging. */
+static void test_stop_answers_polls(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "st", .target = 3, .min = 3, .secagg = true, .mode = "none",
+                        .bits = 32};
+    char *tok[2];
+    setup_population(f, &pc, tok, 2);
+    struct tc c[2];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 2; i++)
+        c[i].tok = tok[i];
+    int64_t rid = 0;
+    checkin_all(f, c, 2, &rid);
+    struct resp r = get_result(f, &c[0], rid, "advertise", 0);
+    assert_int_equal(r.status, 204);
+    resp_free(&r);
+    char st[128];
+    snprintf(st, sizeof(st), "/v1/rounds/%lld/status?wait=20", (long long)rid);
+    struct poller pl;
+    poll_start(&pl, f, &c[1], st);
+    fl_coord_stop(f->co);
+    pthread_join(pl.th, NULL);
+    assert_true(pl.status == 200 || pl.status == 503);
+    clients_free(c, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_update_refusals, setup, fx_teardown),
@@ -570,6 +639,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_secagg_single_client, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_neighbors, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_duration_clock_back, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_answers_polls, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
