@@ -6,6 +6,8 @@
  * of expired slots a check-in compacts it; devices still training carry over into the next
  * buffer, and the buffer of K updates yields the next model version. The ticker thread is
  * stopped: the test moves the clock and ticks itself. */
+#include <sqlite3.h>
+
 #include "coord_testkit.h"
 
 enum { NDEV = 6 };
@@ -362,6 +364,65 @@ static void test_expired_waits(void **state) {
     clients_free(c, 5);
 }
 
+
+/* A buffer's audit entry counts its contributors by region (here EU and US), not the
+ * devices still training in it. */
+static void test_regions_of_contributors(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":3,\"max_concurrency\":4"};
+    char *tok[3];
+    setup_population(f, &pc, tok, 3); /* EU */
+    /* One more device, in the US (a fresh enrollment token). */
+    struct resp r = http_json(f, "POST", "/v1/admin/populations/fs/enrollment-token",
+                              ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    char *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
+    json_decref(j);
+    resp_free(&r);
+    r = http_json(f, "POST", "/v1/enroll", etok, "{\"population\":\"fs\",\"region\":\"US\"}");
+    assert_int_equal(r.status, 201);
+    j = body_json(&r);
+    struct tc c[4];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    c[3].tok = strdup(json_string_value(json_object_get(j, "client_token")));
+    json_decref(j);
+    resp_free(&r);
+    free(etok);
+    char w[32];
+    for (int i = 0; i < 4; i++) {
+        checkin(f, &c[i], i, w, sizeof(w));
+        assert_string_equal(w, "selected");
+    }
+    int64_t rounds = db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'round'");
+    static const int order[3] = {0, 3, 1}; /* EU, US, EU; device 2 still trains */
+    for (int i = 0; i < 3; i++) {
+        r = post(f, &c[order[i]], false);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    assert_int_equal(version_of(f), 2);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'round'"),
+                     rounds + 1);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT data FROM audit_entries WHERE type = 'round' "
+                                            "ORDER BY seq DESC LIMIT 1", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    const char *data = (const char *)sqlite3_column_text(st, 0);
+    assert_non_null(strstr(data, "\"EU\":2"));
+    assert_non_null(strstr(data, "\"US\":1"));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    clients_free(c, 4);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
@@ -369,6 +430,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_wide_words, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_participants_and_erasure, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_expired_waits, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_regions_of_contributors, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

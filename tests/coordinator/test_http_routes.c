@@ -109,6 +109,14 @@ static void test_unknown_paths(void **state) {
     struct resp r = http_req(f, "GET", longp, ADMIN_TOKEN, NULL, NULL, 0, NULL);
     assert_int_equal(r.status / 100, 4);
     resp_free(&r);
+    /* Longer than the router's 512-byte path buffer, well within the connection's memory. */
+    char mid[700];
+    snprintf(mid, sizeof(mid), "/v1/models/");
+    memset(mid + 11, 'y', sizeof(mid) - 12);
+    mid[sizeof(mid) - 1] = '\0';
+    r = http_req(f, "GET", mid, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
 }
 
 static void test_methods(void **state) {

@@ -595,6 +595,12 @@ static void test_admin_round_listing(void **state) {
     assert_true(json_is_object(json_object_get(j, "phase_counts")));
     json_decref(j);
     resp_free(&r);
+    r = http_req(f, "GET", "/v1/admin/populations/ls", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "round_state")), "running");
+    assert_int_equal(json_integer_value(json_object_get(j, "round_selected")), 2);
+    json_decref(j);
+    resp_free(&r);
     /* Stopping abandons it; the record says why. */
     r = http_json(f, "POST", "/v1/admin/populations/ls/stop", ADMIN_TOKEN, NULL);
     assert_int_equal(r.status, 200);
@@ -617,6 +623,13 @@ static void test_admin_round_listing(void **state) {
     int64_t rid2 = 0;
     checkin_all(f, c, 2, &rid2);
     assert_true(rid2 > rid);
+    /* The previous round, while another is current: its live figures still come along. */
+    r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_true(json_is_object(json_object_get(j, "dropped_by_phase")));
+    json_decref(j);
+    resp_free(&r);
     r = http_req(f, "GET", "/v1/admin/populations/ls/rounds", ADMIN_TOKEN, NULL, NULL, 0, NULL);
     j = body_json(&r);
     json_t *list = json_object_get(j, "rounds");
