@@ -93,8 +93,17 @@ static void test_budget_over_rounds(void **state) {
     }
     assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'"),
                      refusals + 1);
-    r = http_json(f, "GET", "/v1/admin/populations/dp", ADMIN_TOKEN, NULL);
+    /* A minute later the budget is checked again: still refused, not logged again. */
+    fx_advance(f, 61 * 1000);
+    r = http_json(f, "POST", "/v1/checkin", c[2].tok, ck);
     json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "budget_exhausted");
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'"),
+                     refusals + 1);
+    r = http_json(f, "GET", "/v1/admin/populations/dp", ADMIN_TOKEN, NULL);
+    j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "budget_exhausted");
     json_decref(j);
     resp_free(&r);

@@ -364,6 +364,21 @@ static void test_request_walk(void **state) {
     snprintf(path, sizeof(path), "/v1/models/%s/%lld", pop, (long long)mv);
     r = walk_call(f, "GET", path, c[0].tok, NULL, NULL, 0, NULL, 200);
     resp_free(&r);
+    /* A second version; the first is then read back from storage, not the cache. */
+    {
+        size_t l2;
+        uint8_t *m2 = make_model(&l2);
+        m2[l2 - 1] ^= 0x01; /* another weight: another version */
+        char up[160];
+        snprintf(up, sizeof(up), "%s/models", base);
+        struct resp u = http_req(f, "POST", up, ADMIN_TOKEN, "application/octet-stream", m2, l2,
+                                 NULL);
+        assert_int_equal(u.status, 201);
+        resp_free(&u);
+        free(m2);
+        r = walk_call(f, "GET", path, c[0].tok, NULL, NULL, 0, NULL, 200);
+        resp_free(&r);
+    }
     /* Check-ins: the first creates the round, the third starts it. A refused attempt may
      * be a retry answer that paces the device: each attempt comes after its pace. */
     int64_t rid = 0;

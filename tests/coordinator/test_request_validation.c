@@ -867,6 +867,27 @@ static void test_enroll_bucket_clock(void **state) {
     free(etok);
 }
 
+
+/* Over-selection admits ceil(target x over_selection) devices (3 x 1.3: 4), stored with
+ * the round. */
+static void test_over_selection_cap(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "ov", "\"selection\":{\"target\":3,\"over_selection\":1.3,"
+                                     "\"min_participants\":2,\"require\":[]},"
+                                     "\"secagg\":{\"enabled\":false}");
+    upload_and_start(f, "ov");
+    char *tok = enroll(f, etok, "ov");
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":false,"
+                     "\"unmetered\":false,\"idle\":false}}";
+    struct resp r = http_json(f, "POST", "/v1/checkin", tok, ck);
+    json_decref(status_of(&r, "selected", NULL));
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM rounds WHERE config_json LIKE '%\"cap\":4%'"),
+                     1);
+    free(tok);
+    free(etok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_enroll_fields, fx_setup, fx_teardown),
@@ -880,6 +901,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_names_and_intervals, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_model, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_enroll_bucket_clock, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_over_selection_cap, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

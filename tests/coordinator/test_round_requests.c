@@ -125,6 +125,10 @@ static void test_plain_update_refusals(void **state) {
     v2[4] = 2; /* header version 2 */
     r = post_to(f, &c[0], path, "application/octet-stream", v2, bl);
     expect(&r, 400, "invalid_message", NULL, "header version");
+    memcpy(v2, body, bl);
+    memset(v2 + bl - 4, 0, 4); /* weight 0 */
+    r = post_to(f, &c[0], path, "application/octet-stream", v2, bl);
+    expect(&r, 400, "invalid_message", NULL, "weight 0");
     snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/masked", (long long)rid);
     r = post_to(f, &c[0], path, "application/octet-stream", body, bl);
     expect(&r, 404, "not_found", NULL, "secagg post on a plain round");
@@ -153,6 +157,8 @@ static void test_plain_update_refusals(void **state) {
     expect(&r, 400, "invalid_parameter", "wait", "status wait");
     r = get_as(f, &c[0], "/v1/rounds/0/status");
     expect(&r, 400, "invalid_parameter", "round_id", "status id");
+    r = get_as(f, &c[0], "/v1/rounds/4242/status");
+    expect(&r, 410, "round_closed", NULL, "status of an unknown round");
     clients_free(c, N);
 }
 
