@@ -494,6 +494,56 @@ static void test_retention_sweep_refused(void **state) {
     free(etok);
 }
 
+
+/* A failed fsync: the store refuses every later write on its handle (committed data may not
+ * be on disk), so each write endpoint answers 503 storage_unavailable at once while reads
+ * keep working; after a restart (a fresh handle) writes work again. */
+static void test_failed_fsync_refuses_writes(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "fs");
+    struct resp r = upload(f, "fs");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    char *ctok = enroll(f, etok, "fs");
+    fault_vfs_fail_sync_at(1);
+    r = http_json(f, "PATCH", "/v1/admin/populations/fs", ADMIN_TOKEN,
+                  "{\"selection\":{\"max_retry_s\":30}}");
+    expect_503(&r, "storage_unavailable", "5", "patch with a failing fsync");
+    assert_true(fault_vfs_fired() > 0);
+    /* Every write is refused now, without waiting. */
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"other\",\"allowed_regions\":[\"EU\"]}");
+    expect_503(&r, "storage_unavailable", "5", "create");
+    r = upload(f, "fs");
+    expect_503(&r, "storage_unavailable", "5", "upload");
+    r = admin_post(f, "fs", "start");
+    expect_503(&r, "storage_unavailable", "5", "start");
+    r = http_json(f, "PATCH", "/v1/admin/populations/fs", ADMIN_TOKEN,
+                  "{\"selection\":{\"max_retry_s\":30}}");
+    expect_503(&r, "storage_unavailable", "5", "patch");
+    r = admin_post(f, "fs", "enrollment-token");
+    expect_503(&r, "storage_unavailable", "5", "rotate");
+    r = enroll_req(f, etok, "fs");
+    expect_503(&r, "storage_unavailable", "5", "enroll");
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", ctok + 4);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status / 100, 5);
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/admin/populations/fs", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    /* A fresh handle writes again. */
+    fx_stop(f);
+    fault_vfs_reset();
+    start_on_fault_vfs(f);
+    r = admin_post(f, "fs", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    free(ctok);
+    free(etok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk_refuses_writes, setup, teardown),
@@ -503,6 +553,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_aggregation_commit_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_sweep_refused, setup_retention,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_failed_fsync_refuses_writes, setup, teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
