@@ -433,7 +433,11 @@ static void test_parked_polls(void **state) {
     snprintf(st, sizeof(st), "/v1/rounds/%lld/status?wait=20", (long long)rid);
     snprintf(shortp, sizeof(shortp), "/v1/rounds/%lld/secagg/advertise/result?wait=1",
              (long long)rid);
-    struct poller pl[4];
+    char later_ph[128];
+    snprintf(later_ph, sizeof(later_ph), "/v1/rounds/%lld/secagg/share/result?wait=20",
+             (long long)rid);
+    struct poller pl[5];
+    poll_start(&pl[4], f, &c[2], later_ph); /* a later phase's result: not woken by advertise */
     poll_start(&pl[0], f, &c[0], res);
     poll_start(&pl[1], f, &c[1], st);
     poll_start(&pl[2], f, &c[2], res);
@@ -459,6 +463,8 @@ static void test_parked_polls(void **state) {
     resp_free(&r);
     pthread_join(pl[1].th, NULL);
     assert_int_equal(pl[1].status, 200);
+    pthread_join(pl[4].th, NULL);
+    assert_int_equal(pl[4].status, 410); /* the round ended before its share phase closed */
     secagg_clients_free(c, N);
     clients_free(c, N);
 }

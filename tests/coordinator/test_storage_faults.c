@@ -351,6 +351,7 @@ static void test_abandon_retried_after_full_disk(void **state) {
     json_decref(j);
     fx_advance(f, 61 * 1000); /* again: abandoned in memory, the write refused */
     fx_advance(f, 1500);      /* the tick's retry is refused too */
+    fx_advance(f, 200);       /* within the second: no retry yet */
     j = admin_round(f, rid);
     assert_string_equal(json_string_value(json_object_get(j, "state")), "forming"); /* stored */
     json_decref(j);
@@ -505,6 +506,10 @@ static void test_failed_fsync_refuses_writes(void **state) {
     assert_int_equal(r.status, 201);
     resp_free(&r);
     char *ctok = enroll(f, etok, "fs");
+    char *ctok2 = enroll(f, etok, "fs");
+    r = admin_post(f, "fs", "start");
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
     fault_vfs_fail_sync_at(1);
     r = http_json(f, "PATCH", "/v1/admin/populations/fs", ADMIN_TOKEN,
                   "{\"selection\":{\"max_retry_s\":30}}");
@@ -516,8 +521,10 @@ static void test_failed_fsync_refuses_writes(void **state) {
     expect_503(&r, "storage_unavailable", "5", "create");
     r = upload(f, "fs");
     expect_503(&r, "storage_unavailable", "5", "upload");
-    r = admin_post(f, "fs", "start");
-    expect_503(&r, "storage_unavailable", "5", "start");
+    r = admin_post(f, "fs", "stop");
+    expect_503(&r, "storage_unavailable", "5", "stop");
+    r = http_json(f, "POST", "/v1/checkin", ctok2, CHECKIN); /* would create a round */
+    expect_503(&r, "storage_unavailable", "5", "checkin");
     r = http_json(f, "PATCH", "/v1/admin/populations/fs", ADMIN_TOKEN,
                   "{\"selection\":{\"max_retry_s\":30}}");
     expect_503(&r, "storage_unavailable", "5", "patch");
@@ -537,9 +544,10 @@ static void test_failed_fsync_refuses_writes(void **state) {
     fx_stop(f);
     fault_vfs_reset();
     start_on_fault_vfs(f);
-    r = admin_post(f, "fs", "start");
+    r = admin_post(f, "fs", "stop");
     assert_int_equal(r.status, 200);
     resp_free(&r);
+    free(ctok2);
     free(ctok);
     free(etok);
 }
