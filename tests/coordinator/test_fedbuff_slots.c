@@ -423,6 +423,72 @@ static void test_regions_of_contributors(void **state) {
     clients_free(c, 4);
 }
 
+
+typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                             uint32_t count, const float *delta, size_t dim);
+void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+
+static void count_sums(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                       uint32_t count, const float *delta, size_t dim) {
+    (void)round_id;
+    (void)sum;
+    (void)vec_len;
+    (void)count;
+    (void)delta;
+    (void)dim;
+    (*(int *)user)++;
+}
+
+/* A participation carried across two buffers posts under the id of the first (older than
+ * the last buffer kept): its body limit and its participation are still found, and its
+ * update counts (two versions stale). The test hook, which hands out synchronous rounds'
+ * sums, is not called for buffers (they have no secure sum). */
+static void test_two_buffers_later(void **state) {
+    struct fx *f = *state;
+    int sums = 0;
+    fl__coord_debug_hook_set(f->co, count_sums, &sums);
+    struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .bits = 32,
+                        .strategy_extra = "\"buffer_size\":1,\"max_concurrency\":2"};
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    struct tc c[3];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < 3; i++)
+        c[i].tok = tok[i];
+    char w[32];
+    checkin(f, &c[0], 0, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    checkin(f, &c[1], 1, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    struct resp r = post(f, &c[0], false); /* buffer 1 applied: version 2 */
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    checkin(f, &c[2], 2, w, sizeof(w));
+    assert_string_equal(w, "selected");
+    r = post(f, &c[2], false); /* buffer 2 applied: version 3 */
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    assert_int_equal(version_of(f), 3);
+    /* A second FedBuff population with no open buffer takes part in the body-limit search. */
+    r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
+                  "{\"name\":\"idle\",\"allowed_regions\":[\"*\"],\"strategy\":{\"name\":"
+                  "\"fedbuff\"},\"secagg\":{\"enabled\":false}}");
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    char sp[96];
+    snprintf(sp, sizeof(sp), "/v1/rounds/%lld/secagg/share", (long long)c[1].task.rid);
+    r = http_req(f, "POST", sp, c[1].tok, "application/octet-stream", "x", 1, c[1].pid);
+    assert_error(&r, 404, "not_found"); /* buffers have no secagg phases */
+    resp_free(&r);
+    r = post(f, &c[1], false); /* still under buffer 1's id */
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    assert_int_equal(version_of(f), 4);
+    assert_int_equal(sums, 0);
+    clients_free(c, 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slots_over_time, setup, fx_teardown),
@@ -431,6 +497,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_participants_and_erasure, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_expired_waits, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_regions_of_contributors, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_two_buffers_later, setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
