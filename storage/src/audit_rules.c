@@ -85,8 +85,7 @@ static int cmp_chunk(const char *buf, size_t size, void *data) {
     return 0;
 }
 
-fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *why,
-                                size_t why_len) {
+static fl_status parse_once(const char *p, size_t len, json_t **out, char *why, size_t why_len) {
     *out = NULL;
     if (len == 0 || len > FL_STORE_AUDIT_ENTRY_MAX * 2) {
         snprintf(why, why_len, "line of %zu bytes", len);
@@ -100,7 +99,7 @@ fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *w
     json_t *v = json_loadb(p, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!v) {
         /* Jansson 2.14 leaves the text empty when an allocation fails (some of its
-         * allocation failures it reports as syntax errors instead; those stay FORMAT). */
+         * allocation failures it reports as syntax errors instead: see below). */
         if (jerr.text[0] == '\0') {
             snprintf(why, why_len, "out of memory parsing JSON");
             return FL_ERR_NOMEM;
@@ -115,7 +114,7 @@ fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *w
         goto out;
     }
     /* Canonical: dumping it again must give the same bytes (compared as Jansson streams the
-     * dump, so nothing is allocated). */
+     * dump, without a copy). */
     struct cmp_state cs = {p, len, 0, 0};
     if (json_dump_callback(v, cmp_chunk, &cs, FL__AUDIT_JSON_FLAGS) != 0 || cs.differs ||
         cs.at != len) {
@@ -128,6 +127,17 @@ out:
     else
         json_decref(v);
     return r;
+}
+
+/* Under memory pressure Jansson 2.14 can report a failed allocation as a syntax error
+ * ("string or '}' expected"), drop a character from a string it is reading (its lexer does
+ * not check that append: a key read as "checkpoint") or stop a dump short; each would make
+ * a sound line look damaged. A format error is therefore believed only when a second parse
+ * finds one too (two failed allocations in a row can still mislead it). */
+fl_status fl__store_audit_parse(const char *p, size_t len, json_t **out, char *why,
+                                size_t why_len) {
+    fl_status r = parse_once(p, len, out, why, why_len);
+    return r == FL_ERR_FORMAT ? parse_once(p, len, out, why, why_len) : r;
 }
 
 /* ---- fixed point and hex ---- */

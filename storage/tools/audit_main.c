@@ -38,6 +38,58 @@ static void usage(FILE *f) {
 
 /* ---- loading ---- */
 
+int tool_oom;
+
+void tool_nomem(void) {
+    tool_oom = 1;
+}
+
+/* Compares a dump, chunk by chunk, with the entry's bytes. */
+struct cmp_state {
+    const char *p; /* entry bytes */
+    size_t len;    /* their length */
+    size_t at;     /* bytes matched so far */
+};
+
+static int cmp_chunk(const char *buf, size_t size, void *data) {
+    struct cmp_state *cs = data;
+    if (size > cs->len - cs->at || memcmp(cs->p + cs->at, buf, size) != 0)
+        return -1;
+    cs->at += size;
+    return 0;
+}
+
+/* Parses one entry: the object, or NULL. In a verified bundle every entry is a canonical
+ * JSON object, so the parse is checked by dumping it again: Jansson 2.14 under memory
+ * pressure can drop a character of a key it reads, or a key it writes, without an error. */
+static json_t *parse_once(const struct tool_bundle *tb, const char *p, size_t len) {
+    json_t *e = json_loadb(p, len, 0, NULL);
+    if (!e || !json_is_object(e)) {
+        json_decref(e);
+        return NULL;
+    }
+    struct cmp_state cs = {p, len, 0};
+    if (tb->status == FL_OK && (json_dump_callback(e, cmp_chunk, &cs, JSON_COMPACT |
+                                                   JSON_SORT_KEYS | JSON_ENSURE_ASCII) != 0 ||
+                                cs.at != len)) {
+        json_decref(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Appends one entry of the bundle to tb->entries: the object, or JSON null when it is not
+ * one (after a second try: a failure may have been memory). In a verified bundle a second
+ * failure can only be memory. Returns -1 out of memory. */
+static int parse_entry(struct tool_bundle *tb, const char *p, size_t len) {
+    json_t *e = parse_once(tb, p, len);
+    if (!e)
+        e = parse_once(tb, p, len);
+    if (!e && tb->status == FL_OK)
+        return -1;
+    return json_array_append_new(tb->entries, e ? e : json_null());
+}
+
 int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey,
                      int parse) {
     memset(tb, 0, sizeof(*tb));
@@ -53,10 +105,8 @@ int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trust
         len += n;
         if (len == cap) {
             unsigned char *nb = realloc(buf, cap * 2);
-            if (!nb) {
+            if (!nb)
                 free(buf);
-                buf = NULL;
-            }
             buf = nb;
             cap *= 2;
         }
@@ -64,7 +114,7 @@ int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trust
     int err = ferror(f);
     fclose(f);
     if (!buf || err) {
-        fprintf(stderr, "flotilla-audit: cannot read %s\n", path);
+        fprintf(stderr, "flotilla-audit: cannot read %s%s\n", path, buf ? "" : ": out of memory");
         free(buf);
         return -1;
     }
@@ -75,17 +125,17 @@ int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trust
     crypto_hash_sha256(h, buf, len);
     sodium_bin2hex(tb->sha256, sizeof(tb->sha256), h, 32);
     tb->entries = json_array();
+    if (!tb->path || !tb->entries)
+        goto nomem;
     tb->status = fl_store_audit_bundle_open(&tb->b, buf, len, NULL);
     if (tb->status == FL_OK) {
         tb->status = fl_store_audit_bundle_verify(tb->b, trusted_vkey, &tb->verdict);
         size_t ne = parse ? fl_store_audit_bundle_entry_count(tb->b) : 0;
-        for (size_t i = 0; i < ne; i++) {
+        for (size_t i = 0; i < ne && tb->status != FL_ERR_NOMEM; i++) {
             size_t el = 0;
             const char *p = fl_store_audit_bundle_entry(tb->b, i, &el);
-            json_t *e = json_loadb(p, el, 0, NULL);
-            json_array_append_new(tb->entries, e && json_is_object(e) ? e : json_null());
-            if (e && !json_is_object(e))
-                json_decref(e);
+            if (parse_entry(tb, p, el) != 0)
+                goto nomem;
         }
     } else {
         memset(&tb->verdict, 0, sizeof(tb->verdict));
@@ -93,7 +143,14 @@ int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trust
         snprintf(tb->verdict.message, sizeof(tb->verdict.message), "FAILED: %s",
                  fl_store_audit_bundle_errmsg(tb->b));
     }
+    /* Running out of memory says nothing about the bundle: an error, not a verdict. */
+    if (tb->status == FL_ERR_NOMEM)
+        goto nomem;
     return 0;
+nomem:
+    fprintf(stderr, "flotilla-audit: out of memory reading %s\n", path);
+    tool_bundle_free(tb);
+    return -1;
 }
 
 void tool_bundle_free(struct tool_bundle *tb) {
@@ -192,7 +249,8 @@ static int64_t demo_clock(void *user) {
     do {                                                                                           \
         fl_status r_ = (call);                                                                     \
         if (r_ != FL_OK) {                                                                         \
-            fprintf(stderr, "flotilla-audit demo: %s: %s\n", #call, fl_store_errmsg(st));          \
+            fprintf(stderr, "flotilla-audit demo: %s: %s (%s)\n", #call, fl_status_str(r_),       \
+                    fl_store_errmsg(st));                                                          \
             goto out;                                                                              \
         }                                                                                          \
     } while (0)
@@ -218,8 +276,10 @@ static int demo(const char *out, int rounds, unsigned seed) {
     crypto_sign_seed_keypair(pk, sk, seedb);
     memset(nymkey, 0x5a, sizeof(nymkey));
     const char *origin = "demo.flotilla.example/audit";
-    if (fl_store_open(&st, db, &cfg) != FL_OK) {
-        fprintf(stderr, "flotilla-audit demo: %s\n", fl_store_errmsg(st));
+    fl_status ro = fl_store_open(&st, db, &cfg);
+    if (ro != FL_OK) {
+        fprintf(stderr, "flotilla-audit demo: cannot open a store in %s: %s (%s)\n", dir,
+                fl_status_str(ro), fl_store_errmsg(st));
         goto out;
     }
     int64_t pops[2];
@@ -463,6 +523,14 @@ int main(int argc, char **argv) {
     }
     if (out != stdout && fclose(out) != 0) {
         fprintf(stderr, "flotilla-audit: writing %s failed\n", outp);
+        rc = 2;
+    }
+    if (tool_oom) {
+        /* A partial file must not pass for the real thing; stdout got a marked ending. */
+        if (outp)
+            unlink(outp);
+        fprintf(stderr, "flotilla-audit: out of memory: the output is incomplete%s\n",
+                outp ? " and was removed" : "");
         rc = 2;
     }
     tool_bundle_free(&tb);

@@ -88,7 +88,10 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
     } else if (strcmp(type, "population_created") == 0 || strcmp(type, "config_changed") == 0) {
         tool_fmt_e9(a, tool_int(e, "budget.epsilon_e9"));
         tool_fmt_e18(b, tool_int(e, "budget.delta_e18"));
-        char *regions = json_dumps(json_object_get(e, "allowed_regions"), JSON_COMPACT);
+        const json_t *allowed = json_object_get(e, "allowed_regions");
+        char *regions = json_dumps(allowed, JSON_COMPACT);
+        if (allowed && !regions)
+            tool_nomem();
         fprintf(out, "      budget epsilon %s, delta %s; allowed regions %s; config sha256 %s\n", a,
                 b, regions ? regions : "?", tool_str(e, "config_sha256"));
         free(regions);
@@ -142,7 +145,9 @@ int tool_show(struct tool_bundle *tb, FILE *out, long long from_round, long long
         shown++;
     }
     fprintf(out, "%zu of %zu entries shown; bundle %s\n", shown, n,
-            tb->status == FL_OK ? "VERIFIED" : "NOT VERIFIED");
+            tool_oom                ? "verified, listing INCOMPLETE (out of memory)"
+            : tb->status == FL_OK ? "VERIFIED"
+                                  : "NOT VERIFIED");
     return 0;
 }
 

@@ -27,6 +27,11 @@ struct tool_bundle {
 int tool_bundle_load(struct tool_bundle *tb, const char *path, const char *trusted_vkey, int parse);
 void tool_bundle_free(struct tool_bundle *tb);
 
+/* Set by tool_nomem() when an allocation failed while writing output: the command's output
+ * is incomplete and the tool exits 2 saying so. */
+extern int tool_oom;
+void tool_nomem(void);
+
 /* Formatting helpers. */
 void tool_fmt_time(char out[32], long long ms);         /* ISO 8601 UTC, "-" for 0 */
 void tool_fmt_e9(char out[40], long long v);            /* 1e-9 fixed point, trimmed */
