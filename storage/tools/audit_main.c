@@ -53,7 +53,9 @@ struct cmp_state {
 
 static int cmp_chunk(const char *buf, size_t size, void *data) {
     struct cmp_state *cs = data;
-    if (size > cs->len - cs->at || memcmp(cs->p + cs->at, buf, size) != 0)
+    /* unreachable in tests: differs only after Jansson misread a verified entry, which
+     * happens inside json_loadb, where the allocation-failure walk cannot inject */
+    if (size > cs->len - cs->at || memcmp(cs->p + cs->at, buf, size) != 0) // GCOVR_EXCL_BR_LINE
         return -1;
     cs->at += size;
     return 0;
@@ -69,9 +71,9 @@ static json_t *parse_once(const struct tool_bundle *tb, const char *p, size_t le
         return NULL;
     }
     struct cmp_state cs = {p, len, 0};
-    if (tb->status == FL_OK && (json_dump_callback(e, cmp_chunk, &cs, JSON_COMPACT |
-                                                   JSON_SORT_KEYS | JSON_ENSURE_ASCII) != 0 ||
-                                cs.at != len)) {
+    size_t flags = JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII;
+    if (tb->status == FL_OK &&
+        (json_dump_callback(e, cmp_chunk, &cs, flags) != 0 || cs.at != len)) {
         json_decref(e);
         return NULL;
     }
@@ -195,8 +197,8 @@ long long tool_int(const json_t *o, const char *path) {
     while (o && *p) {
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        if (n >= sizeof(key))
-            return 0;
+        if (n >= sizeof(key)) /* unreachable: every path is a literal under 64 bytes */
+            return 0;         // GCOVR_EXCL_BR_LINE
         memcpy(key, p, n);
         key[n] = '\0';
         o = json_object_get(o, key);
@@ -227,10 +229,12 @@ static void print_verdict(const struct tool_bundle *tb, FILE *f) {
                     tb->verdict.bad_checkpoint, tb->verdict.bad_line);
         else if (tb->verdict.bad_line > 0)
             fprintf(f, "  at bundle line %" PRId64 "\n", tb->verdict.bad_line);
-        if (tb->verdict.bad_entry >= 0 && tb->b) {
+        /* unreachable: b is NULL only when open failed, which sets no bad entry, and a bad
+         * entry's index is always one of the bundle's entries */
+        if (tb->verdict.bad_entry >= 0 && tb->b) { // GCOVR_EXCL_BR_LINE
             size_t el = 0;
             const char *p = fl_store_audit_bundle_entry(tb->b, (size_t)tb->verdict.bad_entry, &el);
-            if (p)
+            if (p) // GCOVR_EXCL_BR_LINE
                 fprintf(f, "  entry: %.*s%s\n", (int)(el > 400 ? 400 : el), p,
                         el > 400 ? "..." : "");
         }
@@ -249,7 +253,7 @@ static int64_t demo_clock(void *user) {
     do {                                                                                           \
         fl_status r_ = (call);                                                                     \
         if (r_ != FL_OK) {                                                                         \
-            fprintf(stderr, "flotilla-audit demo: %s: %s (%s)\n", #call, fl_status_str(r_),       \
+            fprintf(stderr, "flotilla-audit demo: %s: %s (%s)\n", #call, fl_status_str(r_),        \
                     fl_store_errmsg(st));                                                          \
             goto out;                                                                              \
         }                                                                                          \
@@ -259,7 +263,7 @@ static int64_t demo_clock(void *user) {
  * erasure, a retention sweep) in a temporary store and exports its bundle to out. */
 static int demo(const char *out, int rounds, unsigned seed) {
     char dir[] = "/tmp/flotilla-audit-demo-XXXXXX", db[256];
-    if (!mkdtemp(dir)) {
+    if (!mkdtemp(dir)) { // GCOVR_EXCL_BR_LINE untestable: needs an unwritable /tmp (runs as root)
         fprintf(stderr, "flotilla-audit demo: mkdtemp: %s\n", strerror(errno));
         return 2;
     }
@@ -374,7 +378,7 @@ static int demo(const char *out, int rounds, unsigned seed) {
         DEMO_CHECK(fl_store_commit(st));
         eps[p] += step;
         model[p] = ref.version;
-        if (r == rounds / 2 && !erased) {
+        if (r == rounds / 2) {
             DEMO_CHECK(fl_store_client_erase(st, NULL, "e-client-007", nymkey));
             erased = 1;
         }
@@ -386,7 +390,8 @@ static int demo(const char *out, int rounds, unsigned seed) {
     DEMO_CHECK(fl_store_audit_checkpoint_sign(st, NULL, origin, sk));
     DEMO_CHECK(fl_store_audit_export_file(st, out));
     char vkey[256];
-    DEMO_CHECK(fl_store_audit_vkey(vkey, sizeof(vkey), origin, pk));
+    /* unreachable: fl_store_audit_vkey allocates nothing and its arguments are valid */
+    DEMO_CHECK(fl_store_audit_vkey(vkey, sizeof(vkey), origin, pk)); // GCOVR_EXCL_BR_LINE
     printf("wrote %s\nverifier key: %s\n", out, vkey);
     rc = 0;
 out:
@@ -409,7 +414,7 @@ static long long parse_ll(const char *s, const char *what) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || !end || *end || end == s) {
+    if (errno || *end || end == s) {
         fprintf(stderr, "flotilla-audit: %s is not a number: %s\n", what, s);
         exit(2);
     }
@@ -417,7 +422,7 @@ static long long parse_ll(const char *s, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (sodium_init() < 0) {
+    if (sodium_init() < 0) { // GCOVR_EXCL_BR_LINE untestable: fails only without an RNG
         fprintf(stderr, "flotilla-audit: libsodium failed to initialise\n");
         return 2;
     }

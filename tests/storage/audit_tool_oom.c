@@ -122,7 +122,7 @@ static int mark_exists(void) {
 /* Walks one command line; out_file (or NULL for stdout) is where its output goes. Returns
  * the number of call numbers at which a failure was injected. */
 static unsigned long walk(const char *name, const char *const *args, const char *out_file,
-                          unsigned long stride) {
+                          unsigned long stride, unsigned long max_n) {
     char outp[512];
     snprintf(outp, sizeof(outp), "%s/out", dir);
     const char *where = out_file ? out_file : outp;
@@ -133,7 +133,7 @@ static unsigned long walk(const char *name, const char *const *args, const char 
     size_t ref_len = 0;
     char *ref = slurp(where, &ref_len);
     unsigned long injected = 0, absorbed = 0, n;
-    for (n = 1;; n += stride) {
+    for (n = 1; max_n == 0 || n <= max_n; n += stride) {
         if (out_file)
             unlink(out_file);
         st = run(args, n);
@@ -145,8 +145,12 @@ static unsigned long walk(const char *name, const char *const *args, const char 
         }
         injected++;
         if (!WIFEXITED(st)) {
-            CHECK(0, "%s: n=%lu: killed by signal %d", name, n,
-                  WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+            char errp[512];
+            snprintf(errp, sizeof(errp), "%s/err", dir);
+            char *err = slurp(errp, NULL);
+            CHECK(0, "%s: n=%lu: killed by signal %d; stderr: %s", name, n,
+                  WIFSIGNALED(st) ? WTERMSIG(st) : -1, err);
+            free(err);
             continue;
         }
         int rc = WEXITSTATUS(st);
@@ -171,7 +175,7 @@ static unsigned long walk(const char *name, const char *const *args, const char 
         free(got);
         free(err);
     }
-    printf("%-14s %lu calls walked (stride %lu): %lu failures injected, %lu absorbed\n", name,
+    printf("%-14s calls 1..%lu walked (stride %lu): %lu failures injected, %lu absorbed\n", name,
            n - 1, stride, injected, absorbed);
     free(ref);
     return injected;
@@ -217,21 +221,32 @@ int main(int argc, char **argv) {
     }
     unsigned long total = 0;
     const char *verify[] = {"verify", bundle, "--key", vkey, NULL};
-    total += walk("verify", verify, NULL, stride);
+    total += walk("verify", verify, NULL, stride, 0);
     const char *show[] = {"show", bundle, NULL};
-    total += walk("show", show, NULL, stride);
+    total += walk("show", show, NULL, stride, 0);
     const char *jsonl[] = {"export", bundle, "--format", "jsonl", "-o", outf, NULL};
-    total += walk("export jsonl", jsonl, outf, stride);
+    total += walk("export jsonl", jsonl, outf, stride, 0);
     const char *csv[] = {"export", bundle, "--format", "csv", NULL};
-    total += walk("export csv", csv, NULL, stride);
+    total += walk("export csv", csv, NULL, stride, 0);
     const char *report[] = {"report", bundle, "-o", outf, "--key", vkey, NULL};
-    total += walk("report", report, outf, stride);
+    total += walk("report", report, outf, stride, 0);
+    /* A bundle over the 64 KiB the tool reads first: its first calls include growing the
+     * read buffer. */
+    char big[512];
+    snprintf(big, sizeof(big), "%s/big.jsonl", dir);
+    const char *demo_big[] = {"demo", big, "--rounds", "200", NULL};
+    st = run(demo_big, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "demo --rounds 200 failed (status %d)", st);
+    struct stat sb;
+    CHECK(stat(big, &sb) == 0 && sb.st_size > 65536, "the big bundle is not over 64 KiB");
+    const char *verify_big[] = {"verify", big, NULL};
+    total += walk("verify big", verify_big, NULL, 1, 8);
     /* demo writes a fresh store each time; its output names the file, so compare as is. */
     char bundle2[512];
     snprintf(bundle2, sizeof(bundle2), "%s/demo2.jsonl", dir);
     const char *demo2[] = {"demo", bundle2, "--rounds", "5", NULL};
     if (demo_stride)
-        total += walk("demo", demo2, NULL, demo_stride);
+        total += walk("demo", demo2, NULL, demo_stride, 0);
     CHECK(total > 0, "no failure was ever injected: is %s preloaded?", shim);
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);

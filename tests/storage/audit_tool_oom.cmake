@@ -18,3 +18,10 @@ if(TARGET flotilla-audit AND NOT FL_SANITIZE AND NOT CMAKE_C_FLAGS MATCHES "sani
   set_tests_properties(test_audit_tool_oom PROPERTIES LABELS "storage;audit;integration"
     TIMEOUT 300)
 endif()
+# Edges of show and report on demo bundles (audit_tool_edges.sh).
+if(TARGET flotilla-audit)
+  add_test(NAME audit_tool_edges
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/audit_tool_edges.sh $<TARGET_FILE:flotilla-audit>
+      ${CMAKE_CURRENT_BINARY_DIR}/audit_tool_edges)
+  set_tests_properties(audit_tool_edges PROPERTIES LABELS "storage;audit;integration" TIMEOUT 60)
+endif()

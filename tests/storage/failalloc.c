@@ -1,7 +1,8 @@
 /* Test-only allocation failure injector, loaded into a program with LD_PRELOAD.
  *
  * FL_FAILALLOC_N=n makes the n-th call (counted from 1) to malloc, calloc or realloc made
- * after this library's constructor ran fail with ENOMEM; every other call goes to libc.
+ * after the program's first sodium_init() (the first line of flotilla-audit's main) fail
+ * with ENOMEM; every other call goes to libc.
  * When FL_FAILALLOC_MARK names a file, that file is created at the moment the failure is
  * injected, so a driver can tell "ran to the end without reaching call n" from "call n
  * failed and the program coped". Without FL_FAILALLOC_N nothing is failed.
@@ -25,6 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FA_EXPORT __attribute__((visibility("default")))
+
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
@@ -32,6 +35,7 @@ static void (*real_free)(void *);
 
 static void *(*real_json_loadb)(const char *, size_t, size_t, void *);
 static int in_loadb; /* inside json_loadb: nothing failed or counted */
+static int (*real_sodium_init)(void);
 
 static unsigned long fail_at; /* call number to fail, 0 = none */
 static unsigned long calls;   /* calls counted since the constructor */
@@ -63,6 +67,7 @@ static void resolve(void) {
     real_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
     real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
     real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    real_sodium_init = (int (*)(void))dlsym(RTLD_NEXT, "sodium_init");
     real_json_loadb =
         (void *(*)(const char *, size_t, size_t, void *))dlsym(RTLD_NEXT, "json_loadb");
     resolving = 0;
@@ -83,15 +88,31 @@ static int should_fail(void) {
     return 1;
 }
 
+static void disarm(void) {
+    armed = 0;
+}
+
 __attribute__((constructor)) static void failalloc_init(void) {
     resolve();
     const char *n = getenv("FL_FAILALLOC_N");
     mark = getenv("FL_FAILALLOC_MARK");
     fail_at = n ? strtoul(n, NULL, 10) : 0;
-    armed = 1;
 }
 
-#define FA_EXPORT __attribute__((visibility("default")))
+/* flotilla-audit's main starts with sodium_init(): counting starts there, and the exit
+ * handler registered then runs before the program's destructors, where a coverage build
+ * writes its counters (libgcov does not survive a failed allocation): injection stops at
+ * exit. */
+FA_EXPORT int sodium_init(void);
+FA_EXPORT int sodium_init(void) {
+    resolve();
+    if (!armed) {
+        atexit(disarm);
+        armed = 1;
+    }
+    return real_sodium_init ? real_sodium_init() : -1;
+}
+
 FA_EXPORT void *malloc(size_t n) {
     resolve();
     if (!real_malloc)
