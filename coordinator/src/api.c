@@ -891,9 +891,11 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                                 "enrollment_token", token));
     p = NULL;
     fl__coord_unlock(co);
-    fl_memzero(token, sizeof(token));
-    fl_memzero(secret, sizeof(secret));
 out:
+    /* Every path: the 409 and storage-failure ones also leave the token on the stack. */
+    fl_memzero(token, sizeof(token));
+    fl_memzero(sec, sizeof(sec));
+    fl_memzero(secret, sizeof(secret));
     fl__coord_text_free(co, cfg_text);
     fl__coord_text_free(co, regions_text);
     fl__coord_pop_free(co, p);
