@@ -196,6 +196,16 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
                  rp->vec_len);
         rc = FL_ERR_RANGE;
     }
+    /* A secure sum adds the weight coordinates mod 2^bits unseen: cap devices at the weight
+     * bound must not wrap (a wrap would be a silently wrong average, not an error). */
+    uint64_t wmax = rp->weight_examples ? (uint64_t)rp->weight_cap : 1;
+    if (rc == FL_OK && rp->secagg && rp->bits < 64 &&
+        (double)wmax * (double)r->cap >= ldexp(1.0, (int)rp->bits)) {
+        snprintf(why, why_len, "weights up to %llu from %zu devices can wrap the %u-bit secure "
+                 "sum (lower update.weight_cap or raise privacy.modulus_bits)",
+                 (unsigned long long)wmax, r->cap, rp->bits);
+        rc = FL_ERR_RANGE;
+    }
 out:
     fl_safetensors_destroy(st);
     fl__coord_blob_unref(m);

@@ -45,8 +45,9 @@ static void population(struct fx *f, const char *name, const char *extra, bool n
     snprintf(body, sizeof(body),
              "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],\"selection\":{\"target\":2,"
              "\"over_selection\":1.0,\"min_participants\":2,\"require\":[],\"jitter_s\":0,"
-             "\"min_retry_s\":1,\"max_retry_s\":60},\"secagg\":{\"enabled\":false}%s%s}",
-             name, *extra ? "," : "", extra);
+             "\"min_retry_s\":1,\"max_retry_s\":60}%s%s%s}",
+             name, strstr(extra, "\"secagg\"") ? "" : ",\"secagg\":{\"enabled\":false}",
+             *extra ? "," : "", extra);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)
         fprintf(stderr, "%s\n", r.body);
@@ -202,6 +203,43 @@ static void test_weights_sum_to_zero(void **state) {
 }
 
 
+/* Secure rounds sum the weight coordinates mod 2^bits unseen, so a population whose
+ * cap x weight_cap reaches 2^bits forms no round (a wrap would be a silently wrong
+ * average); one below the boundary forms. 16 bits, cap 2: weight_cap 32767 forms, 32768
+ * does not. */
+static void test_secagg_weight_wrap(void **state) {
+    struct fx *f = *state;
+    const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
+                     "\"idle\":true}}";
+    for (int over = 0; over <= 1; over++) {
+        char extra[256];
+        snprintf(extra, sizeof(extra),
+                 "\"secagg\":{\"enabled\":true},\"update\":{\"weighting\":\"examples\","
+                 "\"weight_cap\":%d},\"privacy\":{\"mode\":\"none\",\"modulus_bits\":16}",
+                 over ? 32768 : 32767);
+        struct tc c[2];
+        memset(c, 0, sizeof(c));
+        population(f, over ? "wrap" : "wrapok", extra, false, c);
+        struct resp r = http_json(f, "POST", "/v1/checkin", c[0].tok, ck);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        const char *st = json_string_value(json_object_get(j, "status"));
+        if (over) {
+            assert_string_equal(st, "retry");
+            assert_string_equal(json_string_value(json_object_get(j, "reason")),
+                                "no_round_forming");
+        } else {
+            if (strcmp(st, "retry") == 0)
+                fprintf(stderr, "wrapok: %s\n", r.body);
+            assert_string_not_equal(st, "retry");
+        }
+        json_decref(j);
+        resp_free(&r);
+        clients_free(c, 2);
+        assert_int_equal(db_int(f, "SELECT count(*) FROM rounds"), 1);
+    }
+}
+
 /* A base model with a NaN weight: the aggregation refuses to make a non-finite model and
  * the round is abandoned with that reason. */
 static void test_non_finite_model(void **state) {
@@ -236,6 +274,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_round_cannot_form, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_other_tensors_pass_through, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_weights_sum_to_zero, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_weight_wrap, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_non_finite_model, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
