@@ -197,8 +197,9 @@ long long tool_int(const json_t *o, const char *path) {
     while (o && *p) {
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        if (n >= sizeof(key)) /* unreachable: every path is a literal under 64 bytes */
-            return 0;         // GCOVR_EXCL_BR_LINE
+        /* unreachable: every path is a literal under 64 bytes */
+        if (n >= sizeof(key)) // GCOVR_EXCL_BR_LINE
+            return 0;
         memcpy(key, p, n);
         key[n] = '\0';
         o = json_object_get(o, key);

@@ -32,4 +32,39 @@ grep -q 'is not a number' empty.err || fail "--round '' message"
 # A single point sits in the middle of the plot: x = 64 + (760 - 64 - 16) / 2 = 404.
 grep -q '<circle cx="404.0"' one.html || fail "single point not centred"
 grep -q 'No rounds with region counts' one.html || fail "health-ru has no rounds"
+# --to alone, and a number out of range.
+"$tool" show six.jsonl --to 1 > to.out || fail "show --to"
+grep -q 'round 1 (id' to.out || fail "show --to 1 lacks round 1"
+if grep -q 'round 2 (id' to.out; then fail "show --to 1 lists round 2"; fi
+set +e
+"$tool" show six.jsonl --seq 99999999999999999999 > big.out 2> big.err
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "--seq out of range: exit $rc, want 2"
+grep -q 'is not a number' big.err || fail "--seq out of range message"
+
+# A forged copy (it fails verification; show and report still print it, marked): a
+# population without allowed regions, health-ru's budget 0 (it has no rounds: an epsilon
+# chart whose scale is 0), a negative epsilon, a round number that is a string, and an
+# entry that is not an object.
+sed -e '2s/"allowed_regions"/"allowed_regionz"/' \
+    -e '4s/"epsilon_e9":4000000000/"epsilon_e9":0/' \
+    -e 's/"epsilon_spent_e9":\([0-9]\)/"epsilon_spent_e9":-\1/' \
+    -e 's/"round":1,/"round":"1",/' \
+    -e '5s/.*/[5]/' one.jsonl > forged.jsonl
+set +e
+"$tool" show forged.jsonl > forged.out 2> forged.err
+rc_show=$?
+"$tool" report forged.jsonl -o forged.html 2> report.err
+rc_report=$?
+set -e
+[ "$rc_show" = 1 ] || fail "show of a forged bundle: exit $rc_show, want 1"
+[ "$rc_report" = 1 ] || fail "report of a forged bundle: exit $rc_report, want 1"
+grep -q 'bundle NOT VERIFIED$' forged.out || fail "forged show not marked"
+grep -q 'allowed regions ?;' forged.out || fail "a missing allowed_regions is not shown as ?"
+grep -q 'epsilon spent -0.3,' forged.out || fail "negative epsilon not printed as such"
+grep -q '#3  (unreadable entry)' forged.out || fail "a non-object entry is not marked"
+grep -q 'round 0 (id 1)' forged.out || fail "a string round number is not read as 0"
+grep -q 'class="verdict bad"' forged.html || fail "forged report not marked"
+grep -q '<td class="l">any</td>' forged.html || fail "missing allowed regions not shown as any"
 echo "audit_tool_edges.sh: ok"
