@@ -172,7 +172,9 @@ int fl__store_merkle_verify_inclusion(const uint8_t leaf_hash[32], uint64_t inde
             return -1;
         if ((fn & 1) || fn == sn) {
             fl__store_merkle_node(r, proof[i], r);
-            while (!(fn & 1) && fn != 0) {
+            /* fn != 0 always holds (RFC 9162's guard): fn is odd or equals sn != 0 here,
+             * and a nonzero number shifted right turns odd before it reaches 0 */
+            while (!(fn & 1) && fn != 0) { // GCOVR_EXCL_BR_LINE
                 fn >>= 1;
                 sn >>= 1;
             }
@@ -219,7 +221,9 @@ int fl__store_merkle_verify_consistency(uint64_t m, uint64_t n, const uint8_t (*
         if ((fn & 1) || fn == sn) {
             fl__store_merkle_node(fr, proof[i], fr);
             fl__store_merkle_node(sr, proof[i], sr);
-            while (!(fn & 1) && fn != 0) {
+            /* fn != 0 always holds (RFC 9162's guard): fn is odd or equals sn != 0 here,
+             * and a nonzero number shifted right turns odd before it reaches 0 */
+            while (!(fn & 1) && fn != 0) { // GCOVR_EXCL_BR_LINE
                 fn >>= 1;
                 sn >>= 1;
             }
