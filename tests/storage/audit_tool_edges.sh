@@ -45,13 +45,14 @@ grep -q 'is not a number' big.err || fail "--seq out of range message"
 
 # A forged copy (it fails verification; show and report still print it, marked): a
 # population without allowed regions, health-ru's budget 0 (it has no rounds: an epsilon
-# chart whose scale is 0), a negative epsilon, a round number that is a string, and an
-# entry that is not an object.
+# chart whose scale is 0), a negative epsilon, a round number that is a string, a round
+# without its secagg field, an entry that is not an object and one that is not JSON.
 sed -e '2s/"allowed_regions"/"allowed_regionz"/' \
     -e '4s/"epsilon_e9":4000000000/"epsilon_e9":0/' \
     -e 's/"epsilon_spent_e9":\([0-9]\)/"epsilon_spent_e9":-\1/' \
     -e 's/"round":1,/"round":"1",/' \
-    -e '5s/.*/[5]/' one.jsonl > forged.jsonl
+    -e 's/"secagg":/"secagx":/' \
+    -e '5s/.*/[5]/' -e '7s/.*/{"a":/' one.jsonl > forged.jsonl
 set +e
 "$tool" show forged.jsonl > forged.out 2> forged.err
 rc_show=$?
@@ -64,6 +65,9 @@ grep -q 'bundle NOT VERIFIED$' forged.out || fail "forged show not marked"
 grep -q 'allowed regions ?;' forged.out || fail "a missing allowed_regions is not shown as ?"
 grep -q 'epsilon spent -0.3,' forged.out || fail "negative epsilon not printed as such"
 grep -q '#3  (unreadable entry)' forged.out || fail "a non-object entry is not marked"
+grep -q '#5  (unreadable entry)' forged.out || fail "a non-JSON entry is not marked"
+grep -q 'secure aggregation: off' forged.out || fail "a round without secagg is not shown as off"
+grep -q '<td>off</td>' forged.html || fail "report: a round without secagg is not off"
 grep -q 'round 0 (id 1)' forged.out || fail "a string round number is not read as 0"
 grep -q 'class="verdict bad"' forged.html || fail "forged report not marked"
 grep -q '<td class="l">any</td>' forged.html || fail "missing allowed regions not shown as any"
