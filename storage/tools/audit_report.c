@@ -271,7 +271,7 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
             p->done = tool_int(e, "counts.completed");
             p->dropped = tool_int(e, "counts.dropped");
             const char *k;
-            json_t *v;
+            json_t *v; /* the loop below: Jansson macro internals excluded */
             json_object_foreach(json_object_get(e, "regions"), k, v) { // GCOVR_EXCL_BR_LINE
                 json_t *prev = json_object_get(regions, k);
                 if (json_object_set_new(regions, k,

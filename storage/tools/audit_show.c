@@ -243,8 +243,8 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
             csv_field(out, buf, 0);
         }
         const char *k;
-        json_t *v;
-        json_object_foreach(json_object_get(e, "regions"), k, v) { // GCOVR_EXCL_BR_LINE macro
+        json_t *v; /* the loop below: Jansson macro internals excluded */
+        json_object_foreach(json_object_get(e, "regions"), k, v) { // GCOVR_EXCL_BR_LINE
             size_t at = strlen(regions);
             snprintf(regions + at, sizeof(regions) - at, "%s%s=%lld", at ? ";" : "", k,
                      (long long)json_integer_value(v));
