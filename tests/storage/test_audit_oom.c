@@ -13,14 +13,12 @@
 #include <jansson.h>
 
 #include "audit_internal.h"
+#include "sqlite_fail_hook.h"
 #include "test_audit_util.h"
 
 /* ---- process-wide allocation hooks (test only) ---- */
 
-static sqlite3_mem_methods orig_mem;
-static long sqlite_countdown; /* 0 = off; 1 = fail the next SQLite allocation */
-static long sqlite_failures;  /* SQLite allocations refused so far */
-static long json_countdown;   /* the same for Jansson */
+static long json_countdown;   /* as sqlite_countdown, for Jansson */
 static long json_failures;
 
 static int countdown_hit(long *countdown, long *failures) {
@@ -30,27 +28,6 @@ static int countdown_hit(long *countdown, long *failures) {
     }
     return 0;
 }
-static void *hook_malloc(int n) {
-    return countdown_hit(&sqlite_countdown, &sqlite_failures) ? NULL : orig_mem.xMalloc(n);
-}
-static void *hook_realloc(void *p, int n) {
-    return countdown_hit(&sqlite_countdown, &sqlite_failures) ? NULL : orig_mem.xRealloc(p, n);
-}
-static void hook_free(void *p) {
-    orig_mem.xFree(p);
-}
-static int hook_size(void *p) {
-    return orig_mem.xSize(p);
-}
-static int hook_roundup(int n) {
-    return orig_mem.xRoundup(n);
-}
-static int hook_init(void *u) {
-    return orig_mem.xInit(u);
-}
-static void hook_shutdown(void *u) {
-    orig_mem.xShutdown(u);
-}
 static void *json_hook_malloc(size_t n) {
     return countdown_hit(&json_countdown, &json_failures) ? NULL : malloc(n);
 }
@@ -59,22 +36,7 @@ static void json_hook_free(void *p) {
 }
 
 static void install_hooks(void) {
-    sqlite3_shutdown();
-    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &orig_mem) != SQLITE_OK)
-        abort();
-    static sqlite3_mem_methods m;
-    m = orig_mem;
-    m.xMalloc = hook_malloc;
-    m.xFree = hook_free;
-    m.xRealloc = hook_realloc;
-    m.xSize = hook_size;
-    m.xRoundup = hook_roundup;
-    m.xInit = hook_init;
-    m.xShutdown = hook_shutdown;
-    if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK ||
-        sqlite3_config(SQLITE_CONFIG_LOOKASIDE, 0, 0) != SQLITE_OK ||
-        sqlite3_initialize() != SQLITE_OK)
-        abort();
+    install_sqlite_hook();
     json_set_alloc_funcs(json_hook_malloc, json_hook_free);
 }
 

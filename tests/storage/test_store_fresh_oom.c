@@ -1,4 +1,4 @@
-/* SQLite allocation failures on a handle that has not prepared its statements yet.
+/* SQLite allocation sqlite_failures on a handle that has not prepared its statements yet.
  *
  * The handle prepares each statement on its first use and keeps it, so the allocation
  * walks in test_store_oom (which run on a handle that has already used every statement)
@@ -11,62 +11,10 @@
  * database passes the integrity check. Store calls and audit log calls alike. */
 #include <sodium.h>
 
+#include "sqlite_fail_hook.h"
 #include "store_internal.h"
 #include "test_store_util.h"
 
-/* ---- SQLite allocation hook ---- */
-
-static sqlite3_mem_methods orig_mem;
-static long countdown; /* 0 = off; 1 = fail the next allocation */
-static long failures;  /* allocations refused so far */
-
-static int should_fail(void) {
-    if (countdown > 0 && --countdown == 0) {
-        failures++;
-        return 1;
-    }
-    return 0;
-}
-static void *hook_malloc(int n) {
-    return should_fail() ? NULL : orig_mem.xMalloc(n);
-}
-static void *hook_realloc(void *p, int n) {
-    return should_fail() ? NULL : orig_mem.xRealloc(p, n);
-}
-static void hook_free(void *p) {
-    orig_mem.xFree(p);
-}
-static int hook_size(void *p) {
-    return orig_mem.xSize(p);
-}
-static int hook_roundup(int n) {
-    return orig_mem.xRoundup(n);
-}
-static int hook_init(void *u) {
-    return orig_mem.xInit(u);
-}
-static void hook_shutdown(void *u) {
-    orig_mem.xShutdown(u);
-}
-
-static void install_hook(void) {
-    sqlite3_shutdown();
-    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &orig_mem) != SQLITE_OK)
-        abort();
-    static sqlite3_mem_methods m;
-    m = orig_mem;
-    m.xMalloc = hook_malloc;
-    m.xFree = hook_free;
-    m.xRealloc = hook_realloc;
-    m.xSize = hook_size;
-    m.xRoundup = hook_roundup;
-    m.xInit = hook_init;
-    m.xShutdown = hook_shutdown;
-    if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK ||
-        sqlite3_config(SQLITE_CONFIG_LOOKASIDE, 0, 0) != SQLITE_OK ||
-        sqlite3_initialize() != SQLITE_OK)
-        abort();
-}
 
 /* ---- the database the calls run on ---- */
 
@@ -461,11 +409,11 @@ static void test_fresh_handle_walk(void **state) {
         w.st = store_open_ok(w.dir.path, &w.alloc);
         for (long k = 1; k < 5000 && !done; k++) {
             forget_statements(w.st);
-            long live = w.count.live, before = failures;
-            countdown = k;
+            long live = w.count.live, before = sqlite_failures;
+            sqlite_countdown = k;
             fl_status r = ops[o].fn(&w);
-            int injected = failures != before;
-            countdown = 0;
+            int injected = sqlite_failures != before;
+            sqlite_countdown = 0;
             refused += injected;
             assert_int_equal(w.count.live, live);
             assert_int_equal(fl_store_in_transaction(w.st), 0);
@@ -484,7 +432,7 @@ static void test_fresh_handle_walk(void **state) {
         if (!done)
             fail_msg("%s never ran clean", ops[o].name);
         if (getenv("FL_TEST_VERBOSE"))
-            print_message("%s: %ld allocations\n", ops[o].name, failures);
+            print_message("%s: %ld allocations\n", ops[o].name, sqlite_failures);
     }
     assert_true(refused > 100);
     assert_int_equal(w.count.live, 0);
@@ -507,7 +455,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [store|audit|check]\n", argv[0]);
         return 2;
     }
-    install_hook();
+    install_sqlite_hook();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fresh_handle_walk),
     };

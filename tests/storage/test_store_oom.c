@@ -6,61 +6,9 @@
  * 2. SQLite's own allocator (hooked process-wide here, in the test only): failing each of
  *    SQLite's allocations in turn inside the main calls must give an error (never a
  *    crash or a leak) and leave the store consistent and usable. */
+#include "sqlite_fail_hook.h"
 #include "test_store_util.h"
 
-/* ---- SQLite allocation hook: fails the n-th allocation after arming ---- */
-
-static sqlite3_mem_methods orig_mem;
-static long sqlite_fail_countdown; /* 0 = off; 1 = fail the next allocation */
-static long sqlite_failures;       /* allocations refused so far */
-
-static int sqlite_should_fail(void) {
-    if (sqlite_fail_countdown > 0 && --sqlite_fail_countdown == 0) {
-        sqlite_failures++;
-        return 1;
-    }
-    return 0;
-}
-static void *hook_malloc(int n) {
-    return sqlite_should_fail() ? NULL : orig_mem.xMalloc(n);
-}
-static void *hook_realloc(void *p, int n) {
-    return sqlite_should_fail() ? NULL : orig_mem.xRealloc(p, n);
-}
-static void hook_free(void *p) {
-    orig_mem.xFree(p);
-}
-static int hook_size(void *p) {
-    return orig_mem.xSize(p);
-}
-static int hook_roundup(int n) {
-    return orig_mem.xRoundup(n);
-}
-static int hook_init(void *u) {
-    return orig_mem.xInit(u);
-}
-static void hook_shutdown(void *u) {
-    orig_mem.xShutdown(u);
-}
-
-static void install_sqlite_hook(void) {
-    sqlite3_shutdown();
-    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &orig_mem) != SQLITE_OK)
-        abort();
-    static sqlite3_mem_methods m;
-    m = orig_mem;
-    m.xMalloc = hook_malloc;
-    m.xFree = hook_free;
-    m.xRealloc = hook_realloc;
-    m.xSize = hook_size;
-    m.xRoundup = hook_roundup;
-    m.xInit = hook_init;
-    m.xShutdown = hook_shutdown;
-    if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK ||
-        sqlite3_config(SQLITE_CONFIG_LOOKASIDE, 0, 0) != SQLITE_OK ||
-        sqlite3_initialize() != SQLITE_OK)
-        abort();
-}
 
 /* ---- fixtures ---- */
 
@@ -357,10 +305,10 @@ static void test_sqlite_allocator_walk(void **state) {
         for (long k = 1; k < 5000 && !done; k++) {
             long live = w.count.live;
             long before = sqlite_failures;
-            sqlite_fail_countdown = k;
+            sqlite_countdown = k;
             fl_status r = ops[o].fn(&w, seq++);
             int injected = sqlite_failures != before;
-            sqlite_fail_countdown = 0;
+            sqlite_countdown = 0;
             refused += injected;
             assert_int_equal(w.count.live, live);
             assert_int_equal(fl_store_in_transaction(w.st), 0);
