@@ -612,6 +612,21 @@ static void test_duration_clock_back(void **state) {
     clients_free(c, 1);
 }
 
+/* Waits (up to 10 s) until the coordinator reports n long polls parked. */
+static void wait_waiting(struct fx *f, unsigned n) {
+    char want[64];
+    snprintf(want, sizeof(want), "\nflotilla_long_polls_waiting %u\n", n);
+    for (int i = 0; i < 1000; i++) {
+        struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+        bool seen = r.status == 200 && r.body && strstr(r.body, want);
+        resp_free(&r);
+        if (seen)
+            return;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("the poll was never parked");
+}
 
 /* A result asked while the round still forms: no result yet (204). A coordinator that
  * stops answers its parked polls at once (before its HTTP server goes) instead of leaving
@@ -635,6 +650,9 @@ static void test_stop_answers_polls(void **state) {
     snprintf(st, sizeof(st), "/v1/rounds/%lld/status?wait=20", (long long)rid);
     struct poller pl;
     poll_start(&pl, f, &c[1], st);
+    /* Stop only once the poll is parked: a request still in flight when the daemon goes is
+     * closed unanswered, which is not what this test is about. */
+    wait_waiting(f, 1);
     fl_coord_stop(f->co);
     pthread_join(pl.th, NULL);
     assert_true(pl.status == 200 || pl.status == 503);
