@@ -38,11 +38,16 @@ static void log_json(void *user, fl_log_level level, const char *msg) {
                           (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, "level",
                           names[level <= FL_LOG_ERROR ? level : FL_LOG_ERROR], "component",
                           "coordinator", "msg", msg);
-    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (line) {
-        fprintf(stderr, "%s\n", line);
-        free(line);
-    }
+    /* json_dumpb twice (measure, then write) and compare: json_dumps can drop an object
+     * member when an allocation fails inside it, which would log a line without its msg. */
+    size_t n = o ? json_dumpb(o, NULL, 0, JSON_COMPACT) : 0;
+    char *line = n ? malloc(n) : NULL;
+    if (line && json_dumpb(o, line, n, JSON_COMPACT) == n)
+        fprintf(stderr, "%.*s\n", (int)n, line);
+    else
+        fprintf(stderr, "{\"level\":\"error\",\"component\":\"coordinator\","
+                        "\"msg\":\"a log line could not be formatted (out of memory)\"}\n");
+    free(line);
     if (o)
         json_decref(o);
 }
