@@ -57,12 +57,14 @@ typedef struct fl_dp_rng fl_dp_rng; /* opaque buffered random source */
 FL_API fl_status fl_dp_rng_create(fl_dp_rng **out, const fl_dp_rng_source *src,
                                   const fl_allocator *alloc);
 
-/* Creates an rng on the OS CSPRNG: a ChaCha20 fast-key-erasure generator keyed from libsodium
- * randombytes_buf (getrandom) and re-keyed from it every 1 MiB; after each 4 KiB refill the
- * key is replaced by further keystream, so a later compromise of the handle does not reveal
- * earlier output. (One syscall per 4 KiB would otherwise cost more than the sampling.)
- * sodium_init is called, which is idempotent and thread-safe. Use this for real noise.
- * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_NOMEM, FL_ERR_CRYPTO (sodium_init failed). */
+/* Creates an rng on the OS CSPRNG: a ChaCha20 fast-key-erasure generator keyed from the OS
+ * (libsodium's randombytes_buf, i.e. getrandom; mbedTLS's entropy source in the embedded
+ * build) and re-keyed from it every 1 MiB; after each 4 KiB refill the key is replaced by
+ * further keystream, so a later compromise of the handle does not reveal earlier output. (One
+ * syscall per 4 KiB would otherwise cost more than the sampling.) The backend's one-time
+ * initialisation (sodium_init) is idempotent and thread-safe. Use this for real noise.
+ * Returns FL_OK, FL_ERR_MISUSE, FL_ERR_NOMEM, FL_ERR_CRYPTO (the crypto backend failed to
+ * initialise). */
 FL_API fl_status fl_dp_rng_create_os(fl_dp_rng **out, const fl_allocator *alloc);
 
 /* Creates an rng on the ChaCha20 (IETF) keystream keyed by the FL_DP_SEED_BYTES `seed`: refill
@@ -70,7 +72,8 @@ FL_API fl_status fl_dp_rng_create_os(fl_dp_rng **out, const fl_allocator *alloc)
  * 12-byte little-endian integer. The same seed gives the same samples on every platform.
  * For tests and for public shared randomness only: a known seed gives no privacy. The seed
  * is copied and wiped on destroy. Returns FL_OK, FL_ERR_MISUSE (NULL args, seed_len !=
- * FL_DP_SEED_BYTES), FL_ERR_NOMEM, FL_ERR_CRYPTO (sodium_init failed). */
+ * FL_DP_SEED_BYTES), FL_ERR_NOMEM, FL_ERR_CRYPTO (the crypto backend failed to initialise).
+ */
 FL_API fl_status fl_dp_rng_create_chacha20(fl_dp_rng **out, const uint8_t *seed, size_t seed_len,
                                            const fl_allocator *alloc);
 
@@ -639,7 +642,8 @@ FL_API fl_status fl_dp_ledger_entry_parse_params(fl_dp_ledger_entry *e, const ch
                                                  char *errmsg, size_t errmsg_len);
 
 /* Writes e's mechanism parameters as params_json into buf (NUL-terminated; "{}" for the
- * gaussian). Returns FL_OK, or FL_ERR_TOO_LARGE when buf_len is too small. */
+ * gaussian). Returns FL_OK, FL_ERR_MISUSE (NULL buf or e, buf_len 0), FL_ERR_TOO_LARGE when
+ * buf_len is too small, or FL_ERR_NOMEM; on any failure buf holds "". */
 FL_API fl_status fl_dp_ledger_entry_format_params(char *buf, size_t buf_len,
                                                   const fl_dp_ledger_entry *e);
 
