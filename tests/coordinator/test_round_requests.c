@@ -408,6 +408,22 @@ static void poll_start(struct poller *pl, struct fx *f, struct tc *c, const char
     nanosleep(&ts, NULL);                     /* which list links get exercised) */
 }
 
+/* Waits (up to 10 s) until the coordinator reports n long polls parked. */
+static void wait_waiting(struct fx *f, unsigned n) {
+    char want[64];
+    snprintf(want, sizeof(want), "\nflotilla_long_polls_waiting %u\n", n);
+    for (int i = 0; i < 1000; i++) {
+        struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+        bool seen = r.status == 200 && r.body && strstr(r.body, want);
+        resp_free(&r);
+        if (seen)
+            return;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("the poll was never parked");
+}
+
 /* Several parked polls at once: result polls of the open phase and a status poll. Closing
  * the phase answers exactly the result polls (200); a poll whose wait ends first gets 204;
  * the status poll is answered when the round ends. */
@@ -442,6 +458,7 @@ static void test_parked_polls(void **state) {
     poll_start(&pl[1], f, &c[1], st);
     poll_start(&pl[2], f, &c[2], res);
     poll_start(&pl[3], f, &c[1], shortp);
+    wait_waiting(f, 5);
     /* The short poll's second passes; the tick answers it (204) and no other. */
     struct timespec ts = {1, 300 * 1000000L};
     nanosleep(&ts, NULL);
@@ -610,22 +627,6 @@ static void test_duration_clock_back(void **state) {
                                    "0.000\n"));
     resp_free(&r);
     clients_free(c, 1);
-}
-
-/* Waits (up to 10 s) until the coordinator reports n long polls parked. */
-static void wait_waiting(struct fx *f, unsigned n) {
-    char want[64];
-    snprintf(want, sizeof(want), "\nflotilla_long_polls_waiting %u\n", n);
-    for (int i = 0; i < 1000; i++) {
-        struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
-        bool seen = r.status == 200 && r.body && strstr(r.body, want);
-        resp_free(&r);
-        if (seen)
-            return;
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    fail_msg("the poll was never parked");
 }
 
 /* A result asked while the round still forms: no result yet (204). A coordinator that
