@@ -142,23 +142,25 @@ static void fuse_apply(uint32_t *restrict acc, const uint8_t *restrict src, size
     }
 }
 
-int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32],
-                           const int *signs, size_t m, const struct fl__sa_crypto *crypto,
-                           uint8_t *scratch) {
+int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (*seeds)[32],
+                            const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                            uint8_t *scratch) {
     uint8_t s[FL__SA_MASK_FUSE][32];
     uint32_t neg[FL__SA_MASK_FUSE] = {0};
     const size_t stride = (size_t)FL__SA_MASK_CHUNK * 4;
     int rc = -1;
-    if (m == 0)
+    if (m == 0 || lo >= hi)
         return 0;
-    if (m > FL__SA_MASK_FUSE)
+    if (m > FL__SA_MASK_FUSE || lo % 4 != 0)
         return -1;
     for (size_t j = 0; j < m; j++) {
         memcpy(s[j], seeds[j], 32);
         neg[j] = signs[j] > 0 ? 0u : 0xFFFFFFFFu;
+        /* Element lo starts AES block lo / 4 of the keystream. */
+        iv_add(s[j] + 16, lo / 4);
     }
-    for (size_t off = 0; off < dim; off += FL__SA_MASK_CHUNK) {
-        size_t len = dim - off < FL__SA_MASK_CHUNK ? dim - off : FL__SA_MASK_CHUNK;
+    for (size_t off = lo; off < hi; off += FL__SA_MASK_CHUNK) {
+        size_t len = hi - off < FL__SA_MASK_CHUNK ? hi - off : FL__SA_MASK_CHUNK;
         for (size_t j = 0; j < m; j++) {
             if (crypto->prg(scratch + j * stride, len * 4, s[j]) != 0)
                 goto out;
@@ -170,6 +172,14 @@ int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32]
 out:
     fl_memzero(s, sizeof(s));
     return rc;
+}
+
+int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32],
+                           const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                           uint8_t *scratch) {
+    if (m > FL__SA_MASK_FUSE)
+        return -1;
+    return fl__sa_mask_apply_range(acc, 0, dim, seeds, signs, m, crypto, scratch);
 }
 
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,

@@ -102,6 +102,15 @@ int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32]
                            const int *signs, size_t m, const struct fl__sa_crypto *crypto,
                            uint8_t *scratch);
 
+/* fl__sa_mask_apply_many restricted to the elements lo <= i < hi of acc (acc is the whole
+ * vector, indexed from 0): the keystream of each mask is taken from element lo on, so that
+ * disjoint ranges applied by different threads add up to one fl__sa_mask_apply_many over
+ * the union. lo must be a multiple of 4 (one AES block = 4 elements); -1 otherwise. Same
+ * scratch rule as fl__sa_mask_apply_many. 0 or -1. */
+int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (*seeds)[32],
+                            const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                            uint8_t *scratch);
+
 /* SHA-256 commitment to the self-mask seed: H("flotilla-secagg-b-v1" || round || u || b). */
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
                     uint32_t u, const uint8_t b[32]);

@@ -3,6 +3,7 @@
  * pairwise masks between dropped clients and their surviving neighbours are regenerated
  * (each expanded once) and removed. Memory is O(d + n k). See docs/secagg.md. */
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +21,10 @@
 #define C_UNMASK 0x80u /* UNMASK_SHARES received */
 
 #define SH_SLOT (1 + FL__SA_SHARE_Y_BYTES) /* have-flag + y */
-#define SCRATCH_BYTES ((size_t)FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK)
+#define SCRATCH_BYTES ((size_t)FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK) /* mask batch area */
+
+struct um_work;
+static void um_release(fl_secagg_server *s);
 
 struct fl__sa_srv_client {
     uint8_t c_pk[32];                   /* encryption public key */
@@ -54,7 +58,8 @@ struct fl_secagg_server {
     uint32_t pending;                   /* expected messages not yet received */
     uint32_t *acc;                      /* (d) accumulator mod 2^32, reduced at the end */
     uint32_t count;                     /* inputs in the sum */
-    uint8_t *scratch;                   /* SCRATCH_BYTES: FL__SA_MASK_FUSE expansion chunks */
+    struct um_work *um;                 /* final advance in progress (unmask_begin until
+                                           DONE or failure), else NULL */
 };
 
 static fl_status server_fail(fl_secagg_server *s, fl_status code, const char *msg) {
@@ -147,8 +152,7 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
     s->flags = fl__calloc(&a, s->n, 1);
     s->outq = fl__calloc(&a, s->n, sizeof(*s->outq));
     s->acc = fl__calloc(&a, c.dim, sizeof(uint32_t));
-    s->scratch = fl__alloc(&a, SCRATCH_BYTES);
-    if (!s->cl || !s->flags || !s->outq || !s->acc || !s->scratch)
+    if (!s->cl || !s->flags || !s->outq || !s->acc)
         goto out_fail;
     if (c.active) {
         s->adv_active = fl__calloc(&a, s->n, 160);
@@ -188,7 +192,7 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
         fl_memzero(s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
         fl__free(&a, s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
     }
-    fl__free(&a, s->scratch, SCRATCH_BYTES);
+    um_release(s);
     fl__sa_graph_free(&s->graph, &a);
     fl_memzero(s, sizeof(*s));
     fl__free(&a, s, sizeof(*s));
@@ -416,6 +420,8 @@ fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uin
         return s->fail_code;
     if (s->phase == FL_SECAGG_PHASE_DONE)
         return fl__err_set(&s->err, FL_ERR_STATE, "receive: round already done");
+    if (s->um)
+        return fl__err_set(&s->err, FL_ERR_STATE, "receive: unmasking has begun");
     if (from >= s->n)
         return fl__err_set(&s->err, FL_ERR_PROTOCOL, "receive: unknown client %u", from);
     static const fl_secagg_msg_type expect_type[] = {
@@ -642,64 +648,90 @@ static uint32_t count_flag(const fl_secagg_server *s, uint8_t f) {
 }
 
 /* ---- unmasking ----
- * Secrets are rebuilt in groups: the first t shares of each of up to UM_GROUP_SHARES / t
- * clients go through one fl__sa_shamir_combine_many call, which shares its field inversions
- * across the group (one per UM_WINDOW shares), then each rebuilt secret is checked and its
- * masks removed. The work buffers are allocated once per unmask, before the accumulator
- * is touched, so FL_ERR_NOMEM leaves the round as it was. */
+ * The final advance runs as two batches of independent jobs: one after the other in
+ * fl_secagg_server_advance, or on the caller's threads through unmask_begin/run/next.
+ *  1. Secrets: each job takes a run of the clients whose secret is rebuilt (ascending,
+ *     balanced by estimated cost), rebuilds them in groups (the first t shares of up to
+ *     UM_GROUP_SHARES / t clients per fl__sa_shamir_combine_many call, which shares its
+ *     field inversions, one per UM_WINDOW shares), checks each secret, and writes the mask
+ *     seeds into its own slots of one seed table: b_v for a survivor v; for a dropped v,
+ *     the pairwise seed s_vw with every surviving neighbour w (one X25519 agreement each).
+ *  2. Masks: each job removes every seed's mask from its own slice of the accumulator
+ *     (FL__SA_MASK_FUSE masks per pass) and reduces the slice mod 2^b.
+ * Jobs write no shared memory: each has its own work area, seed slots, result slot, state
+ * byte and slice. Everything is allocated at begin, before the accumulator is touched, so
+ * FL_ERR_NOMEM leaves the round as it was. A failing job records its code and message; the
+ * batch's end fails the round with the lowest-numbered failed job's, which is the failure
+ * of the lowest failing client, as in one serial pass. The seed table holds one seed per
+ * (dropped client, surviving neighbour) pair plus one per survivor: O(n k) like the rest
+ * of the server's state. */
 
 #define UM_GROUP_SHARES 2048u /* shares per combine_many call */
 #define UM_WINDOW 1024u       /* shares per field inversion */
+#define UM_MAX_JOBS 64u       /* most jobs per batch (each has a ~256 KiB work area) */
+#define UM_MIN_SLICE 1024u    /* elements: smallest slice of the mask batch */
+#define UM_KA_WEIGHT 8u       /* cost of one pairwise seed (X25519 + HKDF), in rebuilt
+                                 secrets (~40 us vs ~5 us), for balancing the first batch */
+#define UM_NO_FAILURE SIZE_MAX
 
-struct um_work {
-    size_t group;                 /* clients per group */
-    struct fl__sa_combine_job *jobs; /* (group) */
-    struct fl__sa_share *shares;  /* (group, t) */
-    uint8_t *secrets;             /* (group, 32) */
-    uint32_t *who;                /* (group) client of each job */
-    void *scratch;                /* UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE bytes */
-    uint8_t seeds[FL__SA_MASK_FUSE][32]; /* masks waiting to be removed together */
-    int signs[FL__SA_MASK_FUSE];  /* their signs in the sum (-1: subtract) */
-    size_t queued;                /* masks in seeds */
-    size_t bytes;                 /* size of the single allocation */
-    void *block;                  /* the allocation */
+enum { UM_SECRETS = 1, UM_MASKS = 2 };
+enum { JOB_IDLE = 0, JOB_RUNNING = 1, JOB_DONE = 2 };
+
+struct um_result {
+    fl_status code; /* FL_OK or the job's failure */
+    char msg[128];  /* its detail, as fl_secagg_server_errmsg will show it */
 };
 
-static size_t um_align(size_t x) { return (x + 15u) & ~(size_t)15u; }
+struct um_work {
+    int stage;                   /* UM_SECRETS or UM_MASKS */
+    size_t njobs;                /* jobs in the current batch */
+    size_t nareas;               /* work areas = most jobs of a batch */
+    size_t area_bytes;           /* bytes per work area */
+    size_t group;                /* clients per combine_many call */
+    size_t o_sh, o_sec, o_who, o_scr; /* offsets in a work area (secrets batch) */
+    size_t a_bytes;              /* bytes of a work area the secrets batch uses */
+    uint8_t *areas;              /* (nareas, area_bytes) */
+    uint32_t ntodo;              /* clients whose secret is rebuilt */
+    uint32_t *todo;              /* (ntodo) those clients, ascending */
+    uint32_t *first;             /* (ntodo + 1) first seed slot of each; [ntodo] = seeds */
+    uint32_t *range;             /* (nareas + 1) secrets batch: job j takes todo
+                                    indices range[j] .. range[j + 1] - 1 */
+    uint8_t (*seeds)[32];        /* (first[ntodo]) mask seeds */
+    int *signs;                  /* (first[ntodo]) sign of each mask's removal */
+    atomic_uchar *state;         /* (nareas) JOB_* of each job of the batch */
+    struct um_result *res;       /* (nareas) outcome of each job of the batch */
+    atomic_size_t failed;        /* lowest failed job of the batch, or UM_NO_FAILURE */
+    size_t bytes;                /* of this allocation (the struct is at its start) */
+};
 
-static fl_status um_alloc(fl_secagg_server *s, struct um_work *w) {
-    size_t t = s->t;
-    w->group = UM_GROUP_SHARES / t ? UM_GROUP_SHARES / t : 1;
-    size_t g = w->group;
-    size_t o_jobs = 0;
-    size_t o_sh = um_align(o_jobs + g * sizeof(*w->jobs));
-    size_t o_sec = um_align(o_sh + g * t * sizeof(*w->shares));
-    size_t o_who = um_align(o_sec + g * 32);
-    size_t o_scr = um_align(o_who + g * sizeof(*w->who));
-    w->bytes = o_scr + (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE;
-    w->block = fl__alloc(&s->alloc, w->bytes);
-    if (!w->block)
-        return fl__err_set(&s->err, FL_ERR_NOMEM, "unmask: out of memory");
-    uint8_t *p = w->block;
-    w->jobs = (struct fl__sa_combine_job *)(void *)(p + o_jobs);
-    w->shares = (struct fl__sa_share *)(void *)(p + o_sh);
-    w->secrets = p + o_sec;
-    w->who = (uint32_t *)(void *)(p + o_who);
-    w->scratch = p + o_scr;
-    return FL_OK;
+static size_t um_align(size_t x) { return (x + 63u) & ~(size_t)63u; }
+
+/* Wipes (seeds, secrets, keystream) and frees the unmask work. */
+static void um_release(fl_secagg_server *s) {
+    struct um_work *w = s->um;
+    if (!w)
+        return;
+    size_t bytes = w->bytes;
+    fl_memzero(w, bytes);
+    fl__free(&s->alloc, w, bytes);
+    s->um = NULL;
 }
 
-static void um_free(fl_secagg_server *s, struct um_work *w) {
-    if (!w->block)
-        return;
-    fl_memzero(w->block, w->bytes);
-    fl__free(&s->alloc, w->block, w->bytes);
-    w->block = NULL;
+/* Records job j's failure and lowers `failed` to j if it is the lowest so far. */
+static void um_job_fail(struct um_work *w, size_t j, fl_status code, const char *msg) {
+    w->res[j].code = code;
+    snprintf(w->res[j].msg, sizeof(w->res[j].msg), "%s", msg);
+    size_t cur = atomic_load_explicit(&w->failed, memory_order_relaxed);
+    while (j < cur && !atomic_compare_exchange_weak_explicit(&w->failed, &cur, j,
+                                                             memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
 }
 
 /* Checks a rebuilt secret of v. kind B: b_v against v's commitment; kind S: s_v against
- * v's advertised public key. */
-static fl_status um_check(fl_secagg_server *s, uint32_t v, int kind, const uint8_t secret[32]) {
+ * v's advertised public key. 0, or -1 with the message in m. */
+static int um_check(const fl_secagg_server *s, uint32_t v, int kind, const uint8_t secret[32],
+                    char *m, size_t mlen) {
     uint8_t check[32];
     int bad;
     if (kind == FL__SA_KIND_B)
@@ -710,77 +742,139 @@ static fl_status um_check(fl_secagg_server *s, uint32_t v, int kind, const uint8
               fl_memeq_ct(check, s->cl[v].s_pk, 32) != 0;
     fl_memzero(check, sizeof(check));
     if (!bad)
-        return FL_OK;
-    char m[128];
-    snprintf(m, sizeof(m), "client %u: rebuilt %s does not match", v,
+        return 0;
+    snprintf(m, mlen, "client %u: rebuilt %s does not match", v,
              kind == FL__SA_KIND_B ? "self-mask seed" : "masking key");
-    return server_fail(s, FL_ERR_PROTOCOL, m);
+    return -1;
 }
 
-/* Removes the queued masks in one pass over the accumulator per chunk. */
-static fl_status um_flush(fl_secagg_server *s, struct um_work *w) {
-    int rc = fl__sa_mask_apply_many(s->acc, s->cfg.dim, (const uint8_t(*)[32])w->seeds,
-                                    w->signs, w->queued, s->crypto, s->scratch);
-    fl_memzero(w->seeds, sizeof(w->seeds));
-    w->queued = 0;
-    return rc == 0 ? FL_OK : server_fail(s, FL_ERR_CRYPTO, "mask removal failed");
-}
-
-/* Queues sign * PRG(seed) for removal; flushes when FL__SA_MASK_FUSE are waiting. */
-static fl_status um_queue(fl_secagg_server *s, struct um_work *w, const uint8_t seed[32],
-                          int sign) {
-    memcpy(w->seeds[w->queued], seed, 32);
-    w->signs[w->queued] = sign;
-    return ++w->queued == FL__SA_MASK_FUSE ? um_flush(s, w) : FL_OK;
-}
-
-/* Removes v's masks with its rebuilt secret: -PRG(b_v) if v is in U3; otherwise, for each
- * surviving neighbour w, the pairwise mask w added for v, -sign(w, v) PRG(s_wv). */
-static fl_status um_remove(fl_secagg_server *s, struct um_work *uw, uint32_t v,
-                           const uint8_t secret[32]) {
-    if (s->flags[v] & C_U3)
-        return um_queue(s, uw, secret, -1);
-    uint8_t seed[32];
-    fl_status st = FL_OK;
-    for (uint32_t j = 0; j < s->k && st == FL_OK; j++) {
-        uint32_t w = fl__sa_graph_neighbor(&s->graph, v, j);
-        if (!(s->flags[w] & C_U3))
+/* Writes the seeds of todo[i] (secret rebuilt and checked) into its slots: b_v to remove
+ * if v is in U3; otherwise, for each surviving neighbour w, the pairwise seed s_vw, whose
+ * mask w added with sign(w, v) = +1 if w < v, else -1. 0 or -1 (agreement failed). */
+static int um_seeds(const fl_secagg_server *s, struct um_work *w, uint32_t i,
+                    const uint8_t secret[32]) {
+    uint32_t v = w->todo[i], o = w->first[i];
+    if (s->flags[v] & C_U3) {
+        memcpy(w->seeds[o], secret, 32);
+        w->signs[o] = -1;
+        return 0;
+    }
+    for (uint32_t j = 0; j < s->k; j++) {
+        uint32_t u = fl__sa_graph_neighbor(&s->graph, v, j);
+        if (!(s->flags[u] & C_U3))
             continue;
-        int sign_w = w < v ? +1 : -1; /* what w added */
-        if (fl__sa_derive_pair_key(seed, s->crypto, "mask", secret, s->cl[w].s_pk,
-                                   s->round_id, v, w, NULL) != 0)
-            st = server_fail(s, FL_ERR_CRYPTO, "pairwise mask removal failed");
-        else
-            st = um_queue(s, uw, seed, -sign_w);
+        if (fl__sa_derive_pair_key(w->seeds[o], s->crypto, "mask", secret, s->cl[u].s_pk,
+                                   s->round_id, v, u, NULL) != 0)
+            return -1;
+        w->signs[o] = u < v ? -1 : +1;
+        o++;
     }
-    fl_memzero(seed, sizeof(seed));
-    return st;
+    return 0;
 }
 
-/* Rebuilds, checks and removes the masks of one group of jobs. */
-static fl_status um_group(fl_secagg_server *s, struct um_work *w, size_t m) {
-    fl__sa_shamir_combine_many(w->jobs, m, w->scratch,
-                               (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE);
-    for (size_t i = 0; i < m; i++) {
-        uint32_t v = w->who[i];
-        int kind = (s->flags[v] & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
-        fl_status st;
-        if (w->jobs[i].rc != 0) {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "client %u: shares do not combine", v);
-            return server_fail(s, FL_ERR_PROTOCOL, msg);
+/* Secrets batch, job j: rebuilds, checks and turns into seeds the secrets of todo indices
+ * range[j] .. range[j + 1] - 1. Stops early once a lower-numbered job has failed (its
+ * failure is the one reported). */
+static void um_secrets_job(const fl_secagg_server *s, struct um_work *w, size_t j) {
+    uint8_t *area = w->areas + j * w->area_bytes;
+    struct fl__sa_combine_job *jobs = (struct fl__sa_combine_job *)(void *)area;
+    struct fl__sa_share *shares = (struct fl__sa_share *)(void *)(area + w->o_sh);
+    uint8_t *secrets = area + w->o_sec;
+    uint32_t *who = (uint32_t *)(void *)(area + w->o_who);
+    void *scratch = area + w->o_scr;
+    char m[128];
+    uint32_t i = w->range[j], end = w->range[j + 1];
+    while (i < end && atomic_load_explicit(&w->failed, memory_order_relaxed) > j) {
+        size_t g = 0;
+        for (; i < end && g < w->group; i++, g++) {
+            uint32_t v = w->todo[i];
+            /* The first t shares in holder-slot order (self last). */
+            struct fl__sa_share *sh = shares + g * s->t;
+            size_t have = 0;
+            for (uint32_t h = 0; h <= s->k && have < s->t; h++) {
+                const uint8_t *slot = s->cl[v].sh + (size_t)h * SH_SLOT;
+                if (!slot[0])
+                    continue;
+                sh[have].x = (h == s->k ? v : fl__sa_graph_neighbor(&s->graph, v, h)) + 1;
+                memcpy(sh[have].y, slot + 1, FL__SA_SHARE_Y_BYTES);
+                have++;
+            }
+            jobs[g].secret = secrets + g * 32;
+            jobs[g].shares = sh;
+            jobs[g].k = have;
+            who[g] = i;
         }
-        if ((st = um_check(s, v, kind, w->jobs[i].secret)) != FL_OK ||
-            (st = um_remove(s, w, v, w->jobs[i].secret)) != FL_OK)
-            return st;
+        fl__sa_shamir_combine_many(jobs, g, scratch,
+                                   (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE);
+        for (size_t q = 0; q < g; q++) {
+            uint32_t v = w->todo[who[q]];
+            int kind = (s->flags[v] & C_U3) ? FL__SA_KIND_B : FL__SA_KIND_S;
+            if (jobs[q].rc != 0) {
+                snprintf(m, sizeof(m), "client %u: shares do not combine", v);
+                um_job_fail(w, j, FL_ERR_PROTOCOL, m);
+                goto out;
+            }
+            if (um_check(s, v, kind, jobs[q].secret, m, sizeof(m)) != 0) {
+                um_job_fail(w, j, FL_ERR_PROTOCOL, m);
+                goto out;
+            }
+            if (um_seeds(s, w, who[q], jobs[q].secret) != 0) {
+                um_job_fail(w, j, FL_ERR_CRYPTO, "pairwise mask removal failed");
+                goto out;
+            }
+        }
     }
-    return FL_OK;
+out:
+    fl_memzero(area, w->a_bytes); /* shares and secrets */
 }
 
-/* Removes the masks: -PRG(b_v) for every v in U3; for every v in U2 \ U3, the pairwise mask
- * each surviving neighbour w added for v, -sign(w, v) PRG(s_wv). */
-static fl_status unmask(fl_secagg_server *s) {
-    /* Check share counts first, so an abort costs no mask expansion. */
+/* Slice [*lo, *hi) of the accumulator for job j of nj: boundaries are multiples of 16
+ * elements (whole AES blocks, and no cache line shared by two jobs). */
+static void um_slice(size_t d, size_t nj, size_t j, size_t *lo, size_t *hi) {
+    *lo = j == 0 ? 0 : (size_t)(((uint64_t)d * j / nj) & ~(uint64_t)15);
+    *hi = j + 1 == nj ? d : (size_t)(((uint64_t)d * (j + 1) / nj) & ~(uint64_t)15);
+}
+
+/* Masks batch, job j: removes every seed's mask from its slice and reduces it mod 2^b. */
+static void um_masks_job(fl_secagg_server *s, struct um_work *w, size_t j) {
+    uint8_t *scratch = w->areas + j * w->area_bytes;
+    size_t lo, hi, ns = w->first[w->ntodo];
+    um_slice(s->cfg.dim, w->njobs, j, &lo, &hi);
+    int rc = 0;
+    for (size_t g = 0; g < ns && rc == 0; g += FL__SA_MASK_FUSE) {
+        if (atomic_load_explicit(&w->failed, memory_order_relaxed) != UM_NO_FAILURE)
+            break; /* the round fails anyway */
+        size_t m = ns - g < FL__SA_MASK_FUSE ? ns - g : FL__SA_MASK_FUSE;
+        rc = fl__sa_mask_apply_range(s->acc, lo, hi, (const uint8_t(*)[32])(w->seeds + g),
+                                     w->signs + g, m, s->crypto, scratch);
+    }
+    fl_memzero(scratch, SCRATCH_BYTES); /* keystream */
+    if (rc != 0) {
+        um_job_fail(w, j, FL_ERR_CRYPTO, "mask removal failed");
+        return;
+    }
+    uint32_t mask = fl__sa_bitmask(s->cfg.bits);
+    for (size_t i = lo; i < hi; i++)
+        s->acc[i] &= mask;
+}
+
+/* Opens batch `stage` with nj jobs. */
+static void um_open_batch(struct um_work *w, int stage, size_t nj) {
+    w->stage = stage;
+    w->njobs = nj;
+    for (size_t j = 0; j < w->nareas; j++) {
+        atomic_init(&w->state[j], JOB_IDLE);
+        w->res[j].code = FL_OK;
+        w->res[j].msg[0] = '\0';
+    }
+    atomic_init(&w->failed, UM_NO_FAILURE);
+}
+
+/* Checks the share counts, allocates the work and opens the secrets batch. */
+static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
+    /* Check share counts first, so an abort costs no work. */
+    uint32_t ntodo = 0;
+    size_t nseeds = 0;
     for (uint32_t v = 0; v < s->n; v++) {
         if (!s->cl[v].sh)
             continue;
@@ -789,49 +883,186 @@ static fl_status unmask(fl_secagg_server *s) {
             have += s->cl[v].sh[(size_t)j * SH_SLOT];
         if (have < s->t)
             return abort_few(s, "at unmasking (shares for one client)", have, s->t);
+        ntodo++;
+        nseeds += (s->flags[v] & C_U3) ? 1 : count_nbrs(s, v, C_U3);
     }
-    struct um_work w = {0};
-    fl_status st = um_alloc(s, &w);
-    if (st != FL_OK)
-        return st;
-    size_t m = 0;
-    for (uint32_t v = 0; v < s->n && st == FL_OK; v++) {
+    size_t na = max_jobs < UM_MAX_JOBS ? max_jobs : UM_MAX_JOBS;
+    size_t t = s->t, g = UM_GROUP_SHARES / t ? UM_GROUP_SHARES / t : 1;
+    /* One work area: the secrets batch's buffers, or the masks batch's scratch. */
+    size_t o_sh = um_align(g * sizeof(struct fl__sa_combine_job));
+    size_t o_sec = um_align(o_sh + g * t * sizeof(struct fl__sa_share));
+    size_t o_who = um_align(o_sec + g * 32);
+    size_t o_scr = um_align(o_who + g * sizeof(uint32_t));
+    size_t a_bytes = um_align(o_scr + (size_t)UM_WINDOW * FL__SA_SHAMIR_SCRATCH_PER_SHARE);
+    size_t area = a_bytes > SCRATCH_BYTES ? a_bytes : um_align(SCRATCH_BYTES);
+    /* The allocation: struct | areas | todo | first | range | seeds | signs | state | res. */
+    size_t o_areas = um_align(sizeof(struct um_work));
+    size_t o_todo = o_areas + na * area;
+    size_t o_first = um_align(o_todo + (size_t)ntodo * sizeof(uint32_t));
+    size_t o_range = um_align(o_first + ((size_t)ntodo + 1) * sizeof(uint32_t));
+    size_t o_seeds = um_align(o_range + (na + 1) * sizeof(uint32_t));
+    size_t o_signs = um_align(o_seeds + nseeds * 32);
+    size_t o_state = um_align(o_signs + nseeds * sizeof(int));
+    size_t o_res = um_align(o_state + na * sizeof(atomic_uchar));
+    size_t bytes = o_res + na * sizeof(struct um_result);
+    uint8_t *p = fl__alloc(&s->alloc, bytes);
+    if (!p)
+        return fl__err_set(&s->err, FL_ERR_NOMEM, "unmask: out of memory");
+    memset(p, 0, o_areas);
+    struct um_work *w = (struct um_work *)(void *)p;
+    w->bytes = bytes;
+    w->nareas = na;
+    w->area_bytes = area;
+    w->group = g;
+    w->o_sh = o_sh;
+    w->o_sec = o_sec;
+    w->o_who = o_who;
+    w->o_scr = o_scr;
+    w->a_bytes = a_bytes;
+    w->areas = p + o_areas;
+    w->ntodo = ntodo;
+    w->todo = (uint32_t *)(void *)(p + o_todo);
+    w->first = (uint32_t *)(void *)(p + o_first);
+    w->range = (uint32_t *)(void *)(p + o_range);
+    w->seeds = (uint8_t(*)[32])(void *)(p + o_seeds);
+    w->signs = (int *)(void *)(p + o_signs);
+    w->state = (atomic_uchar *)(void *)(p + o_state);
+    w->res = (struct um_result *)(void *)(p + o_res);
+    /* Clients, seed slots and cost weights (a rebuilt secret = 1). */
+    uint32_t i = 0, o = 0;
+    uint64_t total = 0;
+    for (uint32_t v = 0; v < s->n; v++) {
         if (!s->cl[v].sh)
             continue;
-        /* The first t shares in holder-slot order (self last). */
-        struct fl__sa_share *sh = w.shares + m * s->t;
-        size_t have = 0;
-        for (uint32_t j = 0; j <= s->k && have < s->t; j++) {
-            const uint8_t *slot = s->cl[v].sh + (size_t)j * SH_SLOT;
-            if (!slot[0])
-                continue;
-            sh[have].x = (j == s->k ? v : fl__sa_graph_neighbor(&s->graph, v, j)) + 1;
-            memcpy(sh[have].y, slot + 1, FL__SA_SHARE_Y_BYTES);
-            have++;
-        }
-        w.jobs[m].secret = w.secrets + m * 32;
-        w.jobs[m].shares = sh;
-        w.jobs[m].k = have;
-        w.who[m] = v;
-        if (++m == w.group) {
-            st = um_group(s, &w, m);
-            m = 0;
-        }
+        uint32_t c = (s->flags[v] & C_U3) ? 1 : count_nbrs(s, v, C_U3);
+        w->todo[i] = v;
+        w->first[i++] = o;
+        o += c;
+        total += (s->flags[v] & C_U3) ? 1 : 1 + (uint64_t)UM_KA_WEIGHT * c;
     }
-    if (st == FL_OK && m)
-        st = um_group(s, &w, m);
-    if (st == FL_OK && w.queued)
-        st = um_flush(s, &w);
-    um_free(s, &w);
-    fl_memzero(w.seeds, sizeof(w.seeds)); /* left queued by a failure */
-    fl_memzero(s->scratch, SCRATCH_BYTES); /* keystream of the last masks */
+    w->first[ntodo] = o;
+    /* Job j starts at the first client whose preceding weight reaches total * j / nj. */
+    size_t nj = ntodo == 0 ? 1 : (ntodo < na ? ntodo : na);
+    uint64_t cum = 0;
+    size_t j = 1;
+    w->range[0] = 0;
+    for (i = 0; i < ntodo; i++) {
+        while (j < nj && cum * nj >= total * j)
+            w->range[j++] = i;
+        uint32_t v = w->todo[i];
+        cum += (s->flags[v] & C_U3) ? 1
+                                    : 1 + (uint64_t)UM_KA_WEIGHT * (w->first[i + 1] - w->first[i]);
+    }
+    while (j <= nj)
+        w->range[j++] = ntodo;
+    um_open_batch(w, UM_SECRETS, nj);
+    s->um = w;
+    return FL_OK;
+}
+
+fl_status fl_secagg_server_unmask_begin(fl_secagg_server *s, uint32_t max_jobs,
+                                        size_t *njobs) {
+    if (njobs)
+        *njobs = 0;
+    if (!s)
+        return FL_ERR_MISUSE;
+    if (!njobs)
+        return fl__err_set(&s->err, FL_ERR_MISUSE, "unmask_begin: njobs is NULL");
+    if (s->phase == FL_SECAGG_PHASE_FAILED)
+        return s->fail_code;
+    if (s->um)
+        return fl__err_set(&s->err, FL_ERR_MISUSE, "unmask_begin: unmasking already begun");
+    if (s->phase == FL_SECAGG_PHASE_DONE)
+        return fl__err_set(&s->err, FL_ERR_STATE, "unmask_begin: round already done");
+    if (s->phase != FL_SECAGG_PHASE_UNMASK)
+        return fl__err_set(&s->err, FL_ERR_STATE,
+                           "unmask_begin: server is in phase %d, unmasking needs phase %d",
+                           (int)s->phase, (int)FL_SECAGG_PHASE_UNMASK);
+    if (max_jobs == 0)
+        return fl__err_set(&s->err, FL_ERR_MISUSE, "unmask_begin: max_jobs is 0");
+    fl_status st = um_begin(s, max_jobs);
     if (st != FL_OK)
         return st;
-    uint32_t mask = fl__sa_bitmask(s->cfg.bits);
-    for (size_t i = 0; i < s->cfg.dim; i++)
-        s->acc[i] &= mask;
-    s->count = count_flag(s, C_U3);
+    free_outq(s); /* no phase after this one sends anything */
+    *njobs = s->um->njobs;
+    fl__err_clear(&s->err);
     return FL_OK;
+}
+
+fl_status fl_secagg_server_unmask_run(fl_secagg_server *s, size_t job) {
+    if (!s || !s->um)
+        return FL_ERR_MISUSE;
+    struct um_work *w = s->um;
+    unsigned char idle = JOB_IDLE;
+    if (job >= w->njobs ||
+        !atomic_compare_exchange_strong_explicit(&w->state[job], &idle, JOB_RUNNING,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return FL_ERR_MISUSE;
+    if (w->stage == UM_SECRETS)
+        um_secrets_job(s, w, job);
+    else
+        um_masks_job(s, w, job);
+    fl_status st = w->res[job].code;
+    atomic_store_explicit(&w->state[job], JOB_DONE, memory_order_release);
+    return st;
+}
+
+fl_status fl_secagg_server_unmask_next(fl_secagg_server *s, size_t *njobs) {
+    if (!s)
+        return FL_ERR_MISUSE;
+    if (!njobs)
+        return fl__err_set(&s->err, FL_ERR_MISUSE, "unmask_next: njobs is NULL");
+    if (s->phase == FL_SECAGG_PHASE_FAILED) {
+        *njobs = 0;
+        return s->fail_code;
+    }
+    struct um_work *w = s->um;
+    if (!w)
+        return fl__err_set(&s->err, FL_ERR_MISUSE,
+                           "unmask_next: no unmasking in progress (unmask_begin first)");
+    for (size_t j = 0; j < w->njobs; j++)
+        if (atomic_load_explicit(&w->state[j], memory_order_acquire) != JOB_DONE)
+            return fl__err_set(&s->err, FL_ERR_MISUSE,
+                               "unmask_next: job %zu of %zu has not finished", j, w->njobs);
+    size_t f = atomic_load_explicit(&w->failed, memory_order_relaxed);
+    if (f != UM_NO_FAILURE) {
+        struct um_result r = w->res[f];
+        um_release(s);
+        *njobs = 0;
+        server_fail(s, r.code, r.msg);
+        fl_memzero(&r, sizeof(r));
+        return s->fail_code;
+    }
+    if (w->stage == UM_SECRETS) {
+        size_t nb = s->cfg.dim / UM_MIN_SLICE;
+        nb = nb < 1 ? 1 : nb > w->nareas ? w->nareas : nb;
+        um_open_batch(w, UM_MASKS, nb);
+        *njobs = nb;
+        fl__err_clear(&s->err);
+        return FL_OK;
+    }
+    um_release(s);
+    free_sh(s);
+    s->count = count_flag(s, C_U3);
+    s->phase = FL_SECAGG_PHASE_DONE;
+    s->pending = 0;
+    *njobs = 0;
+    fl__err_clear(&s->err);
+    fl__log(&s->cfg.logger, FL_LOG_INFO, "secagg round %llu: phase %d, %u clients",
+            (unsigned long long)s->round_id, (int)s->phase, s->pending);
+    return FL_OK;
+}
+
+/* The final advance on the calling thread: the same jobs, one after the other. */
+static fl_status unmask_serial(fl_secagg_server *s) {
+    size_t nj;
+    fl_status st = fl_secagg_server_unmask_begin(s, 1, &nj);
+    while (st == FL_OK && nj > 0) {
+        for (size_t j = 0; j < nj; j++)
+            (void)fl_secagg_server_unmask_run(s, j); /* failures surface at next */
+        st = fl_secagg_server_unmask_next(s, &nj);
+    }
+    return st;
 }
 
 fl_status fl_secagg_server_advance(fl_secagg_server *s) {
@@ -841,6 +1072,10 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
         return s->fail_code;
     if (s->phase == FL_SECAGG_PHASE_DONE)
         return fl__err_set(&s->err, FL_ERR_STATE, "advance: round already done");
+    if (s->um)
+        return fl__err_set(&s->err, FL_ERR_MISUSE,
+                           "advance: unmasking was begun with unmask_begin; finish it with "
+                           "unmask_run and unmask_next");
     fl_status st = FL_OK;
     fl_secagg_phase next = s->phase;
     uint32_t m;
@@ -927,11 +1162,7 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
         next = FL_SECAGG_PHASE_UNMASK;
         break;
     case FL_SECAGG_PHASE_UNMASK:
-        if ((st = unmask(s)) != FL_OK)
-            return st;
-        free_sh(s);
-        next = FL_SECAGG_PHASE_DONE;
-        break;
+        return unmask_serial(s); /* sets DONE and logs */
     default:
         return FL_ERR_INTERNAL;
     }

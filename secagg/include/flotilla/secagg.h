@@ -220,6 +220,54 @@ FL_API uint32_t fl_secagg_server_pending(const fl_secagg_server *srv);
  * already done), FL_ERR_NOMEM (not sticky: retry). */
 FL_API fl_status fl_secagg_server_advance(fl_secagg_server *srv);
 
+/* ---- server: the final advance on the caller's threads ----
+ * The last advance (phase UNMASK -> DONE) is the expensive one: it rebuilds the secrets of
+ * the survivors and of the dropped clients, derives one pairwise seed per (dropped client,
+ * surviving neighbour) with an X25519 agreement, and expands and removes every mask over
+ * the d-length sum. These calls split that work into independent jobs that the caller may
+ * run on threads of its own (the library still starts none):
+ *
+ *     size_t njobs;
+ *     fl_status st = fl_secagg_server_unmask_begin(srv, nthreads, &njobs);
+ *     while (st == FL_OK && njobs > 0) {
+ *         // run fl_secagg_server_unmask_run(srv, j) once for each j < njobs, in any order,
+ *         // on any threads, and wait until all have returned
+ *         st = fl_secagg_server_unmask_next(srv, &njobs);
+ *     }
+ *
+ * There are two batches: the secrets (split by client, balanced by cost), then the mask
+ * removal (split into disjoint slices of the sum). The result is the same as
+ * fl_secagg_server_advance's, which runs the same jobs one after the other. */
+
+/* Starts the final advance in phase UNMASK and hands out the first batch: *njobs jobs,
+ * numbered 0..*njobs-1, 1 <= *njobs <= max_jobs (and at most 64; each job can use ~256 KiB
+ * of work memory, allocated here through the server's allocator). No further message is
+ * accepted once it succeeds. Returns FL_OK; FL_ERR_MISUSE (NULL argument, max_jobs == 0, or
+ * an unmask already begun); FL_ERR_STATE (a phase other than UNMASK; DONE included);
+ * FL_ERR_ABORTED (a secret has fewer than t shares; sticky, as advance); FL_ERR_NOMEM (not
+ * sticky: nothing changed, retry); the sticky code if the round already failed. On
+ * failure *njobs is 0 (when njobs is not NULL). */
+FL_API fl_status fl_secagg_server_unmask_begin(fl_secagg_server *srv, uint32_t max_jobs,
+                                               size_t *njobs);
+
+/* Runs job `job` of the current batch. Thread-safety: distinct jobs of one batch may run
+ * at the same time on different threads; no other call on srv may overlap them (begin and
+ * next included). Each job runs once: FL_ERR_MISUSE if job >= *njobs, if it already ran
+ * (or is running), or if no unmask was begun; a refused call changes nothing. Never
+ * touches errmsg (other jobs may be running): a failing job returns its code
+ * (FL_ERR_PROTOCOL: rebuilt secret does not match, or shares do not combine;
+ * FL_ERR_CRYPTO: a primitive failed), and the next fl_secagg_server_unmask_next fails the
+ * round with it and sets the message. */
+FL_API fl_status fl_secagg_server_unmask_run(fl_secagg_server *srv, size_t job);
+
+/* Closes the current batch once every job of it has returned, and hands out the next:
+ * *njobs > 0 jobs to run, or *njobs == 0 when the round is DONE (the sum is ready). If a
+ * job failed, the round fails (sticky) with the code and message of the lowest-numbered
+ * failed job, the same as fl_secagg_server_advance gives for that failure, and the work
+ * memory is wiped and freed. FL_ERR_MISUSE (nothing changes; run the missing jobs and call
+ * again) if a job of the batch has not returned, or no unmask was begun. */
+FL_API fl_status fl_secagg_server_unmask_next(fl_secagg_server *srv, size_t *njobs);
+
 /* Outgoing message for client `to` in the current phase. *msg is owned by the server and
  * valid until the next advance or destroy. FL_ERR_NOT_FOUND if the client has no message
  * (it dropped, or the phase has no server message), FL_ERR_MISUSE on bad arguments. */
