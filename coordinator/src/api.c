@@ -17,6 +17,8 @@ static int store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status rc) {
         rep->retry_after_s = 2;
         return fl__coord_error(rep, 503, "unavailable", NULL, "database busy");
     }
+    if (rc == FL_ERR_NOMEM)
+        return fl__coord_oom(rep);
     fl__log(&co->logger, FL_LOG_ERROR, "storage: %s", fl_store_errmsg(co->store));
     if (rc == FL_ERR_IO) {
         /* A full disk, a failed write or fsync: the service's condition, not the request's
@@ -346,6 +348,13 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
     fl_status prc = fl__coord_round_params_init(co, p, r, why, why_len);
     if (prc == FL_OK)
         prc = fl__coord_budget_check(co, p, r, why, why_len);
+    if (prc == FL_ERR_NOMEM) {
+        /* Transient: the check-in gets a 503 and the next one tries again (no pause). */
+        if (why_len)
+            why[0] = '\0';
+        fl__coord_round_free(co, r);
+        return prc;
+    }
     if (prc != FL_OK) {
         if (prc == FL_ERR_BUDGET) {
             p->budget_exhausted = true;
@@ -386,7 +395,7 @@ static int checkin_buffered(fl_coord *co, struct fl__coord_reply *rep, struct fl
     struct fl__coord_round *r = p->round;
     if (!r) {
         fl_status rc = fl__coord_buffer_open(co, p, now, NULL);
-        if (rc == FL_ERR_BUSY)
+        if (rc == FL_ERR_BUSY || rc == FL_ERR_NOMEM || rc == FL_ERR_IO)
             return store_fail(co, rep, rc);
         if (rc != FL_OK || !p->round)
             return reply_retry(co, rep, clamp_retry(p, 60), "no_round_forming");
@@ -585,7 +594,7 @@ int fl__coord_h_model(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out_unlock;
     }
     if (rc == FL_ERR_NOMEM) {
-        status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+        status = fl__coord_oom(rep);
         goto out_unlock;
     }
     if (rc != FL_OK) {
@@ -631,13 +640,17 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
             mv = alt;
     }
     snprintf(model_url, sizeof(model_url), "/v1/models/%s/%lld", p->name, (long long)mv);
+    /* Jansson's setters fail quietly under memory pressure; a task missing a member would
+     * still be signed and sent, so every failure is collected and the task refused. */
+    int bad = 0;
+#define FL__TSET(o, k, v) (bad |= json_object_set_new((o), (k), (v)) != 0)
     json_t *training = json_deep_copy(json_object_get(cfg, "training"));
     json_t *mu = json_object_get(st, "proximal_mu");
-    json_object_set_new(training, "optimizer", json_string("sgd"));
-    json_object_set_new(training, "proximal_mu", json_real(mu ? json_number_value(mu) : 0.0));
+    FL__TSET(training, "optimizer", json_string("sgd"));
+    FL__TSET(training, "proximal_mu", json_real(mu ? json_number_value(mu) : 0.0));
     json_t *tensors = json_array();
     for (size_t i = 0; i < rp->n_tensors; i++)
-        json_array_append_new(tensors, json_string(rp->tensors[i]));
+        bad |= json_array_append_new(tensors, json_string(rp->tensors[i])) != 0;
     json_t *update = json_pack("{s:o, s:I, s:I, s:O, s:O}", "tensors", tensors, "length",
                                (json_int_t)rp->vec_len, "dim", (json_int_t)rp->dim, "weighting",
                                json_object_get(up, "weighting"), "weight_cap",
@@ -649,29 +662,29 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
                            "clip_kind", "flat", "modulus_bits", (json_int_t)rp->bits,
                            "granularity", rp->granularity, "beta", rp->beta);
     if (dp && rp->dp != FL__DP_NONE)
-        json_object_set_new(dp, "noise_multiplier", json_real(rp->noise_multiplier));
+        FL__TSET(dp, "noise_multiplier", json_real(rp->noise_multiplier));
     if (dp && rp->dp == FL__DP_DISTRIBUTED) {
-        json_object_set_new(dp, "mechanism", json_string("discrete_gaussian"));
-        json_object_set_new(dp, "client_sigma",
-                            json_real(sqrt((double)rp->sigma2_num / (double)rp->sigma2_den)));
-        json_object_set_new(dp, "client_variance_num", json_integer((json_int_t)rp->sigma2_num));
-        json_object_set_new(dp, "client_variance_den", json_integer((json_int_t)rp->sigma2_den));
-        json_object_set_new(dp, "min_survivors", json_integer(rp->n_min));
-        json_object_set_new(dp, "rotation", json_pack("{s:s, s:s}", "kind", "hadamard", "seed",
-                                                      rseed));
-        json_object_set_new(dp, "quantization_seed", json_string(qseed));
+        FL__TSET(dp, "mechanism", json_string("discrete_gaussian"));
+        FL__TSET(dp, "client_sigma",
+                 json_real(sqrt((double)rp->sigma2_num / (double)rp->sigma2_den)));
+        FL__TSET(dp, "client_variance_num", json_integer((json_int_t)rp->sigma2_num));
+        FL__TSET(dp, "client_variance_den", json_integer((json_int_t)rp->sigma2_den));
+        FL__TSET(dp, "min_survivors", json_integer(rp->n_min));
+        FL__TSET(dp, "rotation",
+                 json_pack("{s:s, s:s}", "kind", "hadamard", "seed", rseed));
+        FL__TSET(dp, "quantization_seed", json_string(qseed));
     } else if (dp) {
-        json_object_set_new(dp, "rotation", json_pack("{s:s}", "kind", "none"));
+        FL__TSET(dp, "rotation", json_pack("{s:s}", "kind", "none"));
     }
     json_t *sa = json_pack("{s:b}", "enabled", rp->secagg ? 1 : 0);
     if (sa && rp->secagg) {
-        json_object_set_new(sa, "session_id", json_string(sid));
-        json_object_set_new(sa, "client_index", json_integer(pt->index));
-        json_object_set_new(sa, "num_clients", json_integer((json_int_t)r->n));
-        json_object_set_new(sa, "neighbors", json_integer(rp->degree));
-        json_object_set_new(sa, "threshold", json_integer(rp->threshold));
-        json_object_set_new(sa, "modulus_bits", json_integer(rp->bits));
-        json_object_set_new(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
+        FL__TSET(sa, "session_id", json_string(sid));
+        FL__TSET(sa, "client_index", json_integer(pt->index));
+        FL__TSET(sa, "num_clients", json_integer((json_int_t)r->n));
+        FL__TSET(sa, "neighbors", json_integer(rp->degree));
+        FL__TSET(sa, "threshold", json_integer(rp->threshold));
+        FL__TSET(sa, "modulus_bits", json_integer(rp->bits));
+        FL__TSET(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
     }
     int64_t bdl[FL__PH_COUNT];
     for (int k = 0; k < FL__PH_COUNT; k++)
@@ -692,19 +705,25 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
     /* The model's SHA-256 and size, so a device can check its cached copy or the download
      * before it trains (docs/protocol.md section 4.2). */
     struct fl__coord_blob *mb = NULL;
-    if (t && fl__coord_model_blob(co, p, mv, &mb) == FL_OK) {
+    if (t && fl__coord_model_blob(co, p, mv, &mb) != FL_OK)
+        bad = 1;
+    if (t && mb) {
         json_t *mo = json_object_get(t, "model");
-        json_object_set_new(mo, "sha256", json_string(mb->sha_hex));
-        json_object_set_new(mo, "bytes", json_integer((json_int_t)mb->len));
+        FL__TSET(mo, "sha256", json_string(mb->sha_hex));
+        FL__TSET(mo, "bytes", json_integer((json_int_t)mb->len));
     }
     fl__coord_blob_unref(mb);
     if (t && rp->buffered)
-        json_object_set_new(t, "buffered",
-                            json_pack("{s:i, s:I, s:f}", "buffer_size", (int)rp->buffer_k,
-                                      "max_staleness", (json_int_t)rp->max_staleness,
-                                      "staleness_alpha", rp->staleness_alpha));
-    (void)co;
+        FL__TSET(t, "buffered",
+                 json_pack("{s:i, s:I, s:f}", "buffer_size", (int)rp->buffer_k,
+                           "max_staleness", (json_int_t)rp->max_staleness, "staleness_alpha",
+                           rp->staleness_alpha));
+#undef FL__TSET
     (void)pr;
+    if (t && bad) {
+        json_decref(t);
+        t = NULL;
+    }
     return t;
 }
 
@@ -752,7 +771,9 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     /* The blob or the reply frees it (the size with its NUL, as it was allocated). */
     size_t text_size = text ? strlen(text) + 1 : 0;
     if (!text) {
-        status = fl__coord_error(rep, 500, "internal", NULL, "could not build the task");
+        rep->retry_after_s = 1;
+        status = fl__coord_error(rep, 503, "unavailable", NULL,
+                                 "could not build the task (out of memory or storage)");
         goto out_unlock;
     }
     if (!r->rp.secagg && !r->rp.buffered) {
@@ -762,7 +783,7 @@ int fl__coord_h_task(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         if (b)
             b->len = text_size - 1; /* the body: without the NUL */
         if (!b) {
-            status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+            status = fl__coord_oom(rep);
             goto out_unlock;
         }
         uint8_t h[32];
@@ -810,7 +831,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     char *cfg_text = NULL, *regions_text = NULL;
     struct fl__coord_pop *p = fl__calloc(fl__coord_alloc(co), 1, sizeof(*p));
     if (!p) {
-        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        status = fl__coord_oom(rep);
         goto out;
     }
     if (!fl__coord_pop_parse(co, p, body, rep)) {
@@ -835,7 +856,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     regions_text = fl__coord_json_dumps(co, regs, JSON_COMPACT);
     json_decref(regs);
     if (!cfg_text || !regions_text) {
-        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        status = fl__coord_oom(rep);
         goto out;
     }
     json_t *pr = json_object_get(p->config, "privacy");
@@ -857,7 +878,7 @@ static int admin_create(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
                                                 co->cap_pops * sizeof(*np), nc * sizeof(*np));
         if (!np) {
             fl__coord_unlock(co);
-            status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            status = fl__coord_oom(rep);
             goto out;
         }
         co->pops = np;
@@ -1238,7 +1259,7 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
     cfg = json_deep_copy(p->config);
     tmp = fl__calloc(fl__coord_alloc(co), 1, sizeof(*tmp));
     if (!cfg || !tmp) {
-        status = fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        status = fl__coord_oom(rep);
         goto out;
     }
     json_object_foreach(body, key, v) {

@@ -405,7 +405,7 @@ static int h_bundle(fl_coord *co, struct fl__coord_reply *rep) {
     char *copy = fl__alloc(fl__coord_alloc(co), len);
     if (!copy) {
         fl_store_free(co->store, b);
-        return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        return fl__coord_oom(rep);
     }
     memcpy(copy, b, len);
     fl_store_free(co->store, b);

@@ -299,6 +299,7 @@ struct fl__coord_waiter {
     int phase;                  /* enum fl__coord_phase; -1 = round status */
     int64_t deadline_mono;      /* monotonic ms when the poll answers 204 */
     bool linked;
+    bool draining;              /* resumed by fl_coord_stop; counted in co->draining */
 };
 
 struct fl_coord {
@@ -326,6 +327,7 @@ struct fl_coord {
     struct MHD_Daemon *daemon;
     atomic_bool ready;
     atomic_bool stopped;
+    atomic_int draining;        /* polls resumed at stop whose answer is not sent yet */
     int64_t started_at;
 
     pthread_mutex_t lock;         /* guards everything below and the store */
@@ -463,6 +465,9 @@ struct fl__coord_req {
 int fl__coord_error(struct fl__coord_reply *rep, int status, const char *code,
                     const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* 503 unavailable "out of memory" with Retry-After: 1 (a condition of the service, not a bug:
+ * nothing was changed and the request can be repeated). Returns 503. */
+int fl__coord_oom(struct fl__coord_reply *rep);
 /* Sets a JSON reply (takes ownership of body). */
 int fl__coord_json(struct fl__coord_reply *rep, int status, json_t *body);
 

@@ -241,10 +241,16 @@ void fl_coord_stop(fl_coord *co) {
     atomic_store(&co->ready, false);
     if (was)
         return;
-    /* Answer parked long polls (503) before the daemon goes away. */
+    /* Answer parked long polls (503) before the daemon goes away: resume them, then give
+     * their answers up to 2 s to be sent (stopping the daemon at once would close some of
+     * those connections unanswered). */
     fl__coord_lock(co);
     fl__coord_waiters_expire(co, INT64_MAX);
     fl__coord_unlock(co);
+    for (int i = 0; i < 400 && atomic_load(&co->draining) > 0; i++) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     fl__coord_http_stop(co);
     fl__coord_lock(co);
     for (size_t i = 0; i < co->n_pops; i++)

@@ -268,6 +268,11 @@ int fl__coord_error(struct fl__coord_reply *rep, int status, const char *code,
     return fl__coord_json(rep, status, e ? json_pack("{s:o}", "error", e) : NULL);
 }
 
+int fl__coord_oom(struct fl__coord_reply *rep) {
+    rep->retry_after_s = 1;
+    return fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+}
+
 json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
     if (ct && strncmp(ct, "application/json", 16) != 0) {
@@ -287,8 +292,7 @@ json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_re
     }
     if (!v && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])) {
         /* Out of memory, not the client's JSON (every syntax error has a text). */
-        rep->retry_after_s = 1;
-        fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+        fl__coord_oom(rep);
         return NULL;
     }
     if (!v) {
@@ -503,7 +507,7 @@ static int h_ops(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         size_t size = 0;
         char *text = fl__coord_metrics_render(co, &size);
         if (!text)
-            return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            return fl__coord_oom(rep);
         rep->status = 200;
         rep->bytes_owned = text;
         rep->owned_size = size;
@@ -737,6 +741,7 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
     if (len > 0) {
         ctx->body = fl__alloc(fl__coord_alloc(co), (size_t)len);
         if (!ctx->body) {
+            rep->retry_after_s = 1;
             fl__coord_error(rep, 503, "unavailable", NULL, "out of memory for the body");
             return true;
         }
@@ -775,8 +780,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             /* A clean 503 instead of a dropped connection; the connection closes after it,
              * since its body (if any) is not read. */
             *con_cls = &oom_ctx;
-            rep.retry_after_s = 1;
-            fl__coord_error(&rep, 503, "unavailable", NULL, "out of memory");
+            fl__coord_oom(&rep);
             enum MHD_Result r = queue_reply(co, conn, FL__R_NOT_FOUND, &rep, true);
             reply_clear(co, &rep);
             return r;
@@ -884,6 +888,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         /* Kept alive: the next request's deadline starts at its request line. */
         atomic_store(&ctx->watch->since_ms, mono_ms());
         atomic_store(&ctx->watch->phase, CONN_IDLE);
+    }
+    if (ctx->rq.waiter.draining) {
+        ctx->rq.waiter.draining = false;
+        atomic_fetch_sub(&ctx->rq.co->draining, 1);
     }
     if (ctx->rq.waiter.linked) {
         /* Only at daemon shutdown: a parked poll that was never resumed. */

@@ -97,7 +97,7 @@ static json_t *sub_object(json_t *obj, const char *key, struct fl__coord_reply *
     if (!v) {
         v = json_object();
         if (!v || json_object_set_new(obj, key, v) != 0) {
-            fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+            fl__coord_oom(rep);
             return NULL;
         }
         return v;
@@ -143,7 +143,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     p->any_region = false;
     p->regions = fl__calloc(fl__coord_alloc(co), json_array_size(regions), sizeof(char *));
     if (!p->regions)
-        return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
+        return fl__coord_oom(rep), false;
     p->regions_cap = json_array_size(regions);
     size_t i;
     json_t *r;
@@ -159,7 +159,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
                    false;
         p->regions[p->n_regions] = fl__strdup(fl__coord_alloc(co), s);
         if (!p->regions[p->n_regions])
-            return fl__coord_error(rep, 500, "internal", NULL, "out of memory"), false;
+            return fl__coord_oom(rep), false;
         p->n_regions++;
     }
     json_t *ds = json_object_get(cfg, "data_schema");

@@ -224,6 +224,10 @@ void fl__coord_waiters_wake(fl_coord *co, int64_t round_id, int phase) {
         if (w->round_id != round_id || (phase >= 0 && w->phase != phase))
             continue;
         waiter_unlink(co, w);
+        if (atomic_load(&co->stopped) && !w->draining) {
+            w->draining = true;
+            atomic_fetch_add(&co->draining, 1);
+        }
         MHD_resume_connection(w->conn);
     }
 }
@@ -235,6 +239,10 @@ void fl__coord_waiters_expire(fl_coord *co, int64_t now_mono) {
         if (now_mono < w->deadline_mono && !atomic_load(&co->stopped))
             continue;
         waiter_unlink(co, w);
+        if (atomic_load(&co->stopped) && !w->draining) {
+            w->draining = true;
+            atomic_fetch_add(&co->draining, 1);
+        }
         MHD_resume_connection(w->conn);
     }
 }
@@ -971,7 +979,7 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
             return fl__coord_error(rep, 410, "round_closed", NULL, "secure aggregation failed");
         case FL_ERR_NOMEM:
             rep->retry_after_s = 2;
-            return fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+            return fl__coord_oom(rep);
         default:
             return fl__coord_error(rep, 400, "invalid_message", NULL, "%s message rejected: %s",
                                    fl__coord_phase_names[k], fl_secagg_server_errmsg(r->sa));
@@ -1074,7 +1082,7 @@ int fl__coord_h_update(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
 static int reply_outcome(struct fl__coord_reply *rep, const struct fl__coord_round *r) {
     json_t *o = outcome_json(r);
     if (!o)
-        return fl__coord_error(rep, 500, "internal", NULL, "out of memory");
+        return fl__coord_oom(rep);
     return fl__coord_json(rep, 200, o);
 }
 
@@ -1134,7 +1142,7 @@ int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *
         rep->owned_size = pt->result_len[k];
         if (!rep->bytes_owned) {
             rep->retry_after_s = 1;
-            status = fl__coord_error(rep, 503, "unavailable", NULL, "out of memory");
+            status = fl__coord_oom(rep);
             goto out_unlock;
         }
         memcpy(rep->bytes_owned, pt->result[k], pt->result_len[k]);
