@@ -289,6 +289,8 @@ void fl__coord_audit_tick(fl_coord *co, int64_t now) {
 /* ---- endpoints ---- */
 
 static int audit_store_fail(fl_coord *co, struct fl__coord_reply *rep, fl_status rc) {
+    if (rc == FL_ERR_NOMEM)
+        return fl__coord_oom(rep);
     fl__log(&co->logger, FL_LOG_ERROR, "audit: %s", fl_store_errmsg(co->store));
     if (rc == FL_ERR_BUSY) {
         rep->retry_after_s = 1;

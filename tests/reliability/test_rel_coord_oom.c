@@ -815,6 +815,14 @@ static bool judge(struct w *w, const char *what, long n, long st, long ok, struc
                     mode_name[w->mode], what, n, st, code, r->body);
             w->bad++;
         }
+        /* Out of memory is the service's condition: 503 with a Retry-After. The one 500 left
+         * is the HTTP layer's fixed body for a reply that could not be built at all. */
+        if (w->mode == M_ALLOC && st != 503 &&
+            !(st == 500 && r->body && strstr(r->body, "\"message\":\"out of memory\"}"))) {
+            fprintf(stderr, "alloc %s N=%ld: %ld %s, not 503: %s\n", what, n, st, code,
+                    r->body);
+            w->bad++;
+        }
     } else {
         fprintf(stderr, "%s %s N=%ld: answered %ld (want %ld or a clean 500/503): %.300s\n",
                 mode_name[w->mode], what, n, st, ok, r->body ? r->body : "");
