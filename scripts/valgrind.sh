@@ -2,11 +2,16 @@
 # Runs the dev-build ctest suite (no sanitizers) under Valgrind memcheck and reports every
 # memory error and definite leak, per test.
 #
-#   scripts/valgrind.sh [-b BUILD_DIR] [-j JOBS] [-R REGEX] [-E REGEX] [--no-build]
+#   scripts/valgrind.sh [-b BUILD_DIR] [-j JOBS] [-R REGEX] [-E REGEX] [-s SCALE] [--no-build]
 #     -b  build directory (default build-vg; configured here as RelWithDebInfo, gcc)
 #     -j  tests run at once (default 2)
 #     -R / -E  include / exclude tests by name (like ctest); slow-labelled tests are
 #         always excluded
+#     -s  time scale (default 20, valgrind's usual slowdown): exported as
+#         FL_TEST_TIME_SCALE, which multiplies the waits of the tests and their fixtures
+#         (curl timeouts, waits for the coordinator's port, poll deadlines; see
+#         tests/common/fl_test_time.h); flotilla-sim's --timeout-s, --deadline-s,
+#         --masked-s and --forming-s (given or default) are multiplied by it too
 #
 # How each test runs (from `ctest --show-only=json-v1`, with its working directory and
 # environment):
@@ -17,7 +22,10 @@
 #     --trace-children=yes, so the build-tree programs the script starts are checked;
 #   * system programs (under /usr, /bin), Python and MPI launchers are never traced
 #     (--trace-children-skip): tests run through python, mpiexec or cmake are run natively
-#     and listed as "not checked".
+#     and listed as "not checked"; so are the programs a test starts through a script run
+#     by /usr/bin/bash (scripts/demo.sh in demo_e2e);
+#   * a process forked without exec (the power-loss writers of test_rel_powerloss) is
+#     checked too (--child-silent-after-fork=no), in its own log.
 # Errors: any memcheck error (invalid read/write, use of uninitialised values, bad free,
 # overlap) and "definitely lost" leaks, counted from the per-process logs in
 # <build>/valgrind/. Exit status 1 if any test has errors or fails.
@@ -29,17 +37,21 @@ jobs=2
 include=""
 exclude=""
 do_build=1
+scale=${FL_TEST_TIME_SCALE:-20}
 while [ $# -gt 0 ]; do
     case $1 in
         -b) build=$2; shift 2 ;;
         -j) jobs=$2; shift 2 ;;
         -R) include=$2; shift 2 ;;
         -E) exclude=$2; shift 2 ;;
+        -s) scale=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
-        *) sed -n '2,24p' "$0"; exit 2 ;;
+        *) sed -n '2,32p' "$0"; exit 2 ;;
     esac
 done
 case $build in /*) ;; *) build=$root/$build ;; esac
+case $scale in ''|*[!0-9]*|0) echo "valgrind.sh: -s wants a whole number >= 1" >&2; exit 2 ;; esac
+export FL_TEST_TIME_SCALE=$scale
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind not installed" >&2; exit 1; }
 
 if [ "$do_build" = 1 ]; then
@@ -62,6 +74,8 @@ python3 - "$out" "$build" "$jobs" "$root/scripts/valgrind.supp" <<'EOF'
 import concurrent.futures, glob, json, os, re, subprocess, sys, time
 out, build, jobs, supp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 tests = json.load(open(os.path.join(out, "tests.json")))["tests"]
+# flotilla-sim's time options and their defaults (examples/flotilla-sim/main.c).
+SIM_TIMES = {"--timeout-s": 3600, "--deadline-s": 10, "--masked-s": 60, "--forming-s": 3}
 SKIP = "/usr/*,/bin/*,/sbin/*,*python*,*mpiexec*,*mpirun*,*orted*,*prterun*"
 
 def is_build_elf(p):
@@ -93,6 +107,19 @@ def run(t):
     # Valgrind is 20-50x slower; give each test 30x its ctest timeout (at least 20 min).
     limit = max(1200.0, 30.0 * float(props.get("TIMEOUT", 60) or 60))
     k = kind(cmd) if cmd else None
+    if k == "program" and os.path.basename(cmd[0]) == "flotilla-sim":
+        # flotilla-sim runs its devices against a coordinator on the real clock: its time
+        # limit and phase deadlines (given or default) grow with the scale too, or rounds
+        # are abandoned because the devices are slow.
+        scale = int(env.get("FL_TEST_TIME_SCALE", "1"))
+        times = dict(SIM_TIMES)
+        args = list(cmd[1:])
+        for i in range(len(args) - 1):
+            if args[i] in times and args[i + 1].isdigit():
+                times[args[i]] = int(args[i + 1])
+                args[i + 1] = str(int(args[i + 1]) * scale)
+        cmd = [cmd[0]] + args + [x for o, v in times.items() if o not in args
+                                 for x in (o, str(v * scale))]
     will_fail = bool(props.get("WILL_FAIL"))
     start = time.time()
     if k is None:
@@ -102,7 +129,7 @@ def run(t):
     vg = ["valgrind", "--tool=memcheck", "--error-exitcode=97", "--leak-check=full",
           "--errors-for-leak-kinds=definite", "--show-leak-kinds=definite",
           "--trace-children=yes", "--trace-children-skip=" + SKIP,
-          "--child-silent-after-fork=yes", "--num-callers=30",
+          "--child-silent-after-fork=no", "--num-callers=30",
           "--log-file=" + os.path.join(out, name + ".%p.log")]
     if os.path.exists(supp):
         vg.append("--suppressions=" + supp)

@@ -683,10 +683,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct opts *o = &s->o;
-    /* OpenBLAS threads would fight the device threads: one BLAS thread each. */
+    /* OpenBLAS threads would fight the device threads: one BLAS thread each. The program
+     * is re-run by the path /proc/self/exe names, not by that link itself: under a loader
+     * such as Valgrind the link is the tool, which cannot load itself ("mmap(0x58000000)
+     * failed in UME"), while readlink gives this program's path. If the exec fails, the
+     * run goes on with OpenBLAS's default threads. */
     if (!getenv("OPENBLAS_NUM_THREADS")) {
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
-        execv("/proc/self/exe", argv);
+        if (n > 0) {
+            self[n] = '\0';
+            execv(self, argv);
+        }
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <sodium.h>
 
+#include "fl_test_time.h"
 #include "sdk_fixture.h"
 
 /* ---- coordinator ---- */
@@ -163,7 +164,7 @@ static long http(struct sfx *f, const char *method, const char *path, const char
     curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(e, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, fl_test_scaled(60));
     CURLcode rc = curl_easy_perform(e);
     if (rc != CURLE_OK)
         fprintf(stderr, "curl %s %s: %s\n", method, path, curl_easy_strerror(rc));

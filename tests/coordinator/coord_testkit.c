@@ -185,9 +185,9 @@ void fx_proc_start(struct fx *f, const char *exe) {
     if (rc != 0)
         fprintf(stderr, "spawn %s: %s\n", exe, strerror(rc));
     assert_int_equal(rc, 0);
-    /* Up to 20 s (ASan start-up on a loaded machine). */
+    /* Up to 20 s (ASan start-up on a loaded machine), times FL_TEST_TIME_SCALE. */
     f->port = 0;
-    for (int i = 0; i < 400 && !f->port; i++) {
+    for (long i = 0; i < fl_test_scaled(400) && !f->port; i++) {
         int st;
         if (waitpid(f->child, &st, WNOHANG) == f->child) {
             fprintf(stderr, "flotilla-coordinator exited early (status %d); log %s:\n", st,
@@ -323,7 +323,7 @@ struct resp http_req(struct fx *f, const char *method, const char *path, const c
     assert_non_null(c);
     struct curl_slist *h =
         http_prepare(f, c, method, path, token, content_type, body, len, pid, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, fl_test_scaled(30));
     CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK)
         fprintf(stderr, "curl %s %s: %s\n", method, path, curl_easy_strerror(rc));

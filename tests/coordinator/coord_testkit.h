@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "fl_test.h"
+#include "fl_test_time.h" /* FL_TEST_TIME_SCALE: every wait of these helpers */
 #include "flotilla/coordinator.h"
 
 #define ADMIN_TOKEN "fla_test-admin-token-0123456789abcdef"

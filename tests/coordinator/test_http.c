@@ -20,6 +20,7 @@
 #include <sqlite3.h>
 
 #include "fl_test.h"
+#include "fl_test_time.h"
 #include "flotilla/coordinator.h"
 
 #define ADMIN_TOKEN "fla_test-admin-token-0123456789abcdef"
@@ -188,7 +189,7 @@ static struct resp http(struct fx *f, const char *method, const char *path, cons
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, fl_test_scaled(10));
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
     CURLcode rc = curl_easy_perform(c);
     if (rc != CURLE_OK)
@@ -348,12 +349,13 @@ static double mono_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Reads into out (NUL-terminated) until the server closes the connection or wait_ms pass
- * without it; returns true when it closed (EOF or reset). */
+/* Reads into out (NUL-terminated) until the server closes the connection or wait_ms (times
+ * FL_TEST_TIME_SCALE, like every wait here) pass without it; returns true when it closed (EOF
+ * or reset). */
 static bool raw_read_all(int fd, char *out, size_t cap, int wait_ms) {
     size_t got = 0;
     out[0] = '\0';
-    double end = mono_s() + wait_ms / 1000.0;
+    double end = mono_s() + fl_test_scaled(wait_ms) / 1000.0;
     for (;;) {
         int left = (int)((end - mono_s()) * 1000);
         if (left <= 0)
@@ -385,7 +387,7 @@ static bool answer_complete(const char *out) {
 static bool raw_read_answer(int fd, char *out, size_t cap, int wait_ms) {
     size_t got = 0;
     out[0] = '\0';
-    double end = mono_s() + wait_ms / 1000.0;
+    double end = mono_s() + fl_test_scaled(wait_ms) / 1000.0;
     while (!answer_complete(out)) {
         int left = (int)((end - mono_s()) * 1000);
         struct pollfd p = {fd, POLLIN, 0};
@@ -466,7 +468,7 @@ static void test_http_strictness(void **state) {
                                  &closed, out, sizeof(out)),
                      200);
     assert_true(closed);
-    assert_true(mono_s() - t0 < 5.0);
+    assert_true(mono_s() - t0 < fl_test_scaled_s(5.0));
 }
 
 static void sleep_s(double s) {
@@ -474,7 +476,8 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Sends req in pieces of step bytes, gap_s apart; stops early when the server closes. Returns
+/* Sends req in pieces of step bytes, gap_s (times FL_TEST_TIME_SCALE) apart; stops early
+ * when the server closes. Returns
  * the status of the answer (0: none) and sets *closed and *elapsed (seconds from connect to
  * the close or the answer). */
 static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s, bool *closed,
@@ -492,7 +495,7 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
         }
         if (off + k < n) {
             struct pollfd p = {fd, POLLIN, 0};
-            if (poll(&p, 1, (int)(gap_s * 1000)) > 0) {
+            if (poll(&p, 1, (int)(fl_test_scaled_s(gap_s) * 1000)) > 0) {
                 *closed = true; /* the server closed (or answered early) mid-request */
                 break;
             }
@@ -511,9 +514,12 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
  * in slow pieces, and a body within its allowance at the minimum body rate); a silent
  * connection, trickled headers and a trickled body are closed at the deadline (well before
  * the idle timeout), with no answer; a half-closed incomplete request is closed at once; a
- * kept-alive connection may idle past the deadline between requests. */
+ * kept-alive connection may idle past the deadline between requests. Every duration (the
+ * deadline, the gaps, the bounds checked) is times FL_TEST_TIME_SCALE (S); the slow body is
+ * S times longer too, so that its allowance at the minimum body rate grows with S. */
 static void test_request_deadline(void **state) {
     struct fx *f = *state;
+    const long S = fl_test_time_scale();
     const char *get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
     bool closed;
     double el;
@@ -527,13 +533,13 @@ static void test_request_deadline(void **state) {
     el = mono_s() - t0;
     close(fd);
     assert_string_equal(out, "");
-    if (el < 1.5 || el > 12)
+    if (el < 1.5 * S || el > 12 * S)
         fprintf(stderr, "silent connection closed after %.2f s\n", el);
-    assert_true(el >= 1.5 && el < 12);
+    assert_true(el >= 1.5 * S && el < 12 * S);
     /* Headers trickled one byte per 0.25 s (~9 s for the request): closed, unanswered. */
     assert_int_equal(raw_trickle(f, get, 1, 0.25, &closed, &el), 0);
     assert_true(closed);
-    assert_true(el >= 1.5 && el < 12);
+    assert_true(el >= 1.5 * S && el < 12 * S);
     /* A body trickled past the deadline plus its allowance (40 bytes: 39 ms). */
     /* 39 of its 40 body bytes: this request is never complete. */
     const char *post = "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
@@ -541,18 +547,22 @@ static void test_request_deadline(void **state) {
                        "{\"population\":\"kb-en\",\"region\":\"EU\"   }";
     assert_int_equal(raw_trickle(f, post, 4, 0.5, &closed, &el), 0);
     assert_true(closed);
-    assert_true(el >= 1.5 && el < 12);
+    assert_true(el >= 1.5 * S && el < 12 * S);
     /* A 2500-byte body sent 500 bytes (headers first) each 0.5 s: complete at ~2.5 s, past
      * the 2 s deadline but within 2 s + 2500 / 1024 s (the minimum body rate's allowance):
      * answered (401: no enrollment token). */
-    char big[2900];
-    int hl = snprintf(big, sizeof(big),
+    size_t body = 2500 * (size_t)S, cap = body + 400;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    int hl = snprintf(big, cap,
                       "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                      "\r\nContent-Length: 2500\r\n\r\n");
-    memset(big + hl, ' ', 2500);
-    big[hl + 2500] = '\0';
+                      "\r\nContent-Length: %zu\r\n\r\n",
+                      body);
+    memset(big + hl, ' ', body);
+    big[hl + body] = '\0';
     memcpy(big + hl, "{}", 2);
-    int st = raw_trickle(f, big, 500, 0.5, &closed, &el);
+    int st = raw_trickle(f, big, 500 * (size_t)S, 0.5, &closed, &el);
+    free(big);
     if (st != 401)
         fprintf(stderr, "slow 2500-byte body: status %d after %.2f s\n", st, el);
     assert_int_equal(st, 401);
@@ -564,7 +574,7 @@ static void test_request_deadline(void **state) {
                                      out, sizeof(out)),
                          0);
         assert_true(closed);
-        assert_true(mono_s() - t0 < 1.9); /* before the 2 s deadline could close it */
+        assert_true(mono_s() - t0 < 1.9 * S); /* before the 2 s deadline could close it */
         assert_int_equal(raw_request(f, post, true, 15000, &closed, out, sizeof(out)), 0);
         assert_true(closed);
     }
@@ -572,9 +582,9 @@ static void test_request_deadline(void **state) {
     fd = raw_connect(f);
     raw_send(fd, get);
     struct pollfd p = {fd, POLLIN, 0};
-    assert_true(poll(&p, 1, 5000) == 1);
+    assert_true(poll(&p, 1, (int)fl_test_scaled(5000)) == 1);
     assert_true(recv(fd, out, sizeof(out) - 1, 0) > 0);
-    sleep_s(2.2);
+    sleep_s(2.2 * S);
     raw_send(fd, get);
     assert_true(raw_read_answer(fd, out, sizeof(out), 5000));
     assert_int_equal(strncmp(out, "HTTP/1.1 200", 12), 0);
@@ -582,7 +592,7 @@ static void test_request_deadline(void **state) {
 }
 
 static int setup_deadline(void **state) {
-    g_deadline_s = 2;
+    g_deadline_s = (unsigned)fl_test_scaled(2);
     g_body_rate = 1024;
     int rc = setup(state);
     g_deadline_s = 0;

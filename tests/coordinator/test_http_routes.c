@@ -31,7 +31,7 @@ static struct resp req_hdr2(struct fx *f, const char *method, const char *path,
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     if (strcmp(method, "HEAD") == 0)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, fl_test_scaled(30));
     assert_int_equal(curl_easy_perform(c), CURLE_OK);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
     curl_slist_free_all(h);

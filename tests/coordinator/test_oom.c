@@ -156,7 +156,7 @@ static struct resp req_soft(struct fx *f, const char *method, const char *path,
     CURL *c = curl_easy_init();
     assert_non_null(c);
     struct curl_slist *h = http_prepare(f, c, method, path, token, ct, body, len, pid, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, fl_test_scaled(30));
     if (curl_easy_perform(c) == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
     else

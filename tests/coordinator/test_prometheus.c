@@ -86,14 +86,14 @@ static void prom_start(struct prom *pr, const char *exe, unsigned target_port) {
     assert_non_null(fp);
     fprintf(fp,
             "global:\n"
-            "  scrape_interval: 1s\n"
-            "  scrape_timeout: 1s\n"
+            "  scrape_interval: %lds\n"
+            "  scrape_timeout: %lds\n"
             "scrape_configs:\n"
             "  - job_name: flotilla\n"
             "    metrics_path: /metrics\n"
             "    static_configs:\n"
             "      - targets: ['127.0.0.1:%u']\n",
-            target_port);
+            fl_test_scaled(1), fl_test_scaled(1), target_port);
     fclose(fp);
     pr->port = free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", pr->port);
@@ -135,7 +135,7 @@ static double prom_query(struct fx *f, struct prom *pr, const char *query) {
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/-/ready", pr->port);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, fl_test_scaled(5));
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
     CURLcode cc = curl_easy_perform(c);
     long code = 0;
@@ -161,10 +161,10 @@ static double prom_query(struct fx *f, struct prom *pr, const char *query) {
     return v;
 }
 
-/* Polls query until its value satisfies pred (up to 30 s). */
+/* Polls query until its value satisfies pred (up to 30 s times FL_TEST_TIME_SCALE). */
 static double prom_wait(struct fx *f, struct prom *pr, const char *query, double at_least) {
     double v = NAN;
-    for (int i = 0; i < 300; i++) {
+    for (long i = 0; i < fl_test_scaled(300); i++) {
         v = prom_query(f, pr, query);
         if (!isnan(v) && v >= at_least)
             return v;

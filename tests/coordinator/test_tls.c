@@ -124,7 +124,7 @@ static CURLcode req(struct tls_env *e, const char *scheme, enum trust trust, con
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, fl_test_scaled(10));
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
     if (trust == TRUST_CA || trust == TRUST_PIN)

@@ -19,6 +19,7 @@
 #include <sodium.h>
 #include <sqlite3.h>
 
+#include "fl_test_time.h"
 #include "rel_coord.h"
 
 /* ---- profile ---- */
@@ -157,7 +158,7 @@ void rel_proc_start(struct fx *f, const char *exe, const char *extra_json) {
     posix_spawn_file_actions_destroy(&fa);
     assert_int_equal(rc, 0);
     f->port = 0;
-    for (int i = 0; i < 400 && !f->port; i++) {
+    for (long i = 0; i < fl_test_scaled(400) && !f->port; i++) {
         int st;
         if (waitpid(f->child, &st, WNOHANG) == f->child) {
             fprintf(stderr, "flotilla-coordinator exited early (status %d); log %s\n", st, f->log);
@@ -198,7 +199,7 @@ int rel_proc_try_start(struct fx *f, const char *exe) {
     posix_spawn_file_actions_destroy(&fa);
     assert_int_equal(rc, 0);
     f->port = 0;
-    for (int i = 0; i < 600; i++) {
+    for (long i = 0; i < fl_test_scaled(600); i++) {
         int st;
         if (waitpid(f->child, &st, WNOHANG) == f->child) {
             f->child = 0;
@@ -258,8 +259,8 @@ CURLcode rel_http(struct fx *f, CURL *c, const char *method, const char *path, c
     curl_easy_reset(c); /* options only: the connection cache stays */
     struct curl_slist *h =
         http_prepare(f, c, method, path, token, content_type, body, len, pid, r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, fl_test_scaled(timeout_ms));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, fl_test_scaled(2000));
     CURLcode rc = curl_easy_perform(c);
     if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
@@ -283,8 +284,8 @@ int rel_connect(unsigned port) {
         struct pollfd p = {fd, POLLOUT, 0};
         int err = 0;
         socklen_t el = sizeof(err);
-        rc = poll(&p, 1, 2000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
-                     err == 0
+        rc = poll(&p, 1, (int)fl_test_scaled(2000)) == 1 &&
+                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0
                  ? 0
                  : -1;
     }
@@ -296,7 +297,7 @@ int rel_connect(unsigned port) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct timeval tv = {5, 0};
+    struct timeval tv = {fl_test_scaled(5), 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     return fd;
 }
@@ -318,7 +319,7 @@ int rel_send_all(int fd, const void *buf, size_t len) {
 size_t rel_recv_until(int fd, char *buf, size_t cap, int timeout_ms, bool *closed) {
     size_t got = 0;
     *closed = false;
-    double end = rel_mono_s() + timeout_ms / 1000.0;
+    double end = rel_mono_s() + fl_test_scaled(timeout_ms) / 1000.0;
     while (got + 1 < cap) {
         int left = (int)((end - rel_mono_s()) * 1000.0);
         if (left <= 0)

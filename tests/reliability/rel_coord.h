@@ -63,7 +63,8 @@ size_t rel_plain_body(const struct tc *c, uint8_t *out);
 
 /* One request on the reusable handle h (keep-alive). Returns the CURLcode; on CURLE_OK
  * r->status holds the HTTP status. r is filled as http_req fills it (free with resp_free).
- * timeout_ms bounds the whole request. */
+ * timeout_ms bounds the whole request. Every wait of these helpers (timeouts, waits for a
+ * port) is times FL_TEST_TIME_SCALE (fl_test_time.h). */
 CURLcode rel_http(struct fx *f, CURL *h, const char *method, const char *path, const char *token,
                   const char *content_type, const void *body, size_t len, const char *pid,
                   long timeout_ms, struct resp *r);

@@ -58,9 +58,18 @@ static int script_reopen; /* 1: steps 0 and 1 are a group and a reopen (targeted
 
 static void send_rec(uint8_t type, uint8_t kind, uint32_t life, uint32_t index, int64_t a,
                      int64_t b, int64_t c) {
-    struct rec r = {
-        type, kind, life, index,
-        a,    b,    c,    type == REC_CUT ? fault_vfs_dir_sync_count() : fault_vfs_io_count()};
+    /* Zeroed first: the record goes to the pipe whole, its padding bytes too (memcheck:
+     * "write(buf) points to uninitialised byte(s)"). */
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    r.type = type;
+    r.kind = kind;
+    r.life = life;
+    r.index = index;
+    r.a = a;
+    r.b = b;
+    r.c = c;
+    r.d = type == REC_CUT ? fault_vfs_dir_sync_count() : fault_vfs_io_count();
     if (write(pipe_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
         _exit(30);
 }
