@@ -128,6 +128,13 @@ size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t
 uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
                              uint32_t n, const uint8_t *bitmap, size_t bitmap_len);
 
+/* ---- server.c ---- */
+
+/* Replaces the server's crypto table (fault-injection tests wrap the real one). The table
+ * must outlive the handle; secrets made with the old table stay valid only if the new one
+ * computes the same functions. */
+void fl__sa_server_set_crypto(fl_secagg_server *srv, const struct fl__sa_crypto *crypto);
+
 /* ---- x25519_check.c ---- */
 
 /* 1 if pk (an X25519 public key as on the wire) is a point of small order on curve25519 or

@@ -198,6 +198,11 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
     fl__free(&a, s, sizeof(*s));
 }
 
+void fl__sa_server_set_crypto(fl_secagg_server *s, const struct fl__sa_crypto *crypto) {
+    if (s && crypto)
+        s->crypto = crypto;
+}
+
 fl_secagg_phase fl_secagg_server_phase(const fl_secagg_server *s) {
     return s ? s->phase : FL_SECAGG_PHASE_FAILED;
 }

@@ -20,6 +20,10 @@ enum {
     SA_DROP_UNMASK = 5       /* sends masked input (and signature), never unmasks */
 };
 
+/* Replaces the server's final advance (phase UNMASK -> DONE) when set in sa_opts, e.g. to
+ * run it through fl_secagg_server_unmask_begin/run/next; returns what advance would. */
+typedef fl_status (*sa_finish_fn)(void *user, fl_secagg_server *srv);
+
 /* Called on every message before delivery; may edit msg in place (len up to cap). */
 typedef void (*sa_tamper_fn)(void *user, int to_server, uint32_t client, fl_secagg_msg_type type,
                              uint8_t *msg, size_t *len, size_t cap);
@@ -35,6 +39,8 @@ struct sa_opts {
     const fl_allocator *alloc;   /* NULL = libc */
     const uint8_t (*client_context)[FL_SECAGG_CONTEXT_BYTES]; /* (n) each client's context
                                     (the server keeps cfg.context), NULL = cfg.context */
+    sa_finish_fn finish;         /* final advance, NULL = fl_secagg_server_advance */
+    void *finish_user;
 };
 
 struct sa_result {
@@ -140,7 +146,9 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     /* Steps 2..: server advance, deliver to clients, replies back. */
     for (;;) {
         fl_secagg_phase before = fl_secagg_server_phase(srv);
-        fl_status st = fl_secagg_server_advance(srv);
+        fl_status st = before == FL_SECAGG_PHASE_UNMASK && o->finish
+                           ? o->finish(o->finish_user, srv)
+                           : fl_secagg_server_advance(srv);
         if (st != FL_OK) {
             res->st = st;
             res->failed_at = before;
