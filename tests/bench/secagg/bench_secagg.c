@@ -6,10 +6,16 @@
  * unmasked: decode each vector from its wire bytes and add it into one accumulator.
  *
  *   bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B] [--json]
- *                [--backend sodium|mbedtls] [--table [small|full]] [--wall]
+ *                [--backend sodium|mbedtls] [--table [small|full]] [--wall] [--threads N]
  *
- * Times are CPU seconds of the measuring process (server child or client parent) unless
- * --wall is given.
+ * Times are CPU seconds of the measuring process (server child or client parent; all its
+ * threads) unless --wall is given. The server side is also timed in wall-clock seconds
+ * (the *_wall figures), and the JSON records the 1-minute load average at the start.
+ *
+ * --threads N (default 1): the server's final advance runs through
+ * fl_secagg_server_unmask_begin/run/next with its jobs spread over N threads that the
+ * benchmark starts for each batch (the start-up is timed too); 1 is the plain serial
+ * fl_secagg_server_advance. CPU time then adds up the threads, wall time shows the gain.
  *
  * Dropped clients (fraction F) leave after sending their shares and before their masked
  * input: the costly case for the server, which must rebuild their masking keys and remove
@@ -17,6 +23,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +75,32 @@ static void calibrate_clock(void) {
 /* Seconds since t0, less the cost of the clock reads. */
 static double since(double t0) {
     double dt = now_s() - t0 - clock_cost;
+    return dt > 0 ? dt : 0;
+}
+
+/* Wall-clock time, read next to now_s() for the server's *_wall figures; its read cost
+ * (a vDSO call, ~20 ns) is calibrated like clock_cost. */
+static double wall_cost;
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void calibrate_wall(void) {
+    enum { N = 2001 };
+    static double d[N];
+    for (int i = 0; i < N; i++) {
+        double t0 = wall_now();
+        d[i] = wall_now() - t0;
+    }
+    qsort(d, N, sizeof(d[0]), cmp_double);
+    wall_cost = d[N / 2];
+}
+
+static double wall_since(double t0) {
+    double dt = wall_now() - t0 - wall_cost;
     return dt > 0 ? dt : 0;
 }
 
@@ -139,11 +173,54 @@ __attribute__((noinline)) static void plain_fold(uint32_t *restrict acc,
 
 enum { CMD_RECV = 'R', CMD_ADVANCE = 'A', CMD_PLAIN = 'P', CMD_END = 'E' };
 
+/* ---- the final advance on N threads (the benchmark's own) ---- */
+
+#define MAX_THREADS 64
+
+struct batch {
+    fl_secagg_server *srv;
+    size_t njobs;
+    atomic_size_t next; /* next job to take */
+};
+
+static void *batch_worker(void *arg) {
+    struct batch *b = arg;
+    size_t j;
+    while ((j = atomic_fetch_add(&b->next, 1)) < b->njobs)
+        (void)fl_secagg_server_unmask_run(b->srv, j); /* failures surface at next */
+    return NULL;
+}
+
+/* Runs the unmask as begin/run/next with each batch on `threads` threads (this one
+ * included); returns what fl_secagg_server_advance would. */
+static fl_status unmask_threaded(fl_secagg_server *srv, unsigned threads) {
+    size_t nj;
+    fl_status st = fl_secagg_server_unmask_begin(srv, threads, &nj);
+    while (st == FL_OK && nj > 0) {
+        pthread_t th[MAX_THREADS];
+        struct batch b = {.srv = srv, .njobs = nj};
+        atomic_init(&b.next, 0);
+        unsigned started = 1;
+        for (; started < threads && started < nj; started++)
+            if (pthread_create(&th[started], NULL, batch_worker, &b) != 0)
+                break; /* fewer threads: the jobs still all run */
+        batch_worker(&b);
+        for (unsigned i = 1; i < started; i++)
+            pthread_join(th[i], NULL);
+        st = fl_secagg_server_unmask_next(srv, &nj);
+    }
+    return st;
+}
+
 struct server_stats {
     double t_secagg;       /* seconds in server receive + advance */
     double t_unmask;       /* seconds in the final advance (mask removal) */
     double t_fold;         /* seconds in masked-input receives */
     double t_plain;        /* seconds folding the plain vectors */
+    double w_secagg;       /* the same four in wall-clock seconds */
+    double w_unmask;
+    double w_fold;
+    double w_plain;
     long maxrss_kb;        /* peak RSS of the server process */
     uint32_t k, t;         /* effective degree and threshold */
     uint32_t count;        /* inputs in the secagg sum */
@@ -154,10 +231,11 @@ struct server_stats {
     double clock_cost;     /* seconds subtracted from each measured interval */
 };
 
-static void server_main(int fd, const fl_secagg_config *cfg) {
+static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
     struct server_stats st;
     memset(&st, 0, sizeof(st));
     calibrate_clock();
+    calibrate_wall();
     st.clock_cost = clock_cost;
     fl_secagg_server *srv = NULL;
     uint8_t seed[32] = {1, 2, 3};
@@ -187,28 +265,36 @@ static void server_main(int fd, const fl_secagg_config *cfg) {
         read_all(fd, buf, hdr[1]);
         if (cmd == CMD_RECV) {
             int masked = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_MASKED_INPUT;
-            double t0 = now_s();
+            double w0 = wall_now(), t0 = now_s();
             fl_status s = fl_secagg_server_receive(srv, hdr[0], buf, hdr[1]);
-            double dt = since(t0);
+            double dt = since(t0), dw = wall_since(w0);
             st.t_secagg += dt;
-            if (masked)
+            st.w_secagg += dw;
+            if (masked) {
                 st.t_fold += dt;
+                st.w_fold += dw;
+            }
             if (s != FL_OK)
                 st.rejected++;
         } else if (cmd == CMD_PLAIN) {
             /* The insecure baseline: decode the wire bytes and add. */
-            double t0 = now_s();
+            double w0 = wall_now(), t0 = now_s();
             plain_fold(plain, buf, d);
             st.t_plain += since(t0);
+            st.w_plain += wall_since(w0);
             st.plain_count++;
         } else if (cmd == CMD_ADVANCE) {
             int last = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_UNMASK;
-            double t0 = now_s();
-            fl_status s = fl_secagg_server_advance(srv);
-            double dt = since(t0);
+            double w0 = wall_now(), t0 = now_s();
+            fl_status s = last && threads > 1 ? unmask_threaded(srv, threads)
+                                              : fl_secagg_server_advance(srv);
+            double dt = since(t0), dw = wall_since(w0);
             st.t_secagg += dt;
-            if (last)
+            st.w_secagg += dw;
+            if (last) {
                 st.t_unmask = dt;
+                st.w_unmask = dw;
+            }
             int32_t rs = (int32_t)s;
             write_all(fd, &rs, 4);
             uint32_t cnt = 0;
@@ -258,6 +344,8 @@ static void server_main(int fd, const fl_secagg_config *cfg) {
 
 struct result {
     uint32_t n, d, bits;
+    unsigned threads;      /* threads of the server's final advance */
+    double loadavg;        /* 1-minute load average when the run started */
     double drop;
     struct server_stats srv;
     double t_client[4];    /* mean seconds per client: advertise, keys, masked, unmask */
@@ -297,7 +385,7 @@ static void send_cmd(int fd, uint8_t cmd, uint32_t client, const uint8_t *m, siz
 }
 
 static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint32_t k,
-                   uint32_t t, uint32_t bits, fl_secagg_backend backend) {
+                   uint32_t t, uint32_t bits, fl_secagg_backend backend, unsigned threads) {
     fl_secagg_config cfg;
     fl_secagg_config_init(&cfg);
     cfg.num_clients = n;
@@ -317,6 +405,9 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     res->d = d;
     res->drop = drop;
     res->bits = bits;
+    res->threads = threads;
+    if (getloadavg(&res->loadavg, 1) != 1)
+        res->loadavg = -1;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         die("socketpair");
@@ -326,7 +417,7 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
         die("fork");
     if (pid == 0) {
         close(sv[0]);
-        server_main(sv[1], &cfg);
+        server_main(sv[1], &cfg, threads);
     }
     close(sv[1]);
     int fd = sv[0];
@@ -460,37 +551,46 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
 
 /* ---- output ---- */
 
+static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
 static void print_json(const struct result *r) {
     double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
-    printf("{\"n\":%u,\"d\":%u,\"bits\":%u,\"dropout\":%.2f,\"k\":%u,\"t\":%u,"
+    const struct server_stats *v = &r->srv;
+    printf("{\"n\":%u,\"d\":%u,\"bits\":%u,\"dropout\":%.2f,\"k\":%u,\"t\":%u,\"threads\":%u,"
            "\"status\":%d,\"sum_matches_plain\":%s,\"count\":%u,"
            "\"server_s\":%.4f,\"server_fold_s\":%.4f,\"server_unmask_s\":%.4f,"
-           "\"plain_sum_s\":%.4f,\"server_over_plain\":%.2f,\"server_peak_rss_mb\":%.1f,"
+           "\"plain_sum_s\":%.4f,\"server_over_plain\":%.2f,\"unmask_over_plain\":%.2f,"
+           "\"server_wall_s\":%.4f,\"server_unmask_wall_s\":%.4f,\"plain_sum_wall_s\":%.4f,"
+           "\"server_over_plain_wall\":%.2f,\"unmask_over_plain_wall\":%.2f,"
+           "\"server_peak_rss_mb\":%.1f,"
            "\"accumulator_mb\":%.1f,\"client_s\":%.4f,\"client_mask_s\":%.4f,"
-           "\"client_peak_heap_mb\":%.2f,\"clock_cost_us\":%.3f}\n",
-           r->n, r->d, r->bits, r->drop, r->srv.k, r->srv.t, r->srv.status,
-           r->srv.match ? "true" : "false", r->srv.count, r->srv.t_secagg, r->srv.t_fold,
-           r->srv.t_unmask, r->srv.t_plain,
-           r->srv.t_plain > 0 ? r->srv.t_secagg / r->srv.t_plain : 0.0,
-           r->srv.maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl, r->t_client[2],
-           r->client_peak / 1048576.0, r->srv.clock_cost * 1e6);
+           "\"client_peak_heap_mb\":%.2f,\"clock_cost_us\":%.3f,\"loadavg_1m\":%.2f}\n",
+           r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, v->status,
+           v->match ? "true" : "false", v->count, v->t_secagg, v->t_fold, v->t_unmask,
+           v->t_plain, ratio(v->t_secagg, v->t_plain), ratio(v->t_unmask, v->t_plain),
+           v->w_secagg, v->w_unmask, v->w_plain, ratio(v->w_secagg, v->w_plain),
+           ratio(v->w_unmask, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
+           r->t_client[2], r->client_peak / 1048576.0, v->clock_cost * 1e6, r->loadavg);
 }
 
 static void print_header(void) {
-    printf("%6s %8s %5s %4s %4s | %9s %9s %9s %7s | %8s %7s | %9s %9s %8s | %s\n", "n", "d",
-           "drop", "k", "t", "server_s", "unmask_s", "plain_s", "x_plain", "rss_MB", "acc_MB",
-           "client_s", "mask_s", "cli_MB", "ok");
+    printf("%6s %8s %5s %4s %4s %3s | %9s %9s %9s %7s | %9s %9s %7s | %8s %7s | %9s %9s %8s"
+           " | %s\n",
+           "n", "d", "drop", "k", "t", "thr", "server_s", "unmask_s", "plain_s", "x_plain",
+           "srv_wall", "unm_wall", "x_wall", "rss_MB", "acc_MB", "client_s", "mask_s", "cli_MB",
+           "ok");
 }
 
 static void print_row(const struct result *r) {
     double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
-    printf("%6u %8u %4.0f%% %4u %4u | %9.3f %9.3f %9.3f %7.2f | %8.1f %7.1f | %9.4f %9.4f %8.2f"
-           " | %s\n",
-           r->n, r->d, r->drop * 100, r->srv.k, r->srv.t, r->srv.t_secagg, r->srv.t_unmask,
-           r->srv.t_plain, r->srv.t_plain > 0 ? r->srv.t_secagg / r->srv.t_plain : 0.0,
-           r->srv.maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl, r->t_client[2],
-           r->client_peak / 1048576.0,
-           r->srv.status ? "ABORT" : (r->srv.match ? "sum=plain" : "MISMATCH"));
+    const struct server_stats *v = &r->srv;
+    printf("%6u %8u %4.0f%% %4u %4u %3u | %9.3f %9.3f %9.3f %7.2f | %9.3f %9.3f %7.2f |"
+           " %8.1f %7.1f | %9.4f %9.4f %8.2f | %s\n",
+           r->n, r->d, r->drop * 100, v->k, v->t, r->threads, v->t_secagg, v->t_unmask,
+           v->t_plain, ratio(v->t_secagg, v->t_plain), v->w_secagg, v->w_unmask,
+           ratio(v->w_secagg, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
+           r->t_client[2], r->client_peak / 1048576.0,
+           v->status ? "ABORT" : (v->match ? "sum=plain" : "MISMATCH"));
     fflush(stdout);
 }
 
@@ -498,7 +598,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B]\n"
             "                    [--backend sodium|mbedtls] [--json] [--table [small|full]]\n"
-            "                    [--wall]\n");
+            "                    [--wall] [--threads N]\n");
     exit(2);
 }
 
@@ -506,6 +606,7 @@ int main(int argc, char **argv) {
     uint32_t n = 100, d = 10000, k = 0, t = 0, bits = 32;
     double drop = 0.0;
     int json = 0, table = 0, full = 0, row = 0;
+    unsigned threads = 1;
     fl_secagg_backend backend = FL_SECAGG_BACKEND_SODIUM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -536,6 +637,15 @@ int main(int argc, char **argv) {
             bits = (uint32_t)strtoul(v, NULL, 10), i++;
         else if (!strcmp(a, "--drop"))
             drop = strtod(v, NULL), i++;
+        else if (!strcmp(a, "--threads")) {
+            char *end;
+            unsigned long x = strtoul(v, &end, 10);
+            if (*end || x < 1 || x > MAX_THREADS) {
+                fprintf(stderr, "bench_secagg: --threads takes 1..%d\n", MAX_THREADS);
+                return 2;
+            }
+            threads = (unsigned)x, i++;
+        }
         else if (!strcmp(a, "--backend")) {
             backend = !strcmp(v, "mbedtls") ? FL_SECAGG_BACKEND_MBEDTLS : FL_SECAGG_BACKEND_SODIUM;
             i++;
@@ -544,7 +654,7 @@ int main(int argc, char **argv) {
     }
     if (!table) {
         struct result r;
-        if (run_one(&r, n, d, drop, k, t, bits, backend) != 0)
+        if (run_one(&r, n, d, drop, k, t, bits, backend, threads) != 0)
             return 1;
         if (json)
             print_json(&r);
@@ -563,15 +673,16 @@ int main(int argc, char **argv) {
         print_header();
     fflush(stdout);
     int rc = 0;
-    char bits_s[16];
+    char bits_s[16], threads_s[16];
     snprintf(bits_s, sizeof(bits_s), "%u", bits);
+    snprintf(threads_s, sizeof(threads_s), "%u", threads);
     /* Each configuration runs in a fresh process (fork + exec of this program), so the
      * server's peak RSS never includes heap left over from an earlier configuration. */
     for (size_t a = 0; a < nd; a++)
         for (size_t b = 0; b < 3; b++)
             for (size_t c = 0; c < 3; c++) {
                 char *args[] = {argv[0], "--n", (char *)ns[b], "--d", (char *)ds[a], "--drop",
-                                (char *)drops[c], "--bits", bits_s,
+                                (char *)drops[c], "--bits", bits_s, "--threads", threads_s,
                                 json ? "--json" : "--row", use_wall ? "--wall" : "--row", NULL};
                 pid_t pid = fork();
                 if (pid < 0)

@@ -4,6 +4,12 @@
 if(TARGET bench_secagg)
   add_test(NAME secagg_bench_round_smoke COMMAND bench_secagg --n 30 --d 2000 --drop 0.1 --json)
   set_tests_properties(secagg_bench_round_smoke PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
+  # The final advance on the benchmark's own threads (unmask_begin/run/next).
+  target_link_libraries(bench_secagg PRIVATE Threads::Threads)
+  add_test(NAME secagg_bench_round_smoke_threads
+    COMMAND bench_secagg --n 30 --d 5000 --drop 0.1 --threads 3 --json)
+  set_tests_properties(secagg_bench_round_smoke_threads
+    PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
   if(FL_HAVE_MBEDTLS)
     add_test(NAME secagg_bench_round_smoke_mbedtls
       COMMAND bench_secagg --n 20 --d 1000 --backend mbedtls --json)
