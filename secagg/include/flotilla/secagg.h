@@ -10,7 +10,9 @@
  * Protocol, wire format and parameter choices are described in docs/secagg.md.
  *
  * Thread-safety: every handle may be used by one thread at a time; distinct handles are
- * independent. The free functions (config, params, quantization) are thread-safe. */
+ * independent. The one exception: distinct jobs of fl_secagg_server_unmask_run may run at
+ * the same time on the caller's threads. The free functions (config, params,
+ * quantization) are thread-safe. */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -204,7 +206,8 @@ FL_API fl_secagg_phase fl_secagg_server_phase(const fl_secagg_server *srv);
  * (wrong round id, or a message of another phase), FL_ERR_EXISTS (second message from the
  * client in this phase), FL_ERR_PROTOCOL (sender mismatch, a client outside the current
  * set, inconsistent content), FL_ERR_CRYPTO (bad signature), FL_ERR_ABORTED if the round
- * already failed, FL_ERR_NOMEM. */
+ * already failed, FL_ERR_NOMEM. FL_ERR_STATE also once fl_secagg_server_unmask_begin has
+ * succeeded (the shares are being used). */
 FL_API fl_status fl_secagg_server_receive(fl_secagg_server *srv, uint32_t from,
                                           const uint8_t *msg, size_t len);
 
@@ -217,7 +220,9 @@ FL_API uint32_t fl_secagg_server_pending(const fl_secagg_server *srv);
  * the masks. Returns FL_OK, FL_ERR_ABORTED (too few survivors to continue or reconstruct;
  * sticky, the message says how many were needed), FL_ERR_PROTOCOL (reconstructed keys do
  * not match the advertised ones: a client sent bad shares; sticky), FL_ERR_STATE (round
- * already done), FL_ERR_NOMEM (not sticky: retry). */
+ * already done), FL_ERR_NOMEM (not sticky: retry). The final advance runs on the calling
+ * thread; fl_secagg_server_unmask_begin/run/next below do the same work on the caller's
+ * threads. FL_ERR_MISUSE (nothing changes) while such an unmask is in progress. */
 FL_API fl_status fl_secagg_server_advance(fl_secagg_server *srv);
 
 /* ---- server: the final advance on the caller's threads ----
