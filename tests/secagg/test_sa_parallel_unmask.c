@@ -213,6 +213,32 @@ static void test_tiny_dim(void **state) {
     check_case(&c);
 }
 
+/* The mbedTLS backend on the server (its X25519 draws blinding from a shared, locked DRBG):
+ * the same sums from several threads. */
+static void test_mbedtls_server(void **state) {
+    (void)state;
+    if (!fl__sa_crypto_get(FL__SA_BACKEND_MBEDTLS))
+        skip();
+    uint8_t drop[10];
+    make_drops(drop, 10, 0);
+    static const unsigned threads[] = {1, 3, 8};
+    for (size_t i = 0; i < 3; i++) {
+        struct par p = {.threads = threads[i], .max_jobs = threads[i]};
+        struct sa_opts o;
+        struct sa_result res;
+        sa_opts_init(&o, 10, 2500, 6, 3);
+        o.server_backend = FL_SECAGG_BACKEND_MBEDTLS;
+        o.drop = drop;
+        o.finish = finish_parallel;
+        o.finish_user = &p;
+        sa_run(&o, &res);
+        assert_int_equal(res.st, FL_OK);
+        assert_true(res.sum_ok);
+        assert_int_equal(res.count, res.expect_count);
+        assert_int_equal(p.batches, 2);
+    }
+}
+
 /* ---- failures inside jobs ---- */
 
 /* Flips a bit of every unmask share that a holder reveals for a victim client. */
@@ -535,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_hundred_sparse),
         cmocka_unit_test(test_hundred_complete),
         cmocka_unit_test(test_tiny_dim),
+        cmocka_unit_test(test_mbedtls_server),
         cmocka_unit_test(test_tampered_shares),
         cmocka_unit_test(test_crypto_fault_in_secrets_job),
         cmocka_unit_test(test_crypto_fault_in_masks_job),
