@@ -476,8 +476,7 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Sends req in pieces of step bytes, gap_s (times FL_TEST_TIME_SCALE) apart; stops early
- * when the server closes. Returns
+/* Sends req in pieces of step bytes, gap_s apart; stops early when the server closes. Returns
  * the status of the answer (0: none) and sets *closed and *elapsed (seconds from connect to
  * the close or the answer). */
 static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s, bool *closed,
@@ -495,7 +494,7 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
         }
         if (off + k < n) {
             struct pollfd p = {fd, POLLIN, 0};
-            if (poll(&p, 1, (int)(fl_test_scaled_s(gap_s) * 1000)) > 0) {
+            if (poll(&p, 1, (int)(gap_s * 1000)) > 0) {
                 *closed = true; /* the server closed (or answered early) mid-request */
                 break;
             }
@@ -514,9 +513,10 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
  * in slow pieces, and a body within its allowance at the minimum body rate); a silent
  * connection, trickled headers and a trickled body are closed at the deadline (well before
  * the idle timeout), with no answer; a half-closed incomplete request is closed at once; a
- * kept-alive connection may idle past the deadline between requests. Every duration (the
- * deadline, the gaps, the bounds checked) is times FL_TEST_TIME_SCALE (S); the slow body is
- * S times longer too, so that its allowance at the minimum body rate grows with S. */
+ * kept-alive connection may idle past the deadline between requests. The deadline, the gaps
+ * and the bounds checked are times FL_TEST_TIME_SCALE (S), except the slow body's: its
+ * allowance at the minimum body rate (1024 B/s, the least allowed) does not grow with S, so
+ * it completes 0.5 s past the deadline whatever S is. */
 static void test_request_deadline(void **state) {
     struct fx *f = *state;
     const long S = fl_test_time_scale();
@@ -524,7 +524,7 @@ static void test_request_deadline(void **state) {
     bool closed;
     double el;
     /* Within the deadline: 3 pieces 0.3 s apart. */
-    assert_int_equal(raw_trickle(f, get, 14, 0.3, &closed, &el), 200);
+    assert_int_equal(raw_trickle(f, get, 14, 0.3 * S, &closed, &el), 200);
     /* Silent connection: closed at the deadline. */
     int fd = raw_connect(f);
     double t0 = mono_s();
@@ -537,7 +537,7 @@ static void test_request_deadline(void **state) {
         fprintf(stderr, "silent connection closed after %.2f s\n", el);
     assert_true(el >= 1.5 * S && el < 12 * S);
     /* Headers trickled one byte per 0.25 s (~9 s for the request): closed, unanswered. */
-    assert_int_equal(raw_trickle(f, get, 1, 0.25, &closed, &el), 0);
+    assert_int_equal(raw_trickle(f, get, 1, 0.25 * S, &closed, &el), 0);
     assert_true(closed);
     assert_true(el >= 1.5 * S && el < 12 * S);
     /* A body trickled past the deadline plus its allowance (40 bytes: 39 ms). */
@@ -545,24 +545,20 @@ static void test_request_deadline(void **state) {
     const char *post = "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                        "\r\nContent-Length: 40\r\n\r\n"
                        "{\"population\":\"kb-en\",\"region\":\"EU\"   }";
-    assert_int_equal(raw_trickle(f, post, 4, 0.5, &closed, &el), 0);
+    assert_int_equal(raw_trickle(f, post, 4, 0.5 * S, &closed, &el), 0);
     assert_true(closed);
     assert_true(el >= 1.5 * S && el < 12 * S);
     /* A 2500-byte body sent 500 bytes (headers first) each 0.5 s: complete at ~2.5 s, past
      * the 2 s deadline but within 2 s + 2500 / 1024 s (the minimum body rate's allowance):
-     * answered (401: no enrollment token). */
-    size_t body = 2500 * (size_t)S, cap = body + 400;
-    char *big = malloc(cap);
-    assert_non_null(big);
-    int hl = snprintf(big, cap,
+     * answered (401: no enrollment token). With S: 2S + 0.5 s, within 2S + 2.44 s. */
+    char big[2900];
+    int hl = snprintf(big, sizeof(big),
                       "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                      "\r\nContent-Length: %zu\r\n\r\n",
-                      body);
-    memset(big + hl, ' ', body);
-    big[hl + body] = '\0';
+                      "\r\nContent-Length: 2500\r\n\r\n");
+    memset(big + hl, ' ', 2500);
+    big[hl + 2500] = '\0';
     memcpy(big + hl, "{}", 2);
-    int st = raw_trickle(f, big, 500 * (size_t)S, 0.5, &closed, &el);
-    free(big);
+    int st = raw_trickle(f, big, 500, (2.0 * S + 0.5) / 5, &closed, &el);
     if (st != 401)
         fprintf(stderr, "slow 2500-byte body: status %d after %.2f s\n", st, el);
     assert_int_equal(st, 401);
