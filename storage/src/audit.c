@@ -72,6 +72,16 @@ void fl__store_audit_stmts_done(struct fl__store_audit_stmts *c) {
     }
 }
 
+/* The bytes of column col as sqlite3_column_blob gives them (NULL for an empty value),
+ * telling an empty value from a failed allocation: an entry that a damaged row holds as
+ * a number is converted to text on reading, which can run out of memory; SQLite then
+ * returns NULL and sets SQLITE_NOMEM (its documented test). FL_ERR_NOMEM in that case. */
+static fl_status column_data(sqlite3_stmt *s, int col, const void **p, size_t *n) {
+    *p = sqlite3_column_blob(s, col);
+    *n = (size_t)sqlite3_column_bytes(s, col);
+    return *p || sqlite3_errcode(sqlite3_db_handle(s)) != SQLITE_NOMEM ? FL_OK : FL_ERR_NOMEM;
+}
+
 /* Steps a write statement to completion and resets it. */
 static fl_status step_done(fl_store *st, sqlite3_stmt *s, const char *what) {
     int rc = sqlite3_step(s);
@@ -151,13 +161,18 @@ static fl_status latest_row(struct fl__store_audit_stmts *c, sqlite3_stmt *s, js
     *e = NULL;
     int rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
-        const char *data = (const char *)sqlite3_column_blob(s, 1);
-        size_t n = (size_t)sqlite3_column_bytes(s, 1);
+        const void *data = NULL;
+        size_t n = 0;
         *seq = sqlite3_column_int64(s, 0);
-        fl_status pr = data ? fl__store_audit_parse(data, n, e, why, sizeof(why)) : FL_ERR_NOMEM;
+        /* An empty value (a damaged row) parses as a 0-byte line. */
+        fl_status pr = column_data(s, 1, &data, &n);
+        if (pr == FL_OK)
+            pr = fl__store_audit_parse(data, n, e, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "out of memory");
         if (pr != FL_OK)
             r = fl__err_set(&c->st->err, pr == FL_ERR_NOMEM ? FL_ERR_NOMEM : FL_ERR_CORRUPT,
-                            "audit entry %lld: %s", (long long)*seq, data ? why : "out of memory");
+                            "audit entry %lld: %s", (long long)*seq, why);
     } else if (rc != SQLITE_DONE) {
         r = fl__store_sqlerr(c->st, rc, "reading the audit log");
     }
@@ -284,7 +299,8 @@ static fl_status append_entry(struct fl__store_audit_stmts *c, json_t *e,
     }
     if (r == FL_OK && pop)
         r = fl__store_audit_apply(e, pop);
-    if (r == FL_OK && pop && json_object_get(e, "population_id"))
+    /* pop is only passed for entries of a population (every type but retention) */
+    if (r == FL_OK && pop)
         pop->seen = 1;
     if (r == FL_OK && seq_out)
         *seq_out = seq;
@@ -308,9 +324,9 @@ static int put(json_t *o, const char *key, json_t *v) {
     return !v || json_object_set_new(o, key, v) != 0;
 }
 
-/* Sets key to v, adding a reference: the caller still releases its own. */
+/* Sets key to v (not NULL), adding a reference: the caller still releases its own. */
 static int put_ref(json_t *o, const char *key, json_t *v) {
-    return !v || json_object_set(o, key, v) != 0;
+    return json_object_set(o, key, v) != 0;
 }
 
 static json_t *int_object(const char *const *keys, const int64_t *vals, size_t n) {
@@ -629,8 +645,14 @@ static fl_status read_dp(struct fl__store_audit_stmts *c, int64_t round_id, json
     int rc, rows = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (rows++ == 0) {
+            /* mechanism is NOT NULL: no text means SQLite ran out of memory converting it */
             const char *m = (const char *)sqlite3_column_text(s, 0);
-            snprintf(mech, sizeof(mech), "%s", m ? m : "?");
+            if (!m) {
+                fl__store_done(s);
+                return fl__err_set(&c->st->err, FL_ERR_NOMEM,
+                                   "out of memory reading the privacy ledger");
+            }
+            snprintf(mech, sizeof(mech), "%s", m);
             q = fl__store_audit_fixed_round(sqlite3_column_double(s, 1), 1e9);
             noise = fl__store_audit_fixed_round(sqlite3_column_double(s, 2), 1e9);
             clip = fl__store_audit_fixed_round(sqlite3_column_double(s, 3), 1e9);
@@ -681,8 +703,12 @@ static fl_status read_regions(struct fl__store_audit_stmts *c, const fl_store_au
         sqlite3_bind_int64(s, 1, in->round_id);
         int rc;
         while (r == FL_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+            /* Never NULL in practice: region is NOT NULL TEXT, and GROUP BY hands it over
+             * already terminated, so reading it as text allocates nothing (even a blob). */
             const char *region = (const char *)sqlite3_column_text(s, 0);
-            if (!region || put(o, region, json_integer(sqlite3_column_int64(s, 1))))
+            if (!region) // GCOVR_EXCL_BR_LINE
+                r = fl__err_set(&c->st->err, FL_ERR_NOMEM, "out of memory reading a region");
+            else if (put(o, region, json_integer(sqlite3_column_int64(s, 1))))
                 r = fl__err_set(&c->st->err, FL_ERR_NOMEM, "out of memory building an audit entry");
         }
         if (r == FL_OK && rc != SQLITE_DONE)
@@ -730,15 +756,16 @@ static fl_status build_round(struct fl__store_audit_stmts *c, const fl_store_aud
     int64_t sv[3] = {in->secagg_n, in->secagg_k, in->secagg_t};
     char sha[65];
     fl__store_audit_hex(sha, in->task_config_sha256 ? in->task_config_sha256 : rr->config_sha, 32);
+    const char *outcome = rr->state == FL_STORE_ROUND_COMPLETED ? "completed" : "abandoned";
+    /* json_null() is a static singleton: no allocation, no reference to release */
+    json_t *in_ref = model_in ? model_in : json_null();
+    json_t *out_ref = model_out ? model_out : json_null();
     int bad =
         put(e, "population", json_string(pop->name)) ||
         put(e, "population_id", json_integer(rr->pop)) ||
         put(e, "round", json_integer(rr->number)) ||
-        put(e, "round_id", json_integer(in->round_id)) ||
-        put(e, "outcome",
-            json_string(rr->state == FL_STORE_ROUND_COMPLETED ? "completed" : "abandoned")) ||
-        (model_in ? put_ref(e, "model_in", model_in) : put(e, "model_in", json_null())) ||
-        (model_out ? put_ref(e, "model_out", model_out) : put(e, "model_out", json_null())) ||
+        put(e, "round_id", json_integer(in->round_id)) || put(e, "outcome", json_string(outcome)) ||
+        put_ref(e, "model_in", in_ref) || put_ref(e, "model_out", out_ref) ||
         put(e, "task_config_sha256", json_string(sha)) ||
         put(e, "counts", int_object(kc, rr->counts, 4)) ||
         put(e, "dropped_by_phase", int_object(kd, in->dropped_by_phase, 5)) ||
@@ -883,8 +910,8 @@ fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *clie
     if (r != FL_OK)
         return r;
     char nym[FL_STORE_AUDIT_PSEUDONYM_BYTES];
-    if (fl_store_audit_pseudonym(nym, pseudonym_key, client_id) != FL_OK)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "client_id is not printable ASCII");
+    /* cannot fail: client_id passed the same check (1..NAME_MAX bytes 0x21..0x7e) above */
+    (void)fl_store_audit_pseudonym(nym, pseudonym_key, client_id);
     struct fl__store_audit_stmts c = {st, {0}};
     struct fl__store_audit_pop pop;
     fl__store_audit_pop_init(&pop);
@@ -992,13 +1019,14 @@ fl_status fl_store_audit_size(fl_store *st, int64_t *size) {
 
 static void decode_entry(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {
     fl_store_audit_entry *e = elem;
-    const void *data = sqlite3_column_blob(s, 0);
-    size_t n = (size_t)sqlite3_column_bytes(s, 0);
-    e->size = n;
-    if (data)
-        fl__store_merkle_leaf(e->leaf_hash, data, n);
-    else if (n)
+    const void *data = NULL;
+    size_t n = 0;
+    if (column_data(s, 0, &data, &n) != FL_OK) {
         p->nomem = 1;
+        return;
+    }
+    e->size = n;
+    fl__store_merkle_leaf(e->leaf_hash, data, n);
     e->json = fl__store_pack_text(p, s, 0);
 }
 
@@ -1169,8 +1197,11 @@ static fl_status latest_signer(struct fl__store_audit_stmts *c, char *origin, si
     int rc = sqlite3_step(s);
     fl_status r = FL_OK;
     if (rc == SQLITE_ROW) {
+        /* origin is NOT NULL: no text means SQLite ran out of memory converting it */
         const char *o = (const char *)sqlite3_column_text(s, 4);
-        if (!o || sqlite3_column_bytes(s, 5) != 32) {
+        if (!o) {
+            r = fl__err_set(&c->st->err, FL_ERR_NOMEM, "out of memory reading checkpoints");
+        } else if (sqlite3_column_bytes(s, 5) != 32) {
             r = fl__err_set(&c->st->err, FL_ERR_CORRUPT, "latest checkpoint row is damaged");
         } else {
             snprintf(origin, cap, "%s", o);
@@ -1369,14 +1400,15 @@ static fl_status export_pass(struct fl__store_audit_stmts *c, struct sink *k) {
     r = latest(c, &cp);
     if (r != FL_OK)
         return r;
-    size = cp ? cp->tree_size : 0;
+    /* latest_signer found that row in this read transaction: cp is not NULL */
+    size = cp->tree_size;
     fl_store_free(st, cp);
-    sqlite3_stmt *s;
-    STMT(c, FL__AUDIT_CP_ALL, s);
+    sqlite3_stmt *s, *s_cps;
+    STMT(c, FL__AUDIT_CP_ALL, s_cps); /* counted now, written after the entries */
     int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    while ((rc = sqlite3_step(s_cps)) == SQLITE_ROW)
         ncp++;
-    fl__store_done(s);
+    fl__store_done(s_cps);
     if (rc != SQLITE_DONE)
         return fl__store_sqlerr(st, rc, "reading checkpoints");
     if (fl_store_audit_vkey(vkey, sizeof(vkey), origin, pk) != FL_OK)
@@ -1398,13 +1430,22 @@ static fl_status export_pass(struct fl__store_audit_stmts *c, struct sink *k) {
     sqlite3_bind_int64(s, 1, size);
     int64_t want = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const void *data = sqlite3_column_blob(s, 1);
-        size_t n = (size_t)sqlite3_column_bytes(s, 1);
-        if (sqlite3_column_int64(s, 0) != want++ || !data) {
+        const void *data = NULL;
+        size_t n = 0;
+        r = FL_OK;
+        if (sqlite3_column_int64(s, 0) != want)
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "audit entries are not contiguous at %lld",
+                            (long long)want);
+        else if (column_data(s, 1, &data, &n) != FL_OK)
+            r = fl__err_set(&st->err, FL_ERR_NOMEM,
+                            "audit entry %lld could not be read: out of memory", (long long)want);
+        else if (!data) /* damaged: an empty line would break the bundle's shape */
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "audit entry %lld is empty", (long long)want);
+        if (r != FL_OK) {
             fl__store_done(s);
-            return fl__err_set(&st->err, data ? FL_ERR_CORRUPT : FL_ERR_NOMEM,
-                               "audit entries are not contiguous at %lld", (long long)want - 1);
+            return r;
         }
+        want++;
         sink_put(k, data, n);
         sink_put(k, "\n", 1);
     }
@@ -1415,8 +1456,9 @@ static fl_status export_pass(struct fl__store_audit_stmts *c, struct sink *k) {
         return fl__err_set(&st->err, FL_ERR_CORRUPT, "audit log has %lld entries, checkpoint %lld",
                            (long long)want, (long long)size);
 
-    STMT(c, FL__AUDIT_CP_ALL, s);
+    s = s_cps;
     while (r == FL_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        /* note is NOT NULL: no text means SQLite ran out of memory converting it */
         const char *note = (const char *)sqlite3_column_text(s, 0);
         json_t *line = json_object();
         if (!note || !line || put(line, "checkpoint", json_string(note)))
