@@ -157,7 +157,7 @@ with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
             rc = 0  # WILL_FAIL tests pass by failing
         verdict = ("not checked" if k == "native" else
                    "ERRORS" if errors else "clean")
-        status = "ok" if rc in (0, 77) else f"exit {rc}"
+        status = "ok" if rc == 0 else "skipped" if rc == 77 else f"exit {rc}"
         line = (f"{name:<40} {k:<8} {verdict:<12} errors={errors:<4} "
                 f"definitely_lost={leaks:<7} {status:<10} {secs:7.1f}s")
         print(line, flush=True)

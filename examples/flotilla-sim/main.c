@@ -680,6 +680,7 @@ int main(int argc, char **argv) {
     struct sim *s = calloc(1, sizeof(*s));
     if (!s || !parse_opts(&s->o, argc, argv)) {
         usage();
+        free(s);
         return 2;
     }
     struct opts *o = &s->o;

@@ -34,8 +34,12 @@ echo "ok: bad --clip / --weighting / --local-momentum values refused"
 
 # The population's training config as the coordinator stored it.
 config() { sqlite3 "$1" "SELECT config_json FROM populations"; }
+# The time limit and the phase deadlines (flotilla-sim's defaults: 10, 60, 3 s) are times
+# FL_TEST_TIME_SCALE (scripts/valgrind.sh: the devices are that much slower).
+ts=${FL_TEST_TIME_SCALE:-1}
 small=(--clients 20 --per-round 10 --train-examples 4000 --test-examples 2000 --secagg on
-       --rest-s 1 --epochs 2 --lr 0.05 --seed 3 --timeout-s 240)
+       --rest-s 1 --epochs 2 --lr 0.05 --seed 3 --timeout-s $((240 * ts))
+       --deadline-s $((10 * ts)) --masked-s $((60 * ts)) --forming-s $((3 * ts)))
 
 # ---- without DP: clip 50, example weights, and it learns ----
 "$sim" "${small[@]}" --rounds 3 --dp none --min-accuracy 0.5 --db "$work/nodp.db" \

@@ -313,8 +313,8 @@ static int attempt(struct sweep *s, int p, int64_t *rid) {
         }
         if (!result)
             break;
-        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=10", (long long)*rid,
-                 phases[ph]);
+        snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s/result?wait=%ld", (long long)*rid,
+                 phases[ph], fl_test_scaled(10) < 30 ? fl_test_scaled(10) : 30);
         for (int i = 0; i < n; i++) {
             if (!alive[i])
                 continue;
@@ -944,8 +944,12 @@ static void run_sweep(struct sweep *s, bool power) {
     long kills_target =
         rel_envl(power ? "FL_REL_CUTS" : "FL_REL_KILLS", lng ? (power ? 300 : 1000) : 10);
     long rounds_target = rel_envl("FL_REL_KILL_ROUNDS", lng ? 12 : 2); /* per population */
-    double budget_s = (double)rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 15);
-    long deadline_s = rel_envl("FL_REL_KILL_DEADLINE_S", 2); /* kp's phase deadlines */
+    /* Both times FL_TEST_TIME_SCALE (a slow tool: restarts and rounds take longer); kp's
+     * phase deadlines at most 20 s, so that a phase closes within one result poll (30 s at
+     * most: the coordinator's max_long_poll_s). */
+    double budget_s = (double)fl_test_scaled(rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 15));
+    long deadline_s = fl_test_scaled(2) < 20 ? fl_test_scaled(2) : 20;
+    deadline_s = rel_envl("FL_REL_KILL_DEADLINE_S", deadline_s); /* kp's phase deadlines */
     int drop_every = power ? 4 : 2;
     assert_true(s->n >= 4 && s->n <= NDEV);
     fprintf(stderr,
