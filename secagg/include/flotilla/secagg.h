@@ -269,8 +269,9 @@ FL_API fl_status fl_secagg_server_unmask_run(fl_secagg_server *srv, size_t job);
  * *njobs > 0 jobs to run, or *njobs == 0 when the round is DONE (the sum is ready). If a
  * job failed, the round fails (sticky) with the code and message of the lowest-numbered
  * failed job, the same as fl_secagg_server_advance gives for that failure, and the work
- * memory is wiped and freed. FL_ERR_MISUSE (nothing changes; run the missing jobs and call
- * again) if a job of the batch has not returned, or no unmask was begun. */
+ * memory is wiped and freed; later calls return that sticky code. FL_ERR_MISUSE (nothing
+ * changes, *njobs untouched; run the missing jobs and call again) if a job of the batch has
+ * not returned, or no unmask was begun (njobs NULL: likewise). */
 FL_API fl_status fl_secagg_server_unmask_next(fl_secagg_server *srv, size_t *njobs);
 
 /* Outgoing message for client `to` in the current phase. *msg is owned by the server and
