@@ -945,10 +945,11 @@ static void run_sweep(struct sweep *s, bool power) {
         rel_envl(power ? "FL_REL_CUTS" : "FL_REL_KILLS", lng ? (power ? 300 : 1000) : 10);
     long rounds_target = rel_envl("FL_REL_KILL_ROUNDS", lng ? 12 : 2); /* per population */
     /* Both times FL_TEST_TIME_SCALE (a slow tool: restarts and rounds take longer); kp's
-     * phase deadlines at most 20 s, so that a phase closes within one result poll (30 s at
-     * most: the coordinator's max_long_poll_s). */
+     * phase deadlines at most 7 s: they add up from the round's start (the unmask phase
+     * closes 4 deadlines after it), and a result poll waits at most 30 s (the coordinator's
+     * max_long_poll_s), so a phase closes within one poll. */
     double budget_s = (double)fl_test_scaled(rel_envl("FL_REL_KILL_BUDGET_S", lng ? 1500 : 15));
-    long deadline_s = fl_test_scaled(2) < 20 ? fl_test_scaled(2) : 20;
+    long deadline_s = fl_test_scaled(2) < 7 ? fl_test_scaled(2) : 7;
     deadline_s = rel_envl("FL_REL_KILL_DEADLINE_S", deadline_s); /* kp's phase deadlines */
     int drop_every = power ? 4 : 2;
     assert_true(s->n >= 4 && s->n <= NDEV);
