@@ -624,6 +624,9 @@ static void test_conn_limits(void **state) {
     lim = cfg.limits;
     lim.per_ip_connections = 0;
     lim.max_connections = 16;
+    /* The default idle timeout (30 s), times FL_TEST_TIME_SCALE like the waits for an
+     * answer: the 16 held connections must outlive the wait of connection 17. */
+    lim.connection_timeout_s = (unsigned)fl_test_scaled(30);
     unsigned threads = (unsigned)rel_envl("FL_REL_HTTP_THREADS", 2);
     rel_inproc_start(f, &lim, threads, 0);
     limit = (int)lim.max_connections;
