@@ -2,7 +2,8 @@
 # Runs the dev-build ctest suite (no sanitizers) under Valgrind memcheck and reports every
 # memory error and definite leak, per test.
 #
-#   scripts/valgrind.sh [-b BUILD_DIR] [-j JOBS] [-R REGEX] [-E REGEX] [-s SCALE] [--no-build]
+#   scripts/valgrind.sh [-b BUILD_DIR] [-j JOBS] [-R REGEX] [-E REGEX] [-s SCALE] [-o DIR]
+#                       [--no-build]
 #     -b  build directory (default build-vg; configured here as RelWithDebInfo, gcc)
 #     -j  tests run at once (default 2)
 #     -R / -E  include / exclude tests by name (like ctest); slow-labelled tests are
@@ -12,6 +13,8 @@
 #         (curl timeouts, waits for the coordinator's port, poll deadlines; see
 #         tests/common/fl_test_time.h); flotilla-sim's --timeout-s, --deadline-s,
 #         --masked-s and --forming-s (given or default) are multiplied by it too
+#     -o  where the logs go (default BUILD_DIR/valgrind; emptied first), so that two runs
+#         can share one build
 #
 # How each test runs (from `ctest --show-only=json-v1`, with its working directory and
 # environment):
@@ -28,7 +31,7 @@
 #     checked too (--child-silent-after-fork=no), in its own log.
 # Errors: any memcheck error (invalid read/write, use of uninitialised values, bad free,
 # overlap) and "definitely lost" leaks, counted from the per-process logs in
-# <build>/valgrind/. Exit status 1 if any test has errors or fails.
+# the -o directory. Exit status 1 if any test has errors or fails.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +40,7 @@ jobs=2
 include=""
 exclude=""
 do_build=1
+out=""
 scale=${FL_TEST_TIME_SCALE:-20}
 while [ $# -gt 0 ]; do
     case $1 in
@@ -45,8 +49,9 @@ while [ $# -gt 0 ]; do
         -R) include=$2; shift 2 ;;
         -E) exclude=$2; shift 2 ;;
         -s) scale=$2; shift 2 ;;
+        -o) out=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
-        *) sed -n '2,32p' "$0"; exit 2 ;;
+        *) sed -n '2,37p' "$0"; exit 2 ;;
     esac
 done
 case $build in /*) ;; *) build=$root/$build ;; esac
@@ -62,7 +67,8 @@ if [ "$do_build" = 1 ]; then
     cmake --build "$build" -j "$jobs"
 fi
 
-out=$build/valgrind
+[ -n "$out" ] || out=$build/valgrind
+case $out in /*) ;; *) out=$PWD/$out ;; esac
 rm -rf "$out"
 mkdir -p "$out"
 sel=(-LE slow)
