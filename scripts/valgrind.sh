@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
         -s) scale=$2; shift 2 ;;
         -o) out=$2; shift 2 ;;
         --no-build) do_build=0; shift ;;
-        *) sed -n '2,37p' "$0"; exit 2 ;;
+        *) sed -n '2,34p' "$0"; exit 2 ;;
     esac
 done
 case $build in /*) ;; *) build=$root/$build ;; esac
