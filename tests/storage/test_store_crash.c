@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "fl_test_time.h"
 #include "test_store_util.h"
 
 #define MAX_MODEL 2048
@@ -188,11 +189,13 @@ static void test_kill9_writer(void **state) {
         close(fds[1]);
         /* One kill in five lands anywhere from fork to the end of open (WAL recovery
          * included); the rest wait for the "opened" marker and then up to 60 ms, a
-         * handful of commits. */
+         * handful of commits. Both delays are times FL_TEST_TIME_SCALE (a slow tool
+         * slows the writer as much). */
         size_t first = nrep;
         struct timespec d = {0, 0};
+        long us;
         if (rng_next() % 5 == 0) {
-            d.tv_nsec = (long)(rng_next() % 5000) * 1000;
+            us = (long)(rng_next() % 5000) * fl_test_time_scale();
         } else {
             struct report ready;
             ssize_t got;
@@ -201,8 +204,10 @@ static void test_kill9_writer(void **state) {
             while (got < 0 && errno == EINTR);
             if (got != (ssize_t)sizeof(ready) || ready.version != 0)
                 fail_msg("writer life %d did not open the store", life);
-            d.tv_nsec = (long)(rng_next() % 60000) * 1000;
+            us = (long)(rng_next() % 60000) * fl_test_time_scale();
         }
+        d.tv_sec = us / 1000000;
+        d.tv_nsec = us % 1000000 * 1000;
         nanosleep(&d, NULL);
         assert_int_equal(kill(pid, SIGKILL), 0);
         int status = 0;
