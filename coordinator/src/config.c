@@ -41,7 +41,7 @@ static const char *resolve(const fl_coord_config_doc *doc, const char *path, cha
 static const char *const top_keys[] = {"listen", "port", "threads", "database",
                                        "admin_token_sha256", "admin_token_file",
                                        "signing_key_file", "tls", "limits", "max_long_poll_s",
-                                       "log_level", "audit", NULL};
+                                       "log_level", "audit", "secagg", NULL};
 
 static bool known(const char *k, const char *const *keys) {
     for (size_t i = 0; keys[i]; i++)
@@ -142,6 +142,15 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
             json_object_set_new(o, "database", json_string(pbuf));
             cfg->db_path = json_string_value(json_object_get(o, "database"));
         }
+    }
+    if ((v = json_object_get(o, "secagg"))) {
+        json_t *ut = json_object_get(v, "unmask_threads");
+        if (!json_is_object(v) || json_object_size(v) != (ut ? 1u : 0u))
+            BAD(FL_ERR_FORMAT, "'secagg' must be {\"unmask_threads\": 1..64}");
+        u = cfg->secagg_unmask_threads;
+        if (!get_uint(v, "unmask_threads", 64, &u) || u < 1)
+            BAD(FL_ERR_FORMAT, "'secagg.unmask_threads' must be an integer 1..64");
+        cfg->secagg_unmask_threads = (unsigned)u;
     }
     if ((v = json_object_get(o, "log_level"))) {
         const char *s = json_is_string(v) ? json_string_value(v) : "";

@@ -282,6 +282,8 @@ typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint6
                                        size_t vec_len, uint32_t count, const float *delta,
                                        size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user);
+/* Test-only: how many secure rounds began their unmasking on more than one thread. */
+uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
 /* Test-only hook (never set in production): an equivocating coordinator. Called (lock
  * held) when the task of secagg participant client_index of round_id is built; a return
  * value > 0 is the model version that participant's task names instead of the round's
@@ -319,6 +321,8 @@ struct fl_coord {
     fl_coord_limits limits;
     unsigned request_deadline_s;  /* per-request deadline, seconds; 0 = none (http.c) */
     unsigned request_min_body_rate; /* bytes/s a body's deadline allowance assumes */
+    unsigned unmask_threads;        /* threads finishing a secure round's unmasking */
+    uint64_t unmask_threaded;       /* unmaskings begun on more than one thread (lock) */
     struct fl__coord_http_watch *watch; /* request deadlines, half-closed clients (http.c) */
     unsigned max_long_poll_s;
     fl_coord_clock_fn clock;

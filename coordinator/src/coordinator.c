@@ -34,6 +34,7 @@ void fl_coord_config_init(fl_coord_config *cfg) {
     cfg->max_long_poll_s = 30;
     cfg->request_deadline_s = 10;
     cfg->request_min_body_rate = 16384;
+    cfg->secagg_unmask_threads = 1;
     cfg->logger.min_level = FL_LOG_INFO;
 }
 
@@ -84,6 +85,8 @@ static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
         BAD("config.request_deadline_s must be 0..3600");
     if (c->request_min_body_rate < 1024 || c->request_min_body_rate > 1000000000u)
         BAD("config.request_min_body_rate must be 1024..1000000000");
+    if (c->secagg_unmask_threads < 1 || c->secagg_unmask_threads > 64)
+        BAD("config.secagg_unmask_threads must be 1..64");
 #undef BAD
     return FL_OK;
 }
@@ -136,6 +139,7 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
     co->limits = cfg->limits;
     co->request_deadline_s = cfg->request_deadline_s;
     co->request_min_body_rate = cfg->request_min_body_rate;
+    co->unmask_threads = cfg->secagg_unmask_threads;
     co->max_long_poll_s = cfg->max_long_poll_s;
     co->clock = cfg->clock;
     co->clock_user = cfg->clock_user;
@@ -326,6 +330,13 @@ void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *use
     co->debug_sum = fn;
     co->debug_user = user;
     fl__coord_unlock(co);
+}
+
+uint64_t fl__coord_debug_unmask_threaded(fl_coord *co) {
+    fl__coord_lock(co);
+    uint64_t n = co->unmask_threaded;
+    fl__coord_unlock(co);
+    return n;
 }
 
 void fl__coord_debug_task_model_set(fl_coord *co, fl__coord_debug_task_model_fn fn,

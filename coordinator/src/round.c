@@ -7,6 +7,8 @@
  * folded into the round's accumulator and the request buffer is freed with the request. No
  * per-device update is kept or written anywhere; only SHA-256 digests of accepted messages
  * are remembered (for idempotent retries). */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +495,51 @@ static uint32_t alive_posted(const struct fl__coord_round *r, int k) {
     return m;
 }
 
+/* ---- the last secagg advance on transient threads ---- */
+
+struct unmask_batch {
+    fl_secagg_server *sa;
+    size_t njobs;
+    atomic_size_t next; /* next job to take */
+};
+
+static void *unmask_worker(void *arg) {
+    struct unmask_batch *b = arg;
+    size_t j;
+    while ((j = atomic_fetch_add(&b->next, 1)) < b->njobs)
+        (void)fl_secagg_server_unmask_run(b->sa, j); /* a failure surfaces at next */
+    return NULL;
+}
+
+/* fl_secagg_server_advance, except that the last one (UNMASK -> DONE) runs its jobs on
+ * co->unmask_threads threads: this one plus workers started for each batch and joined
+ * before the batch ends, so no thread outlives the call. A worker that cannot be started
+ * leaves its jobs to the others. Returns what advance would; FL_ERR_NOMEM changes nothing.
+ * Lock held. */
+static fl_status secagg_advance(fl_coord *co, fl_secagg_server *sa) {
+    unsigned nt = co->unmask_threads;
+    if (nt <= 1 || fl_secagg_server_phase(sa) != FL_SECAGG_PHASE_UNMASK)
+        return fl_secagg_server_advance(sa);
+    size_t nj;
+    fl_status st = fl_secagg_server_unmask_begin(sa, nt, &nj);
+    if (st == FL_OK)
+        co->unmask_threaded++;
+    while (st == FL_OK && nj > 0) {
+        pthread_t th[64];
+        struct unmask_batch b = {.sa = sa, .njobs = nj};
+        atomic_init(&b.next, 0);
+        unsigned started = 0;
+        while (started + 1 < nt && started + 1 < nj && started < 64 &&
+               pthread_create(&th[started], NULL, unmask_worker, &b) == 0)
+            started++;
+        unmask_worker(&b);
+        for (unsigned i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        st = fl_secagg_server_unmask_next(sa, &nj);
+    }
+    return st;
+}
+
 /* Closes phase r->phase: drops the clients that did not post, checks the minimum, advances
  * the secagg server, caches each survivor's next message, and wakes the pollers. After the
  * last phase, aggregates and commits. Lock held. */
@@ -518,7 +565,7 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         fl__coord_round_aggregate(co, p, r->acc, r->received);
         return;
     }
-    fl_status rc = fl_secagg_server_advance(r->sa);
+    fl_status rc = secagg_advance(co, r->sa);
     if (rc == FL_ERR_NOMEM) {
         fl__log(&co->logger, FL_LOG_WARN, "round %lld: out of memory closing phase %s; retrying",
                 (long long)r->id, fl__coord_phase_names[k]);

@@ -58,6 +58,8 @@ void fx_start(struct fx *f) {
     cfg.logger.min_level = FL_LOG_DEBUG;
     cfg.has_signing_key = 1;
     memset(cfg.signing_seed, 7, sizeof(cfg.signing_seed));
+    if (f->unmask_threads)
+        cfg.secagg_unmask_threads = f->unmask_threads;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK)
         fprintf(stderr, "create: %s\n", err);

@@ -45,6 +45,7 @@ struct fx {
     pid_t child;              /* flotilla-coordinator serve, or 0 */
     char log[160];            /* the child's stderr */
     char conf[160];           /* the child's config file */
+    unsigned unmask_threads;  /* fx_start: config secagg_unmask_threads (0 = default) */
 };
 
 /* In-process coordinator: fx_setup/fx_teardown are cmocka setup/teardown functions. */

@@ -194,6 +194,48 @@ static void test_request_deadline_config(void **state) {
     }
 }
 
+/* "secagg": {"unmask_threads": N}: default 1, 1..64 in the file and at create. */
+static void test_secagg_unmask_threads_config(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    fl_coord_config_init(&cfg);
+    assert_int_equal(cfg.secagg_unmask_threads, 1);
+    assert_int_equal(load("{\"database\":\"x.db\",\"secagg\":{\"unmask_threads\":4}}", &cfg,
+                          &doc, err, sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.secagg_unmask_threads, 4);
+    fl_coord_config_doc_free(doc);
+    doc = NULL;
+    static const char *const bad[] = {
+        "{\"secagg\":{\"unmask_threads\":0}}", "{\"secagg\":{\"unmask_threads\":65}}",
+        "{\"secagg\":{\"unmask_threads\":\"2\"}}", "{\"secagg\":3}",
+        "{\"secagg\":{\"unmask_threads\":2,\"threads\":2}}", "{\"secagg\":{\"thread\":2}}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fl_coord_config_init(&cfg);
+        assert_int_equal(load(bad[i], &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+        assert_non_null(strstr(err, "'secagg"));
+        assert_null(doc);
+    }
+    static const struct {
+        unsigned threads;
+        fl_status want;
+    } cases[] = {{0, FL_ERR_MISUSE}, {1, FL_OK}, {64, FL_OK}, {65, FL_ERR_MISUSE}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fl_coord_config_init(&cfg);
+        cfg.db_path = ":memory:";
+        cfg.secagg_unmask_threads = cases[i].threads;
+        fl_coord *co = NULL;
+        fl_status rc = fl_coord_create(&co, &cfg, err, sizeof(err));
+        assert_int_equal(rc, cases[i].want);
+        if (rc != FL_OK)
+            assert_non_null(strstr(err, "config.secagg_unmask_threads"));
+        fl_coord_destroy(co);
+    }
+}
+
 static void test_signed_message(void **state) {
     (void)state;
     uint8_t m[64];
@@ -220,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_load_uri_database),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_request_deadline_config),
+        cmocka_unit_test(test_secagg_unmask_threads_config),
         cmocka_unit_test(test_signed_message),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                              uint32_t count, const float *delta, size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
 
 struct hook {
     int calls;
@@ -408,6 +409,36 @@ static void test_secagg_dropouts_every_phase(void **state) {
     clients_free(c, N);
 }
 
+/* The same round with secagg.unmask_threads = 3: the coordinator finishes the unmasking on
+ * three threads (fl_secagg_server_unmask_*) and the aggregate is exact. */
+static void test_secagg_unmask_threads(void **state) {
+    struct fx *f = *state;
+    enum { N = 10 };
+    fx_stop(f);
+    f->unmask_threads = 3;
+    fx_start(f);
+    struct hook h = {0};
+    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct popcfg pc = {"ut", N, 5, true, 6, "none", NULL, NULL, 0, 32, NULL};
+    int drop[N] = {0};
+    drop[2] = DROP_SHARE;
+    drop[4] = DROP_MASKED;
+    drop[8] = DROP_MASKED;
+    drop[9] = DROP_UNMASK;
+    struct tc c[N];
+    int64_t rid;
+    assert_int_equal(fl__coord_debug_unmask_threaded(f->co), 0);
+    json_t *o = secagg_round(f, &pc, c, N, drop, &rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), 7);
+    int64_t version = json_integer_value(json_object_get(o, "new_model_version"));
+    json_decref(o);
+    assert_int_equal(fl__coord_debug_unmask_threaded(f->co), 1);
+    check_aggregate(f, &h, c, N, rid, version, "ut", c[0].task.gran * 1.0001);
+    clients_free(c, N);
+}
+
 /* Too many drop at the masked phase: the round is abandoned with a reason, pollers get 410,
  * nothing is committed. */
 static void test_secagg_too_few_survivors(void **state) {
@@ -672,6 +703,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_secagg_round_exact, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_replay_and_long_poll, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_dropouts_every_phase, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_unmask_threads, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_too_few_survivors, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_central_dp, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_distributed_dp, fx_setup, fx_teardown),

@@ -97,6 +97,11 @@ typedef struct fl_coord_config {
     unsigned request_min_body_rate;/* bytes/s: a body of B bytes adds B / rate seconds to the
                                       deadline (slow uplinks); 1024..1000000000, default
                                       16384 */
+    /* secure aggregation ("secagg" in the config file) */
+    unsigned secagg_unmask_threads;/* threads that finish a secure round's unmasking
+                                      (fl_secagg_server_unmask_*: started for it and joined
+                                      before the round is aggregated); 1 (default) = on the
+                                      thread that closes the phase; 1..64 */
 } fl_coord_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
