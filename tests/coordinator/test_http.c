@@ -66,8 +66,12 @@ static int setup(void **state) {
     cfg.clock_user = f;
     cfg.logger.fn = test_log;
     cfg.logger.min_level = FL_LOG_DEBUG;
-    if (g_deadline_s)
+    if (g_deadline_s) {
         cfg.request_deadline_s = g_deadline_s;
+        /* The idle timeout (default 30 s) scaled like the deadline: the keep-alive case
+         * idles past the deadline, not past this. */
+        cfg.limits.connection_timeout_s = (unsigned)fl_test_scaled(30);
+    }
     if (g_body_rate)
         cfg.request_min_body_rate = g_body_rate;
     char err[256];
