@@ -350,8 +350,7 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
         prc = fl__coord_budget_check(co, p, r, why, why_len);
     if (prc == FL_ERR_NOMEM) {
         /* Transient: the check-in gets a 503 and the next one tries again (no pause). */
-        if (why_len)
-            why[0] = '\0';
+        why[0] = '\0';
         fl__coord_round_free(co, r);
         return prc;
     }
@@ -705,9 +704,9 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
     /* The model's SHA-256 and size, so a device can check its cached copy or the download
      * before it trains (docs/protocol.md section 4.2). */
     struct fl__coord_blob *mb = NULL;
-    if (t && fl__coord_model_blob(co, p, mv, &mb) != FL_OK)
+    if (t && fl__coord_model_blob(co, p, mv, &mb) != FL_OK) {
         bad = 1;
-    if (t && mb) {
+    } else if (t) {
         json_t *mo = json_object_get(t, "model");
         FL__TSET(mo, "sha256", json_string(mb->sha_hex));
         FL__TSET(mo, "bytes", json_integer((json_int_t)mb->len));

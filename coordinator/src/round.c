@@ -219,18 +219,23 @@ static int park(struct fl__coord_req *rq, struct fl__coord_reply *rep, int64_t r
     return 0;
 }
 
+/* Unlinks w and resumes its connection; one resumed while the coordinator stops is counted
+ * until its answer is sent, so that fl_coord_stop can wait for it. */
+static void waiter_resume(fl_coord *co, struct fl__coord_waiter *w) {
+    waiter_unlink(co, w);
+    w->draining = atomic_load(&co->stopped);
+    if (w->draining)
+        atomic_fetch_add(&co->draining, 1);
+    MHD_resume_connection(w->conn);
+}
+
 void fl__coord_waiters_wake(fl_coord *co, int64_t round_id, int phase) {
     struct fl__coord_waiter *w = co->waiters, *next;
     for (; w; w = next) {
         next = w->next;
         if (w->round_id != round_id || (phase >= 0 && w->phase != phase))
             continue;
-        waiter_unlink(co, w);
-        if (atomic_load(&co->stopped) && !w->draining) {
-            w->draining = true;
-            atomic_fetch_add(&co->draining, 1);
-        }
-        MHD_resume_connection(w->conn);
+        waiter_resume(co, w);
     }
 }
 
@@ -240,12 +245,7 @@ void fl__coord_waiters_expire(fl_coord *co, int64_t now_mono) {
         next = w->next;
         if (now_mono < w->deadline_mono && !atomic_load(&co->stopped))
             continue;
-        waiter_unlink(co, w);
-        if (atomic_load(&co->stopped) && !w->draining) {
-            w->draining = true;
-            atomic_fetch_add(&co->draining, 1);
-        }
-        MHD_resume_connection(w->conn);
+        waiter_resume(co, w);
     }
 }
 
@@ -529,7 +529,8 @@ static fl_status secagg_advance(fl_coord *co, fl_secagg_server *sa) {
         struct unmask_batch b = {.sa = sa, .njobs = nj};
         atomic_init(&b.next, 0);
         unsigned started = 0;
-        while (started + 1 < nt && started + 1 < nj && started < 64 &&
+        /* nt <= 64: fl_coord_create checks it. */
+        while (started + 1 < nt && started + 1 < nj &&
                pthread_create(&th[started], NULL, unmask_worker, &b) == 0)
             started++;
         unmask_worker(&b);

@@ -208,6 +208,13 @@ static void test_secagg_unmask_threads_config(void **state) {
     assert_int_equal(cfg.secagg_unmask_threads, 4);
     fl_coord_config_doc_free(doc);
     doc = NULL;
+    /* An empty object keeps the default. */
+    fl_coord_config_init(&cfg);
+    assert_int_equal(load("{\"database\":\"x.db\",\"secagg\":{}}", &cfg, &doc, err, sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.secagg_unmask_threads, 1);
+    fl_coord_config_doc_free(doc);
+    doc = NULL;
     static const char *const bad[] = {
         "{\"secagg\":{\"unmask_threads\":0}}", "{\"secagg\":{\"unmask_threads\":65}}",
         "{\"secagg\":{\"unmask_threads\":\"2\"}}", "{\"secagg\":3}",
