@@ -3,7 +3,7 @@
  * coordinator loads it with its audit logging off. It keeps working (model uploads,
  * configuration changes, stops and starts, complete rounds with a new model version), and
  * none of that appends to the audit log, while a normal population next to it still logs
- * its own round. Runs the coordinator in-process (coord_testkit.c) and edits its database
+ * its own round. A round such a population left unfinished is abandoned at load, unlogged. Runs the coordinator in-process (coord_testkit.c) and edits its database
  * between two runs with SQLite directly. */
 #include <sqlite3.h>
 
@@ -126,9 +126,46 @@ static void test_legacy_budget_not_logged(void **state) {
     }
 }
 
+/* A round of such a population left unfinished by a previous process (here: reopened in the
+ * database, as a crash leaves it) is abandoned at load with "coordinator restarted", and that
+ * abandonment is not logged either. */
+static void test_legacy_unfinished_round(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "crash", .target = 3, .min = 3, .secagg = false,
+                        .mode = "none", .bits = 32};
+    char *tok[1];
+    setup_population(f, &pc, tok, 1);
+    struct tc c[1];
+    memset(c, 0, sizeof(c));
+    c[0].tok = tok[0];
+    int64_t rid;
+    checkin_all(f, c, 1, &rid); /* 1 of 3: forming */
+    fx_stop(f);                 /* a clean stop abandons it */
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "UPDATE populations SET epsilon = 1e300 WHERE name = 'crash';"
+             "UPDATE rounds SET state = 0, ended_at = NULL, abandon_reason = NULL "
+             "WHERE id = %lld", (long long)rid);
+    db_exec(f, sql);
+    int64_t before = audit_count(f);
+    fx_start(f);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "abandoned");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "coordinator restarted");
+    json_decref(j);
+    resp_free(&r);
+    assert_int_equal(audit_count(f), before);
+    clients_free(c, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_legacy_budget_not_logged, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_legacy_unfinished_round, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
