@@ -4,7 +4,8 @@
  * refuses to begin unmasking (fewer shares than the threshold for some client): the round
  * must end abandoned with the secure aggregation's reason, commit no model, answer the
  * survivors' result polls with that outcome, and never count a threaded unmasking. A round with
- * exactly the threshold of unmask answers still completes on the same path. Runs the
+ * exactly the threshold of unmask answers still completes on the same path. A device that
+ * missed a phase gets 410 for the results it can no longer have. Runs the
  * coordinator in-process (coord_testkit.c). */
 #include "coord_testkit.h"
 
@@ -111,11 +112,61 @@ static void test_threaded_unmask_at_threshold(void **state) {
     clients_free(c, N);
 }
 
+/* A device that missed the advertise phase polls the next phase's result while the round
+ * goes on without it: 410 round_closed at once (wait=0 or not), while the others get their
+ * advertise results. */
+static void test_dropped_device_polls(void **state) {
+    struct fx *f = *state;
+    enum { N = 5 };
+    int drop[N] = {0};
+    struct popcfg pc = {"dp", N, 3, true, 4, "none", NULL, NULL, 0, 32, NULL};
+    char *tok[NMAX];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++) {
+        c[i].tok = tok[i];
+        c[i].drop = drop[i];
+    }
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    const uint8_t *out[N];
+    size_t out_len[N];
+    secagg_clients_start(c, N, rid, out, out_len);
+    for (int i = 0; i < N - 1; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    fx_advance(f, c[0].task.dl[0] + 1 - atomic_load(&f->now_ms));
+    for (int i = 0; i < N - 1; i++) {
+        struct resp r = get_result(f, &c[i], rid, "advertise", 0);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+    }
+    static const int waits[] = {0, 5};
+    for (int w = 0; w < 2; w++) {
+        struct resp r = get_result(f, &c[N - 1], rid, "share", waits[w]);
+        assert_error(&r, 410, "round_closed");
+        resp_free(&r);
+        r = get_result(f, &c[N - 1], rid, "advertise", waits[w]);
+        assert_error(&r, 410, "round_closed");
+        resp_free(&r);
+    }
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "share");
+    json_decref(st);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_threaded_unmask_too_few, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_threaded_unmask_at_threshold, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_dropped_device_polls, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
