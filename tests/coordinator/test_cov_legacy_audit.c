@@ -3,8 +3,9 @@
  * coordinator loads it with its audit logging off. It keeps working (model uploads,
  * configuration changes, stops and starts, complete rounds with a new model version), and
  * none of that appends to the audit log, while a normal population next to it still logs
- * its own round. A round such a population left unfinished is abandoned at load, unlogged. Runs the coordinator in-process (coord_testkit.c) and edits its database
- * between two runs with SQLite directly. */
+ * its own round. A round such a population left unfinished is abandoned at load, unlogged.
+ * Runs the coordinator in-process (coord_testkit.c) and edits its database between two runs
+ * with SQLite directly. */
 #include <sqlite3.h>
 
 #include "coord_testkit.h"

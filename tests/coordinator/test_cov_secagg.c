@@ -3,10 +3,10 @@
  * fl_secagg_server_advance). When too few devices answer the unmask phase, the secagg server
  * refuses to begin unmasking (fewer shares than the threshold for some client): the round
  * must end abandoned with the secure aggregation's reason, commit no model, answer the
- * survivors' result polls with that outcome, and never count a threaded unmasking. A round with
- * exactly the threshold of unmask answers still completes on the same path. A device that
- * missed a phase gets 410 for the results it can no longer have. Runs the
- * coordinator in-process (coord_testkit.c). */
+ * survivors' result polls with that outcome, and never count a threaded unmasking. A round
+ * with exactly the threshold of unmask answers still completes on the same path. A device
+ * that missed a phase gets 410 for the results it can no longer have. Runs the coordinator
+ * in-process (coord_testkit.c). */
 #include "coord_testkit.h"
 
 uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
