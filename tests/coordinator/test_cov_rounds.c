@@ -5,9 +5,12 @@
  * - a participant fetching the task of a round that has ended (the round is the
  *   population's last one, no longer its current one) gets 410 round_closed;
  * - a FedBuff update posted after its participation's deadline, before any timer dropped
- *   the participation, gets 410 round_closed and is not folded.
+ *   the participation, gets 410 round_closed and is not folded;
+ * - an update far over the norm bound, in 8-byte words (modulus_bits 48), is clipped.
  * Runs the coordinator in-process (coord_testkit.c); tests that must see a state before the
  * timers act stop the fixture's ticker thread and run the timers themselves. */
+#include <math.h>
+
 #include "coord_testkit.h"
 
 static const char CHECKIN[] = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
@@ -201,12 +204,59 @@ static void test_fedbuff_update_after_deadline(void **state) {
     clients_free(c, 1);
 }
 
+/* A plain round with 48-bit words (8 bytes each on the wire): an update far over the norm
+ * bound (clip_norm 1.0) is accepted and clipped, and the model moves by at most the bound. */
+static void test_clipped_update_wide_words(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "cw", .target = 1, .min = 1, .secagg = false, .mode = "none",
+                        .bits = 48};
+    char *tok[1];
+    setup_population(f, &pc, tok, 1);
+    struct tc c[1];
+    memset(c, 0, sizeof(c));
+    c[0].tok = tok[0];
+    int64_t rid;
+    checkin_all(f, c, 1, &rid);
+    fetch_tasks(f, c, 1, rid);
+    assert_int_equal(c[0].task.bits, 48);
+    assert_true(c[0].task.vec_len > D);
+    /* Coordinate 0 at 2^40 granules (far over the bound), the others 0, weight 1. */
+    memset(c[0].words, 0, sizeof(c[0].words));
+    c[0].words[0] = (uint64_t)1 << 40;
+    c[0].words[c[0].task.vec_len - 1] = 1;
+    uint8_t body[16 + 8 * 1024];
+    size_t bl = plain_update_body(body, rid, c[0].words, c[0].task.vec_len, 8);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    struct resp r =
+        http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, bl, c[0].pid);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    int64_t v = json_integer_value(json_object_get(st, "new_model_version"));
+    json_decref(st);
+    float w[D], b[2];
+    fetch_model(f, &c[0], "cw", v, w, b);
+    double n2 = 0;
+    for (int j = 0; j < D; j++) {
+        double d = (double)w[j] - (double)base_w(j);
+        n2 += d * d;
+        if (j > 0)
+            assert_true(fabs(d) < 1e-6);
+    }
+    assert_true(w[0] > base_w(0));            /* moved the way the update pointed */
+    assert_true(sqrt(n2) <= 1.0 * (1 + 1e-5)); /* by at most clip_norm */
+    clients_free(c, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_full_retry_floor, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_task_of_ended_round, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_fedbuff_update_after_deadline, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_clipped_update_wide_words, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
