@@ -11,9 +11,14 @@
  *   - the failalloc shim (FL_FAILALLOC_SO) fails the n-th allocation: n is stepped through
  *     the first round's counts and completion in `demo --rounds 1` (the round is found
  *     from the end of the run, walking back until the failing call is one of the round's).
- * fl_store_begin is the one step left: it allocates nothing and writes nothing.
- * The tool and the shim come from FL_AUDIT_TOOL and FL_FAILALLOC_SO (set by
- * audit_tool_oom_demo.cmake, not in sanitizer builds); without them the test is skipped. */
+ *   - fl_store_begin allocates nothing and writes nothing: it runs BEGIN IMMEDIATE, which
+ *     takes the WAL write lock. The faillock shim (FL_FAILLOCK_SO) fails the n-th write lock
+ *     on the WAL index (the -shm file) and every one after it, which SQLite reports as
+ *     SQLITE_BUSY once its busy handler gives up; the first n that fails a call of the round
+ *     loop is found by bisection in `demo --rounds 1`, and that call must be the round's
+ *     fl_store_begin.
+ * The tool and the shims come from FL_AUDIT_TOOL, FL_FAILALLOC_SO and FL_FAILLOCK_SO (set by
+ * audit_tool_oom_demo.cmake, not in sanitizer builds); without them the tests are skipped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,19 +35,26 @@
 
 extern char **environ;
 
-static const char *tool, *shim;
+static const char *tool, *shim, *lockshim;
 static char dir[] = "/tmp/fl-audit-demo-test-XXXXXX";
 
 struct outcome {
     int status;    /* wait status */
     char call[64]; /* the DEMO_CHECK call that failed ("" if none named) */
     char err[512]; /* stderr, truncated */
-    int reached;   /* failalloc: the n-th allocation was made */
+    int reached;   /* the shim's n-th allocation or lock was failed */
 };
 
-/* Runs `flotilla-audit demo OUT --rounds R`, failing allocation fail_at (0: none) and
- * with a file size limit of fsize bytes (0: none). */
-static void run_demo(struct outcome *o, const char *rounds, unsigned long fail_at, rlim_t fsize) {
+/* What run_demo makes fail besides the file size limit. */
+enum fault {
+    FAULT_ALLOC, /* failalloc: the n-th allocation */
+    FAULT_LOCK,  /* faillock: the n-th write lock on the WAL index, and every later one */
+};
+
+/* Runs `flotilla-audit demo OUT --rounds R`, failing the fail_at-th allocation or lock
+ * (0: none) and with a file size limit of fsize bytes (0: none). */
+static void run_demo_fault(struct outcome *o, const char *rounds, enum fault kind,
+                           unsigned long fail_at, rlim_t fsize) {
     char out[128], errp[128], mark[128], env_n[64], env_mark[160], env_pre[600];
     snprintf(out, sizeof(out), "%s/demo.jsonl", dir);
     snprintf(errp, sizeof(errp), "%s/err", dir);
@@ -52,12 +64,14 @@ static void run_demo(struct outcome *o, const char *rounds, unsigned long fail_a
     char *envp[256];
     int ne = 0;
     for (char **e = environ; *e && ne < 250; e++)
-        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "FL_FAILALLOC_", 13))
+        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "FL_FAILALLOC_", 13) &&
+            strncmp(*e, "FL_FAILLOCK_", 12))
             envp[ne++] = *e;
     if (fail_at) {
-        snprintf(env_n, sizeof(env_n), "FL_FAILALLOC_N=%lu", fail_at);
-        snprintf(env_mark, sizeof(env_mark), "FL_FAILALLOC_MARK=%s", mark);
-        snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", shim);
+        const char *var = kind == FAULT_LOCK ? "FL_FAILLOCK" : "FL_FAILALLOC";
+        snprintf(env_n, sizeof(env_n), "%s_N=%lu", var, fail_at);
+        snprintf(env_mark, sizeof(env_mark), "%s_MARK=%s", var, mark);
+        snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", kind == FAULT_LOCK ? lockshim : shim);
         envp[ne++] = env_n;
         envp[ne++] = env_mark;
         envp[ne++] = env_pre;
@@ -110,6 +124,11 @@ static void run_demo(struct outcome *o, const char *rounds, unsigned long fail_a
         assert_int_equal(stat(out, &sb), -1);
 }
 
+/* The same, failing the fail_at-th allocation. */
+static void run_demo(struct outcome *o, const char *rounds, unsigned long fail_at, rlim_t fsize) {
+    run_demo_fault(o, rounds, FAULT_ALLOC, fail_at, fsize);
+}
+
 static int exit_status(const struct outcome *o) {
     return WIFEXITED(o->status) ? WEXITSTATUS(o->status) : -1;
 }
@@ -124,6 +143,7 @@ static int setup(void **state) {
     (void)state;
     tool = getenv("FL_AUDIT_TOOL");
     shim = getenv("FL_FAILALLOC_SO");
+    lockshim = getenv("FL_FAILLOCK_SO");
     if (!tool || !tool[0])
         return 0;
     return mkdtemp(dir) ? 0 : -1;
@@ -240,10 +260,76 @@ static void test_demo_round_allocation_failures(void **state) {
     assert_true(complete);
 }
 
+/* 1 when o failed before the round loop: opening the store (no call named) or one of the
+ * calls that set up the populations. */
+static int failed_before_rounds(const struct outcome *o) {
+    static const char *const setup_calls[] = {
+        "fl_store_population_create", "fl_store_audit_append_population", "fl_store_client_enroll",
+        "fl_store_model_put",         "fl_store_audit_append_model",
+    };
+    if (exit_status(o) == 0)
+        return 0;
+    if (!o->call[0])
+        return 1;
+    for (size_t i = 0; i < sizeof(setup_calls) / sizeof(setup_calls[0]); i++)
+        if (strcmp(o->call, setup_calls[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The round's fl_store_begin failing on a lock it cannot take. With the locks failing from
+ * the n-th on, the demo fails in the call that asks for the n-th: the later n, the later
+ * the call, so the first n that fails a call of the round loop is found by bisection. The
+ * round loop's first lock is BEGIN IMMEDIATE's write lock: that call must be
+ * fl_store_begin, and the one before it (n - 1) the last of the set-up. */
+static void test_demo_begin_lock_failure(void **state) {
+    (void)state;
+    if (!tool || !tool[0] || !lockshim || !lockshim[0])
+        skip();
+    struct outcome o;
+    run_demo_fault(&o, "1", FAULT_LOCK, 1, 0); /* the first lock: opening the store */
+    assert_true(o.reached);
+    assert_true(failed_before_rounds(&o));
+    /* lo fails before the rounds, hi does not: doubling, then bisecting. */
+    unsigned long lo = 1, hi = 2;
+    for (;;) {
+        run_demo_fault(&o, "1", FAULT_LOCK, hi, 0);
+        if (!failed_before_rounds(&o))
+            break;
+        lo = hi;
+        hi *= 2;
+        if (hi > 2048)
+            fail_msg("lock %lu still fails before the round loop: %s", lo, o.err);
+    }
+    int runs = 0;
+    while (hi - lo > 1) {
+        unsigned long mid = lo + (hi - lo) / 2;
+        run_demo_fault(&o, "1", FAULT_LOCK, mid, 0);
+        runs++;
+        if (failed_before_rounds(&o))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    print_message("the round's first lock is WAL-index write lock %lu (%d bisection runs)\n", hi,
+                  runs);
+    run_demo_fault(&o, "1", FAULT_LOCK, lo, 0);
+    check_failed(&o, "failing the last lock before the round loop");
+    assert_string_equal(o.call, "fl_store_audit_append_model");
+    run_demo_fault(&o, "1", FAULT_LOCK, hi, 0);
+    assert_true(o.reached);
+    check_failed(&o, "failing the round's first lock");
+    if (strcmp(o.call, "fl_store_begin") != 0)
+        fail_msg("lock %lu: expected fl_store_begin to fail, got: %s", hi, o.err);
+    assert_non_null(strstr(o.err, "flotilla-audit demo: fl_store_begin(st): resource busy"));
+    assert_non_null(strstr(o.err, "database is locked"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demo_write_failures),
         cmocka_unit_test(test_demo_round_allocation_failures),
+        cmocka_unit_test(test_demo_begin_lock_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
