@@ -297,10 +297,14 @@ static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* Images (n, 784) in [0, 1] and labels; returns n (0 if missing or malformed). */
-static size_t load_idx(const char *dir, const char *img, const char *lab, float **x, int32_t **y) {
+/* Images (n, 784) in [0, 1] and labels; returns n (0 if missing or malformed, or out of
+ * memory: then *oom is set). *x and *y are the caller's to free, NULL when 0 is returned. */
+static size_t load_idx(const char *dir, const char *img, const char *lab, float **x, int32_t **y,
+                       bool *oom) {
     size_t il = 0, ll = 0, n = 0;
     uint8_t *ib = read_gz(dir, img, &il), *lb = read_gz(dir, lab, &ll);
+    *x = NULL;
+    *y = NULL;
     if (ib && lb && il >= 16 && ll >= 8 && be32(ib) == 2051 && be32(lb) == 2049 &&
         be32(ib + 8) * be32(ib + 12) == 784) {
         n = be32(ib + 4);
@@ -312,13 +316,20 @@ static size_t load_idx(const char *dir, const char *img, const char *lab, float 
         *y = malloc(n * sizeof(int32_t));
         if (!*x || !*y) {
             fprintf(stderr, "out of memory loading %s\n", img);
-            exit(1);
+            free(*x);
+            free(*y);
+            *x = NULL;
+            *y = NULL;
+            *oom = true;
+            n = 0;
+            goto out;
         }
         for (size_t i = 0; i < n * 784; i++)
             (*x)[i] = (float)ib[16 + i] / 255.0f;
         for (size_t i = 0; i < n; i++)
             (*y)[i] = lb[8 + i];
     }
+out:
     free(ib);
     free(lb);
     return n;
@@ -326,9 +337,14 @@ static size_t load_idx(const char *dir, const char *img, const char *lab, float 
 
 /* Partitions n examples over c clients: IID (shuffled, equal shares) or Dirichlet(alpha)
  * per class (Hsu et al. 2019). owner[i] receives example i's client; every client gets at
- * least one example. */
-static void partition(int *owner, const int32_t *y, size_t n, int c, double alpha, uint64_t *s) {
+ * least one example. Returns false if out of memory. */
+static bool partition(int *owner, const int32_t *y, size_t n, int c, double alpha, uint64_t *s) {
+    bool ok = false;
     size_t *idx = malloc(n * sizeof(size_t));
+    double *p = NULL;
+    size_t *count = NULL;
+    if (!idx)
+        goto out;
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     for (size_t i = n - 1; i > 0; i--) {
@@ -340,7 +356,10 @@ static void partition(int *owner, const int32_t *y, size_t n, int c, double alph
         for (size_t i = 0; i < n; i++)
             owner[idx[i]] = (int)(i % (size_t)c);
     } else {
-        double *p = malloc((size_t)c * sizeof(double));
+        p = malloc((size_t)c * sizeof(double));
+        count = calloc((size_t)c, sizeof(size_t));
+        if (!p || !count)
+            goto out;
         for (int k = 0; k < 10; k++) {
             double tot = 0;
             for (int j = 0; j < c; j++)
@@ -361,9 +380,7 @@ static void partition(int *owner, const int32_t *y, size_t n, int c, double alph
                 seen++;
             }
         }
-        free(p);
         /* Nobody left empty: take one example from the largest owner. */
-        size_t *count = calloc((size_t)c, sizeof(size_t));
         for (size_t i = 0; i < n; i++)
             count[owner[i]]++;
         for (int j = 0; j < c; j++) {
@@ -380,9 +397,13 @@ static void partition(int *owner, const int32_t *y, size_t n, int c, double alph
                     break;
                 }
         }
-        free(count);
     }
+    ok = true;
+out:
+    free(count);
+    free(p);
     free(idx);
+    return ok;
 }
 
 /* ---- HTTP to the coordinator (admin API, model downloads, metrics) ---- */
@@ -470,7 +491,9 @@ struct sim {
     fl_coord *co;
     atomic_bool stop, tick_stop;
     pthread_t ticker;
-    struct dev *devs;
+    bool ticker_up;            /* the ticker thread runs (join it) */
+    struct dev *devs;          /* o.clients entries once allocated, else NULL */
+    int started;               /* device threads started: devs[0..started) */
     pthread_mutex_t train_lock; /* counting semaphore for training (one per core) */
     pthread_cond_t train_cv;
     int train_slots;
@@ -676,6 +699,41 @@ static int parse_sizes(const char *spec, uint32_t *sizes, int cap) {
     return n;
 }
 
+/* Stops and frees what the run started, in the order the shutdown needs: the devices are
+ * told to stop, the ticker is joined, the coordinator stops (which answers the parked long
+ * polls, so no device stays blocked), the device threads are joined, then the handles are
+ * freed. Safe on a run built only in part (NULL handles, s->started threads) and when
+ * called again. */
+static void sim_shutdown(struct sim *s) {
+    atomic_store(&s->stop, true);
+    for (int i = 0; s->devs && i < s->o.clients; i++)
+        fl_client_interrupt(s->devs[i].c);
+    if (s->ticker_up) {
+        atomic_store(&s->tick_stop, true);
+        pthread_join(s->ticker, NULL);
+        s->ticker_up = false;
+    }
+    fl_coord_stop(s->co);
+    for (int i = 0; i < s->started; i++)
+        pthread_join(s->devs[i].th, NULL);
+    s->started = 0;
+    fl_coord_destroy(s->co);
+    s->co = NULL;
+    for (int i = 0; s->devs && i < s->o.clients; i++) {
+        fl_client_destroy(s->devs[i].c);
+        sim_ft_destroy(s->devs[i].ft);
+        fl_client_curl_destroy(s->devs[i].curl);
+        fl_client_store_close(s->devs[i].store);
+    }
+    free(s->devs);
+    s->devs = NULL;
+}
+
+/* Exit status: 0 the rounds ran (or the privacy budget stopped them); 1 a failure (the
+ * coordinator, the population, a device, --min-accuracy not reached); 2 a bad command line
+ * (also --model, --coordinator-key, --db); 77 (skip) Fashion-MNIST not found in --data.
+ * Every exit after the command line is parsed leaves through `out`, which releases what
+ * was built so far. */
 int main(int argc, char **argv) {
     struct sim *s = calloc(1, sizeof(*s));
     if (!s || !parse_opts(&s->o, argc, argv)) {
@@ -684,6 +742,19 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct opts *o = &s->o;
+    /* What `out` releases; set before the first jump there. */
+    int rc = 1;
+    bool curl_up = false, tmp_dir = false;
+    float *xtr = NULL, *xte = NULL;
+    int32_t *ytr = NULL, *yte = NULL;
+    int *owner = NULL;
+    uint8_t *model = NULL;
+    char dir[] = "/tmp/flotilla-sim-XXXXXX", db[1024] = "";
+    char path[1100]; /* admin API paths; also "<db>-journal" at the end */
+    struct buf b = {0};
+    json_t *doc = NULL;
+    pthread_mutex_init(&s->train_lock, NULL);
+    pthread_cond_init(&s->train_cv, NULL);
     /* OpenBLAS threads would fight the device threads: one BLAS thread each. The program
      * is re-run by the path /proc/self/exe names, not by that link itself: under a loader
      * such as Valgrind the link is the tool, which cannot load itself ("mmap(0x58000000)
@@ -706,20 +777,25 @@ int main(int argc, char **argv) {
     if ((rlim_t)o->clients * 2 + 64 > rl.rlim_cur)
         fprintf(stderr, "warning: %llu file descriptors may be too few for %d clients\n",
                 (unsigned long long)rl.rlim_cur, o->clients);
-    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
+    if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "libsodium or libcurl failed to initialise\n");
+        goto out;
+    }
+    curl_up = true;
     double t_start = mono_s();
 
     /* Data. */
-    float *xtr = NULL, *xte = NULL;
-    int32_t *ytr = NULL, *yte = NULL;
+    bool oom = false;
     size_t ntr = load_idx(o->data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                          &xtr, &ytr);
-    size_t nte = load_idx(o->data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
-                          &xte, &yte);
+                          &xtr, &ytr, &oom);
+    size_t nte = oom ? 0 : load_idx(o->data, "t10k-images-idx3-ubyte.gz",
+                                    "t10k-labels-idx1-ubyte.gz", &xte, &yte, &oom);
+    if (oom)
+        goto out;
     if (!ntr || !nte) {
         fprintf(stderr, "Fashion-MNIST not found in %s (set --data)\n", o->data);
-        return EXIT_SKIP;
+        rc = EXIT_SKIP;
+        goto out;
     }
     uint64_t rs = o->seed * 0x2545f4914f6cdd1dull + 7;
     if (o->train_n > 0 && (size_t)o->train_n < ntr) {
@@ -739,8 +815,11 @@ int main(int argc, char **argv) {
     }
     if (o->test_n > 0 && (size_t)o->test_n < nte)
         nte = (size_t)o->test_n;
-    int *owner = malloc(ntr * sizeof(int));
-    partition(owner, ytr, ntr, o->clients, o->alpha, &rs);
+    owner = malloc(ntr * sizeof(int));
+    if (!owner || !partition(owner, ytr, ntr, o->clients, o->alpha, &rs)) {
+        fprintf(stderr, "out of memory partitioning the training set\n");
+        goto out;
+    }
 
     /* Model. */
     uint32_t sizes[FL_CLIENT_MAX_LAYERS + 1];
@@ -748,36 +827,42 @@ int main(int argc, char **argv) {
     size_t mlen = 0;
     if (ns < 2 || sizes[0] != 784 || sizes[ns - 1] != 10) {
         fprintf(stderr, "--model must be 784-...-10\n");
-        return 2;
+        rc = 2;
+        goto out;
     }
     fl_client_model_init(NULL, 0, &mlen, sizes, (size_t)ns, o->seed, NULL);
-    uint8_t *model = malloc(mlen);
-    if (!model || fl_client_model_init(model, mlen, &mlen, sizes, (size_t)ns, o->seed, NULL))
-        return 1;
+    model = malloc(mlen);
+    if (!model || fl_client_model_init(model, mlen, &mlen, sizes, (size_t)ns, o->seed, NULL)) {
+        fprintf(stderr, "could not build the initial model %s\n", o->model);
+        goto out;
+    }
 
     /* Coordinator. */
-    char dir[] = "/tmp/flotilla-sim-XXXXXX", db[1024] = "";
     if (o->url) {
         snprintf(s->base, sizeof(s->base), "%s", o->url);
         if (strlen(o->key_hex) != 64 || sodium_hex2bin(s->pk, 32, o->key_hex, 64, NULL, NULL,
                                                        NULL) != 0) {
             fprintf(stderr, "--coordinator-key: 64 hex characters\n");
-            return 2;
+            rc = 2;
+            goto out;
         }
     } else {
         if (!mkdtemp(dir)) {
             perror("mkdtemp");
-            return 1;
+            goto out;
         }
         if (o->db) {
             rmdir(dir);
             if (access(o->db, F_OK) == 0) {
                 fprintf(stderr, "--db %s exists: give a new path\n", o->db);
-                return 2;
+                rc = 2;
+                goto out;
             }
             snprintf(db, sizeof(db), "%s", o->db);
-        } else
+        } else {
+            tmp_dir = true;
             snprintf(db, sizeof(db), "%s/coord.db", dir);
+        }
         fl_coord_config cc;
         fl_coord_config_init(&cc);
         cc.port = 0;
@@ -798,12 +883,16 @@ int main(int argc, char **argv) {
         if (fl_coord_create(&s->co, &cc, err, sizeof(err)) != FL_OK ||
             fl_coord_start(s->co) != FL_OK) {
             fprintf(stderr, "coordinator: %s\n", s->co ? fl_coord_errmsg(s->co) : err);
-            return 1;
+            goto out;
         }
         char kid[FL_COORD_KEY_ID_BYTES];
         fl_coord_public_key(s->co, s->pk, kid);
         snprintf(s->base, sizeof(s->base), "http://127.0.0.1:%u", fl_coord_port(s->co));
-        pthread_create(&s->ticker, NULL, tick_main, s);
+        if (pthread_create(&s->ticker, NULL, tick_main, s) != 0) {
+            fprintf(stderr, "could not start the coordinator's ticker thread\n");
+            goto out;
+        }
+        s->ticker_up = true;
     }
 
     /* Population through the admin API. */
@@ -835,37 +924,39 @@ int main(int argc, char **argv) {
              o->strategy,
              o->server_lr, mom,
              o->secagg ? "true" : "false", o->dp, o->clip, priv);
-    struct buf b = {0};
     long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,
                      "application/json", pop, strlen(pop), &b);
-    json_t *j = code == 201 ? json_loads(b.p, 0, NULL) : NULL;
-    const char *et = j ? json_string_value(json_object_get(j, "enrollment_token")) : NULL;
+    doc = code == 201 ? json_loads(b.p, 0, NULL) : NULL;
+    const char *et = doc ? json_string_value(json_object_get(doc, "enrollment_token")) : NULL;
     if (!et) {
         fprintf(stderr, "creating the population failed: %ld %s\n", code, b.p ? b.p : "");
-        return 1;
+        goto out;
     }
     char etok[256];
     snprintf(etok, sizeof(etok), "%s", et);
-    json_decref(j);
+    json_decref(doc);
+    doc = NULL;
     free(b.p);
-    char path[1100]; /* also reused below for "<db>-journal" */
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", o->population);
     b = (struct buf){0};
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", o->population);
     if (http(s->base, "POST", path, o->admin_token, "application/octet-stream", model, mlen,
              &b) != 201) {
         fprintf(stderr, "model upload failed: %s\n", b.p ? b.p : "");
-        return 1;
+        goto out;
     }
     free(b.p);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", o->population);
     b = (struct buf){0};
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", o->population);
     http(s->base, "POST", path, o->admin_token, "application/json", NULL, 0, &b);
     free(b.p);
+    b = (struct buf){0};
 
     /* Devices. */
     s->devs = calloc((size_t)o->clients, sizeof(struct dev));
-    pthread_mutex_init(&s->train_lock, NULL);
-    pthread_cond_init(&s->train_cv, NULL);
+    if (!s->devs) {
+        fprintf(stderr, "out of memory for %d devices\n", o->clients);
+        goto out;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s->train_slots = cores > 0 ? (int)cores : 1;
     size_t max_ex = 0;
@@ -879,8 +970,10 @@ int main(int argc, char **argv) {
         fl_client_store_config_init(&sc);
         sc.path = ":memory:";
         sc.feature_dim = 784;
-        if (fl_client_store_open(&d->store, &sc, NULL, 0) != FL_OK)
-            return 1;
+        if (fl_client_store_open(&d->store, &sc, NULL, 0) != FL_OK) {
+            fprintf(stderr, "device %d: could not open its example store\n", i);
+            goto out;
+        }
         size_t cnt = 0;
         for (size_t k = 0; k < ntr; k++)
             if (owner[k] == i) {
@@ -895,10 +988,13 @@ int main(int argc, char **argv) {
         fl_client_transport inner, outer;
         if (fl_client_curl_create(&d->curl, &tc, err, sizeof(err)) != FL_OK) {
             fprintf(stderr, "transport: %s\n", err);
-            return 1;
+            goto out;
         }
         fl_client_curl_transport(d->curl, &inner);
-        sim_ft_create(&d->ft, &inner, NULL, NULL);
+        if (sim_ft_create(&d->ft, &inner, NULL, NULL) != FL_OK) {
+            fprintf(stderr, "device %d: out of memory for its fault transport\n", i);
+            goto out;
+        }
         sim_ft_set_decide(d->ft, decide, d);
         sim_ft_set_observe(d->ft, observe, d);
         sim_ft_transport(d->ft, &outer);
@@ -922,7 +1018,7 @@ int main(int argc, char **argv) {
         cfg.momentum = o->local_momentum;
         if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK) {
             fprintf(stderr, "client: %s\n", err);
-            return 1;
+            goto out;
         }
         fl_client_eligibility e = {sizeof(e), 1, 1, 1, 90};
         fl_client_set_eligibility(d->c, &e);
@@ -930,16 +1026,20 @@ int main(int argc, char **argv) {
     free(owner);
     free(xtr);
     free(ytr);
+    owner = NULL;
     xtr = NULL;
+    ytr = NULL;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 512 * 1024);
-    for (int i = 0; i < o->clients; i++)
-        if (pthread_create(&s->devs[i].th, &attr, dev_main, &s->devs[i]) != 0) {
-            fprintf(stderr, "could not start device thread %d\n", i);
-            return 1;
-        }
+    for (; s->started < o->clients; s->started++)
+        if (pthread_create(&s->devs[s->started].th, &attr, dev_main, &s->devs[s->started]) != 0)
+            break;
     pthread_attr_destroy(&attr);
+    if (s->started < o->clients) {
+        fprintf(stderr, "could not start device thread %d\n", s->started);
+        goto out;
+    }
     printf("flotilla-sim: %d clients (largest partition %zu examples, %s), %d per round, "
            "model %s, secagg %s, dp %s; coordinator %s\n",
            o->clients, max_ex, o->alpha > 0 ? "Dirichlet" : "IID", o->per_round, o->model,
@@ -964,11 +1064,13 @@ int main(int argc, char **argv) {
         b = (struct buf){0};
         if (http(s->base, "GET", path, o->admin_token, NULL, NULL, 0, &b) != 200) {
             free(b.p);
+            b = (struct buf){0};
             continue;
         }
-        j = json_loads(b.p, 0, NULL);
+        doc = json_loads(b.p, 0, NULL);
         free(b.p);
-        json_t *rounds = json_object_get(j, "rounds");
+        b = (struct buf){0};
+        json_t *rounds = json_object_get(doc, "rounds");
         /* Newest first: report ended rounds in ascending order. */
         for (size_t k = json_array_size(rounds); k-- > 0 && completed < o->rounds;) {
             json_t *r = json_array_get(rounds, k);
@@ -999,7 +1101,8 @@ int main(int argc, char **argv) {
                    atomic_load(&t->dropped), acc, eps, mono_s() - t_start);
             fflush(stdout);
         }
-        json_decref(j);
+        json_decref(doc);
+        doc = NULL;
         if (refused && completed < o->rounds) {
             budget_out = true;
             printf("privacy budget exhausted: the coordinator refused the next round "
@@ -1012,24 +1115,7 @@ int main(int argc, char **argv) {
 
     /* Shut down. */
     double rounds_s = mono_s() - t_rounds;
-    atomic_store(&s->stop, true);
-    for (int i = 0; i < o->clients; i++)
-        fl_client_interrupt(s->devs[i].c);
-    if (s->co) {
-        /* Stopping the server answers the parked long polls, so no device stays blocked. */
-        atomic_store(&s->tick_stop, true);
-        pthread_join(s->ticker, NULL);
-        fl_coord_stop(s->co);
-    }
-    for (int i = 0; i < o->clients; i++)
-        pthread_join(s->devs[i].th, NULL);
-    fl_coord_destroy(s->co);
-    for (int i = 0; i < o->clients; i++) {
-        fl_client_destroy(s->devs[i].c);
-        sim_ft_destroy(s->devs[i].ft);
-        fl_client_curl_destroy(s->devs[i].curl);
-        fl_client_store_close(s->devs[i].store);
-    }
+    sim_shutdown(s); /* before the audit export: the coordinator's database is closed */
     /* Audit: the log the coordinator appended to its database, exported as a bundle. */
     int64_t audit_entries = -1;
     const char *audit_state = "none";
@@ -1064,14 +1150,6 @@ int main(int argc, char **argv) {
         }
         fl_store_close(st);
     }
-    if (db[0] && !o->db) {
-        static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
-        for (int i = 0; i < 4; i++) {
-            snprintf(path, sizeof(path), "%s%s", db, tails[i]);
-            unlink(path);
-        }
-        rmdir(dir);
-    }
     if (o->verbose && atomic_load(&s->train_n))
         printf("local training: %lld steps, %.1f ms each\n", atomic_load(&s->train_n),
                (double)atomic_load(&s->train_us) / 1e3 / (double)atomic_load(&s->train_n));
@@ -1097,18 +1175,37 @@ int main(int argc, char **argv) {
             fclose(f);
         }
     }
-    free(s->devs);
-    free(xte);
-    free(yte);
-    free(model);
     /* Stopping at the privacy budget is the accountant doing its job, not a failure. */
-    int rc = completed >= o->rounds || budget_out ? 0 : 1;
+    rc = completed >= o->rounds || budget_out ? 0 : 1;
     if (o->min_accuracy > 0 && !(acc >= o->min_accuracy)) {
         fprintf(stderr, "final accuracy %.4f is below --min-accuracy %.4f\n", acc,
                 o->min_accuracy);
         rc = 1;
     }
+
+out:
+    sim_shutdown(s);
+    if (tmp_dir) {
+        /* The temporary database (not a --db one, which is kept). */
+        static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof(path), "%s%s", db, tails[i]);
+            unlink(path);
+        }
+        rmdir(dir);
+    }
+    json_decref(doc);
+    free(b.p);
+    free(model);
+    free(owner);
+    free(xtr);
+    free(ytr);
+    free(xte);
+    free(yte);
+    pthread_cond_destroy(&s->train_cv);
+    pthread_mutex_destroy(&s->train_lock);
+    if (curl_up)
+        curl_global_cleanup();
     free(s);
-    curl_global_cleanup();
     return rc;
 }
