@@ -403,7 +403,14 @@ uint8_t *make_model(size_t *len) {
 }
 
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n) {
+    setup_population_sel(f, pc, NULL, tokens, n);
+}
+
+void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
+                          char **tokens, int n) {
     char body[2048], priv[256] = "";
+    int min_retry = sel && sel->min_retry_s ? sel->min_retry_s : 1;
+    int max_retry = sel && sel->max_retry_s ? sel->max_retry_s : 60;
     bool dp = strcmp(pc->mode, "none") != 0;
     if (dp)
         snprintf(priv, sizeof(priv),
@@ -412,14 +419,15 @@ void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int 
     snprintf(body, sizeof(body),
              "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
              "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
+             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":%d,"
+             "\"max_retry_s\":%d},"
              "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
              "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
              "\"strategy\":{\"name\":\"%s\"%s%s},"
              "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0,\"modulus_bits\":%d%s}}",
-             pc->name, pc->target, pc->min, pc->weighting ? pc->weighting : "uniform",
+             pc->name, pc->target, pc->min, min_retry, max_retry,
+             pc->weighting ? pc->weighting : "uniform",
              pc->strategy ? pc->strategy : "fedavg", pc->strategy_extra ? "," : "",
              pc->strategy_extra ? pc->strategy_extra : "", pc->secagg ? "true" : "false",
              pc->neighbors, pc->mode, pc->bits ? pc->bits : 32, priv);

@@ -123,6 +123,19 @@ uint8_t *make_model(size_t *len);
  * strdup'ed into tokens). */
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n);
 
+/* Selection fields setup_population leaves at its defaults. A struct of its own rather than
+ * more popcfg fields: several tests fill popcfg positionally, and a new trailing field would
+ * trip -Wmissing-field-initializers there. 0 = not given: the default is sent. */
+struct popsel {
+    int min_retry_s;         /* selection.min_retry_s, s (default 1) */
+    int max_retry_s;         /* selection.max_retry_s, s (default 60) */
+};
+
+/* setup_population with the selection fields of sel (NULL: all defaults, the same request
+ * as setup_population). */
+void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
+                          char **tokens, int n);
+
 /* What a device reads from the signed task. */
 struct task {
     int64_t rid;

@@ -26,51 +26,14 @@ static void stop_ticker(struct fx *f) {
     f->ticking = false;
 }
 
-/* Creates a plain population name (target 2, no over-selection, min 2) with the given retry
- * bounds, uploads the model, starts it and enrols n devices. */
+/* A plain population name (target 2, no over-selection, min 2, no secagg, no DP) with the
+ * given retry bounds: created, its model uploaded, started, n devices enrolled. */
 static void plain_population(struct fx *f, const char *name, int min_retry, int max_retry,
                              char **tok, int n) {
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
-             "\"selection\":{\"target\":2,\"over_selection\":1.0,\"min_participants\":2,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":%d,"
-             "\"max_retry_s\":%d},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
-             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"uniform\",\"weight_cap\":50},"
-             "\"strategy\":{\"name\":\"fedavg\"},\"secagg\":{\"enabled\":false},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0,\"modulus_bits\":32}}",
-             name, min_retry, max_retry);
-    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
-    if (r.status != 201)
-        fprintf(stderr, "create: %s\n", r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
-    json_decref(j);
-    resp_free(&r);
-    size_t mlen;
-    uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
-    free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
-    for (int i = 0; i < n; i++) {
-        snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"}", name);
-        r = http_json(f, "POST", "/v1/enroll", etok, body);
-        assert_int_equal(r.status, 201);
-        j = body_json(&r);
-        tok[i] = strdup(json_string_value(json_object_get(j, "client_token")));
-        json_decref(j);
-        resp_free(&r);
-    }
-    free(etok);
+    struct popcfg pc = {.name = name, .target = 2, .min = 2, .secagg = false, .mode = "none",
+                        .bits = 32};
+    struct popsel sel = {.min_retry_s = min_retry, .max_retry_s = max_retry};
+    setup_population_sel(f, &pc, &sel, tok, n);
 }
 
 static void post_update(struct fx *f, struct tc *c, long want, const char *code) {
