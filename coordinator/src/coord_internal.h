@@ -322,6 +322,7 @@ struct fl_coord {
     unsigned request_deadline_s;  /* per-request deadline, seconds; 0 = none (http.c) */
     unsigned request_min_body_rate; /* bytes/s a body's deadline allowance assumes */
     unsigned unmask_threads;        /* threads finishing a secure round's unmasking */
+    unsigned drain_s;               /* fl_coord_stop: how long in-flight requests may finish */
     uint64_t unmask_threaded;       /* unmaskings begun on more than one thread (lock) */
     struct fl__coord_http_watch *watch; /* request deadlines, half-closed clients (http.c) */
     unsigned max_long_poll_s;
@@ -332,6 +333,7 @@ struct fl_coord {
     atomic_bool ready;
     atomic_bool stopped;
     atomic_int draining;        /* polls resumed at stop whose answer is not sent yet */
+    atomic_int inflight;        /* requests whose headers arrived and that are not completed */
     int64_t started_at;
 
     pthread_mutex_t lock;         /* guards everything below and the store */
@@ -624,6 +626,8 @@ void fl__coord_round_params_free(fl_coord *co, struct fl__coord_round_params *rp
 
 /* Starts/stops the MHD daemon (http.c). */
 fl_status fl__coord_http_start(fl_coord *co);
+/* Stops accepting connections (the listening socket is closed; requests in flight go on). */
+void fl__coord_http_quiesce(fl_coord *co);
 void fl__coord_http_stop(fl_coord *co);
 
 /* ---- populations (pop.c) ---- */

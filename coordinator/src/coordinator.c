@@ -35,6 +35,7 @@ void fl_coord_config_init(fl_coord_config *cfg) {
     cfg->request_deadline_s = 10;
     cfg->request_min_body_rate = 16384;
     cfg->secagg_unmask_threads = 1;
+    cfg->shutdown_drain_s = 5;
     cfg->logger.min_level = FL_LOG_INFO;
 }
 
@@ -87,6 +88,8 @@ static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
         BAD("config.request_min_body_rate must be 1024..1000000000");
     if (c->secagg_unmask_threads < 1 || c->secagg_unmask_threads > 64)
         BAD("config.secagg_unmask_threads must be 1..64");
+    if (c->shutdown_drain_s > 300)
+        BAD("config.shutdown_drain_s must be 0..300");
 #undef BAD
     return FL_OK;
 }
@@ -140,6 +143,7 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
     co->request_deadline_s = cfg->request_deadline_s;
     co->request_min_body_rate = cfg->request_min_body_rate;
     co->unmask_threads = cfg->secagg_unmask_threads;
+    co->drain_s = cfg->shutdown_drain_s;
     co->max_long_poll_s = cfg->max_long_poll_s;
     co->clock = cfg->clock;
     co->clock_user = cfg->clock_user;
@@ -245,16 +249,30 @@ void fl_coord_stop(fl_coord *co) {
     atomic_store(&co->ready, false);
     if (was)
         return;
-    /* Answer parked long polls (503) before the daemon goes away: resume them, then give
-     * their answers up to 2 s to be sent (stopping the daemon at once would close some of
-     * those connections unanswered). */
+    /* Refuse new connections, answer parked long polls (503) and let requests already in
+     * flight finish (answered 503 too) before the daemon goes away: stopping it at once
+     * would close those connections unanswered. Resumed polls get up to 2 s whatever
+     * drain_s says; everything else up to drain_s. */
+    fl__coord_http_quiesce(co);
     fl__coord_lock(co);
     fl__coord_waiters_expire(co, INT64_MAX);
     fl__coord_unlock(co);
-    for (int i = 0; i < 400 && atomic_load(&co->draining) > 0; i++) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ms =
+            (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        bool polls = atomic_load(&co->draining) > 0 && ms < 2000;
+        bool requests = atomic_load(&co->inflight) > 0 && ms < (int64_t)co->drain_s * 1000;
+        if (!polls && !requests)
+            break;
         struct timespec ts = {0, 5 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    if (atomic_load(&co->inflight) > 0)
+        fl__log(&co->logger, FL_LOG_WARN, "stopping with %d request(s) unfinished after %u s",
+                atomic_load(&co->inflight), co->drain_s);
     fl__coord_http_stop(co);
     fl__coord_lock(co);
     for (size_t i = 0; i < co->n_pops; i++)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -786,6 +787,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return r;
         }
         *con_cls = ctx;
+        atomic_fetch_add(&co->inflight, 1); /* until on_completed: fl_coord_stop drains */
         ctx->rq.co = co;
         ctx->rq.conn = conn;
         ctx->rq.method = method;
@@ -859,6 +861,7 @@ run_handler:
     if (atomic_load(&co->stopped) && ctx->route != FL__R_HEALTHZ) {
         rep.retry_after_s = 5;
         fl__coord_error(&rep, 503, "unavailable", NULL, "coordinator is shutting down");
+        ctx->close = true; /* the server is going away: no keep-alive */
     } else {
         ctx->rq.park = false;
         dispatch(&ctx->rq, &rep);
@@ -911,9 +914,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         fl__coord_unlock(co);
     }
     EVP_MD_CTX_free(ctx->md);
-    fl__free(fl__coord_alloc(ctx->rq.co), ctx->body, ctx->body_len);
-    fl__free(fl__coord_alloc(ctx->rq.co), ctx, sizeof(*ctx));
+    fl_coord *co = ctx->rq.co;
+    fl__free(fl__coord_alloc(co), ctx->body, ctx->body_len);
+    fl__free(fl__coord_alloc(co), ctx, sizeof(*ctx));
     *con_cls = NULL;
+    atomic_fetch_sub(&co->inflight, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -991,6 +996,14 @@ fl_status fl__coord_http_start(fl_coord *co) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(co->daemon, MHD_DAEMON_INFO_BIND_PORT);
     co->port = info ? info->port : co->port_cfg;
     return FL_OK;
+}
+
+void fl__coord_http_quiesce(fl_coord *co) {
+    if (!co->daemon)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(co->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
 }
 
 void fl__coord_http_stop(fl_coord *co) {

@@ -243,6 +243,54 @@ static void test_secagg_unmask_threads_config(void **state) {
     }
 }
 
+/* "shutdown_drain_s": default 5, 0..300 in the file and at create. */
+static void test_shutdown_drain_config(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    fl_coord_config_init(&cfg);
+    assert_int_equal(cfg.shutdown_drain_s, 5);
+    assert_int_equal(load("{\"database\":\"x.db\",\"shutdown_drain_s\":0}", &cfg, &doc, err,
+                          sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.shutdown_drain_s, 0);
+    fl_coord_config_doc_free(doc);
+    doc = NULL;
+    fl_coord_config_init(&cfg);
+    assert_int_equal(load("{\"database\":\"x.db\",\"shutdown_drain_s\":300}", &cfg, &doc,
+                          err, sizeof(err)),
+                     FL_OK);
+    assert_int_equal(cfg.shutdown_drain_s, 300);
+    fl_coord_config_doc_free(doc);
+    doc = NULL;
+    static const char *const bad[] = {"{\"shutdown_drain_s\":301}", "{\"shutdown_drain_s\":-1}",
+                                      "{\"shutdown_drain_s\":\"5\"}",
+                                      "{\"shutdown_drain_s\":1.5}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fl_coord_config_init(&cfg);
+        assert_int_equal(load(bad[i], &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+        assert_non_null(strstr(err, "'shutdown_drain_s' must be an integer 0..300"));
+        assert_null(doc);
+        assert_int_equal(cfg.shutdown_drain_s, 5);
+    }
+    static const struct {
+        unsigned drain;
+        fl_status want;
+    } cases[] = {{0, FL_OK}, {300, FL_OK}, {301, FL_ERR_MISUSE}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fl_coord_config_init(&cfg);
+        cfg.db_path = ":memory:";
+        cfg.shutdown_drain_s = cases[i].drain;
+        fl_coord *co = NULL;
+        fl_status rc = fl_coord_create(&co, &cfg, err, sizeof(err));
+        assert_int_equal(rc, cases[i].want);
+        if (rc != FL_OK)
+            assert_non_null(strstr(err, "config.shutdown_drain_s must be 0..300"));
+        fl_coord_destroy(co);
+    }
+}
+
 static void test_signed_message(void **state) {
     (void)state;
     uint8_t m[64];
@@ -270,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_request_deadline_config),
         cmocka_unit_test(test_secagg_unmask_threads_config),
+        cmocka_unit_test(test_shutdown_drain_config),
         cmocka_unit_test(test_signed_message),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

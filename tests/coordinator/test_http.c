@@ -1,7 +1,9 @@
 /* End-to-end HTTP tests of the coordinator: the service runs in-process on an ephemeral
  * 127.0.0.1 port with a temporary SQLite file; requests go through libcurl. Every refused
  * request is checked to leave the database unchanged. */
+#include <pthread.h>
 #include <regex.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,8 @@ static void test_log(void *user, fl_log_level level, const char *msg) {
 
 /* Deadline settings of the next setup (0 = defaults); test_request_deadline sets them. */
 static unsigned g_deadline_s, g_body_rate;
+/* shutdown_drain_s of the next setup (0 = the default, 5 s); test_stop_drain_bound sets it. */
+static unsigned g_drain_s;
 
 static int setup(void **state) {
     struct fx *f = calloc(1, sizeof(*f));
@@ -74,6 +78,8 @@ static int setup(void **state) {
     }
     if (g_body_rate)
         cfg.request_min_body_rate = g_body_rate;
+    if (g_drain_s)
+        cfg.shutdown_drain_s = g_drain_s;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK) {
         fprintf(stderr, "create: %s\n", err);
@@ -600,6 +606,117 @@ static int setup_deadline(void **state) {
     return rc;
 }
 
+/* ---- graceful stop ---- */
+
+struct stopper {
+    fl_coord *co;
+    pthread_t th;
+    double took;       /* seconds fl_coord_stop ran */
+    atomic_bool done;
+};
+
+static void *stop_main(void *arg) {
+    struct stopper *s = arg;
+    double t0 = mono_s();
+    fl_coord_stop(s->co);
+    s->took = mono_s() - t0;
+    atomic_store(&s->done, true);
+    return NULL;
+}
+
+/* True if a TCP connection to the coordinator's port is refused. */
+static bool connect_refused(struct fx *f) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)f->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+    close(fd);
+    return rc != 0;
+}
+
+/* A request whose body is still arriving when the coordinator stops is let finish and
+ * answered 503 (Retry-After 5, Connection: close) instead of being cut off; meanwhile new
+ * connections are refused, and stop returns once that answer is sent, well before the drain
+ * limit (5 s). A kept-alive idle connection holds nothing up and is closed. */
+static void test_stop_drains_requests(void **state) {
+    struct fx *f = *state;
+    const long S = fl_test_time_scale();
+    const char *body1 = "{\"population\":", *body2 = "\"kb-en\",\"region\":\"EU\"}";
+    char head[256], out[4096];
+    snprintf(head, sizeof(head),
+             "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body1) + strlen(body2), body1);
+    int idle = raw_connect(f);
+    raw_send(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_true(raw_read_answer(idle, out, sizeof(out), 5000));
+    assert_int_equal(strncmp(out, "HTTP/1.1 200", 12), 0);
+    int fd = raw_connect(f);
+    raw_send(fd, head);
+    sleep_s(0.3 * S); /* the headers are in: the request is in flight */
+    struct stopper st = {.co = f->co};
+    atomic_init(&st.done, false);
+    assert_int_equal(pthread_create(&st.th, NULL, stop_main, &st), 0);
+    sleep_s(0.5 * S);
+    /* Everything is read before asserting: a failed assertion must not leave the stopping
+     * thread running into the teardown. */
+    bool waited = !atomic_load(&st.done), refused = connect_refused(f);
+    raw_send(fd, body2);
+    bool answered = raw_read_answer(fd, out, sizeof(out), 5000);
+    size_t got = strlen(out);
+    bool closed = raw_read_all(fd, out + got, sizeof(out) - got, 5000);
+    close(fd);
+    char rest[512];
+    bool idle_closed = raw_read_all(idle, rest, sizeof(rest), 2000);
+    close(idle);
+    assert_int_equal(pthread_join(st.th, NULL), 0);
+    assert_true(waited); /* stop was waiting for our request */
+    assert_true(refused);
+    assert_true(answered);
+    assert_int_equal(strncmp(out, "HTTP/1.1 503", 12), 0);
+    assert_non_null(strstr(out, "Retry-After: 5\r\n"));
+    assert_non_null(strstr(out, "Connection: close\r\n"));
+    assert_non_null(strstr(out, "\"unavailable\""));
+    assert_non_null(strstr(out, "shutting down"));
+    assert_true(closed);
+    assert_true(st.took >= 0.5 * S);
+    assert_true(st.took < 4.5 * S); /* returned with the answer, not at the 5 s limit */
+    assert_true(idle_closed);
+    assert_string_equal(rest, "");
+}
+
+/* A request that never completes holds the stop for shutdown_drain_s (here 1 s) only; then
+ * its connection is closed unanswered. */
+static void test_stop_drain_bound(void **state) {
+    struct fx *f = *state;
+    const long S = fl_test_time_scale();
+    int fd = raw_connect(f);
+    raw_send(fd, "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 "\r\nContent-Length: 40\r\n\r\n{\"population\":");
+    sleep_s(0.3 * S);
+    double t0 = mono_s();
+    fl_coord_stop(f->co);
+    double took = mono_s() - t0;
+    if (took < 0.9 * S || took > 3.0 * S)
+        fprintf(stderr, "stop took %.2f s with drain %ld s\n", took, S);
+    assert_true(took >= 0.9 * S && took < 3.0 * S);
+    char out[512];
+    assert_true(raw_read_all(fd, out, sizeof(out), 2000));
+    assert_string_equal(out, "");
+    close(fd);
+}
+
+static int setup_drain(void **state) {
+    g_drain_s = (unsigned)fl_test_scaled(1);
+    int rc = setup(state);
+    g_drain_s = 0;
+    return rc;
+}
+
 /* ---- tests ---- */
 
 static void test_ops_endpoints(void **state) {
@@ -1058,6 +1175,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_strictness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_deadline, setup_deadline, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_drains_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_drain_bound, setup_drain, teardown),
         cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enrollment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkin_selection, setup, teardown),

@@ -102,6 +102,11 @@ typedef struct fl_coord_config {
                                       (fl_secagg_server_unmask_*: started for it and joined
                                       before the round is aggregated); 1 (default) = on the
                                       thread that closes the phase; 1..64 */
+    /* graceful stop (fl_coord_stop) */
+    unsigned shutdown_drain_s;     /* seconds that requests already being received when the
+                                      coordinator stops are given to finish (each is answered
+                                      503, Retry-After 5; new connections are refused at
+                                      once); then the rest are closed. 0..300, default 5 */
 } fl_coord_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
@@ -149,9 +154,11 @@ FL_API unsigned fl_coord_port(const fl_coord *co);
  * next deadline (at most 1000). Safe while requests are served. */
 FL_API int64_t fl_coord_tick(fl_coord *co);
 
-/* Graceful stop: readiness turns false, the server stops accepting connections, waits for
- * in-flight requests, and open rounds are abandoned with reason "coordinator shutting
- * down". Idempotent. */
+/* Graceful stop: readiness turns false, the server stops accepting connections, answers
+ * parked long polls (up to 2 s) and requests in flight (503, up to cfg.shutdown_drain_s;
+ * unfinished ones are then closed), and open rounds are abandoned with reason "coordinator
+ * shutting down". Blocks for at most max(2, shutdown_drain_s) seconds plus the final
+ * writes. Idempotent. */
 FL_API void fl_coord_stop(fl_coord *co);
 
 /* Stops (if needed) and frees everything. NULL is a no-op. */
