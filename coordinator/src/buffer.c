@@ -31,8 +31,7 @@ fl_status fl__coord_buffer_open(fl_coord *co, struct fl__coord_pop *p, int64_t n
     if (rc != FL_OK)
         return rc;
     struct fl__coord_round *r = p->round;
-    fl__coord_round_run(co, p, now);
-    if (p->round != r)
+    if (fl__coord_round_run(co, p, now) != FL_OK || p->round != r)
         return FL_ERR_STATE; /* abandoned (logged) */
     if (!prev)
         return FL_OK;

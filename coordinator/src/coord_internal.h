@@ -563,8 +563,11 @@ int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uin
 void fl__coord_buffer_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Buffered: removes dropped participations that sent nothing, freeing their slots. */
 void fl__coord_buffer_compact(struct fl__coord_round *r);
-/* Starts a forming round (lock held): secagg server or accumulator, phase deadlines. */
-void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now);
+/* Starts a forming round (lock held): secagg server or accumulator, phase deadlines.
+ * FL_OK: running. Otherwise the round was abandoned (p->round is NULL) and the code says
+ * why: the storage's code when its start could not be written, FL_ERR_NOMEM, or another
+ * code when secure aggregation cannot run with these clients. */
+fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Phase deadlines and early closes (lock held). */
 void fl__coord_round_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Wakes pollers of round_id waiting for phase (or any phase when phase < 0). Lock held. */
@@ -643,8 +646,9 @@ fl_status fl__coord_pops_load_all(fl_coord *co);
 json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p);
 bool fl__coord_region_allowed(const struct fl__coord_pop *p, const char *region);
 void fl__coord_tick_pops(fl_coord *co, int64_t now);
-/* Starts p's forming round once it is full (lock held). */
-void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now);
+/* Starts p's forming round once it is full (lock held); FL_OK when nothing was started,
+ * else what fl__coord_round_run returned. */
+fl_status fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 
 /* Fuzzing entry points: run a body validator on raw bytes and return the HTTP status
  * (200 = valid). */

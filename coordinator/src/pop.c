@@ -634,10 +634,11 @@ fl_status fl__coord_pops_load_all(fl_coord *co) {
 
 /* ---- timers ---- */
 
-void fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+fl_status fl__coord_round_maybe_start(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     if (r && r->state == FL__ROUND_FORMING && r->n >= r->cap)
-        fl__coord_round_run(co, p, now);
+        return fl__coord_round_run(co, p, now);
+    return FL_OK;
 }
 
 void fl__coord_tick_pops(fl_coord *co, int64_t now) {
@@ -656,7 +657,7 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
             continue;
         if (r->state == FL__ROUND_FORMING && now >= r->forming_deadline) {
             if ((int64_t)r->n >= p->sel.min_participants) {
-                fl__coord_round_run(co, p, now);
+                (void)fl__coord_round_run(co, p, now); /* a failure abandons it (logged) */
             } else if (!r->extended && r->n > 0) {
                 /* Some clients came but too few: give the round one more forming window
                  * before abandoning it (devices already selected keep their slot). */

@@ -381,7 +381,7 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
     fl__coord_waiters_wake(co, r->id, -1);
 }
 
-void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
+fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     char why[256];
     /* OPEN -> RUNNING, the selection counts and the selected participants (kept in memory
@@ -406,7 +406,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         if (own_tx && fl_store_in_transaction(co->store))
             fl_store_rollback(co->store);
         fl__coord_round_abandon(co, p, "storage error at round start");
-        return;
+        return rc;
     }
     r->state = FL__ROUND_RUNNING;
     r->started_at = now;
@@ -421,7 +421,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     if (r->rp.secagg) {
         if (r->n < 2) {
             fl__coord_round_abandon(co, p, "secure aggregation needs at least 2 clients");
-            return;
+            return FL_ERR_STATE;
         }
         json_t *sa = json_object_get(p->config, "secagg");
         int64_t kcfg = json_integer_value(json_object_get(sa, "neighbors"));
@@ -456,7 +456,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
             snprintf(msg, sizeof(msg), "secure aggregation could not start: %s",
                      rc == FL_ERR_NOMEM ? "out of memory" : why);
             fl__coord_round_abandon(co, p, msg);
-            return;
+            return rc;
         }
         fl_secagg_server_params(r->sa, &r->rp.degree, &r->rp.threshold);
         r->phase = FL__PH_ADVERTISE;
@@ -465,7 +465,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         r->bnum = fl__calloc(&co->alloc, r->rp.dim, sizeof(double));
         if (!r->bnum) {
             fl__coord_round_abandon(co, p, "out of memory for the buffer");
-            return;
+            return FL_ERR_NOMEM;
         }
         for (int k = 0; k < FL__PH_COUNT; k++)
             r->phase_deadline[k] = INT64_MAX;
@@ -475,7 +475,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         r->acc = fl__calloc(&co->alloc, r->rp.vec_len, sizeof(uint64_t));
         if (!r->acc) {
             fl__coord_round_abandon(co, p, "out of memory for the accumulator");
-            return;
+            return FL_ERR_NOMEM;
         }
         r->phase = FL__PH_MASKED;
     }
@@ -485,6 +485,7 @@ void fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
             (long long)r->id, p->name, r->n,
             r->rp.secagg ? "secagg" : r->rp.buffered ? "buffered" : "plain", r->rp.dim,
             r->rp.vec_len, r->rp.degree, r->rp.threshold);
+    return FL_OK;
 }
 
 static uint32_t alive_posted(const struct fl__coord_round *r, int k) {

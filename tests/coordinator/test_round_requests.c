@@ -546,28 +546,39 @@ static void test_round_endpoint_forms(void **state) {
     clients_free(c, N);
 }
 
-/* A secure-aggregation round cannot run with one client: it is abandoned at its start. */
+/* A secure-aggregation round cannot run with one client: it is abandoned at its start, and
+ * the check-in that filled it is told to retry (not "selected" into a round that is gone). */
 static void test_secagg_single_client(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {.name = "one", .target = 1, .min = 1, .secagg = true, .neighbors = 0,
                         .mode = "none", .bits = 32};
     char *tok[1];
     setup_population(f, &pc, tok, 1);
-    struct tc c[1];
-    memset(c, 0, sizeof(c));
-    c[0].tok = tok[0];
-    int64_t rid = 0;
-    checkin_all(f, c, 1, &rid);
-    char word[32];
-    assert_string_equal(state_word(f, &c[0], rid, word, sizeof(word)), "abandoned");
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
-    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
-    assert_non_null(strstr(r.body, "at least 2 clients"));
+    struct resp r = http_json(f, "POST", "/v1/checkin", tok[0],
+                              "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
+                              "\"unmetered\":true,\"idle\":true},"
+                              "\"capabilities\":{\"secagg\":true}}");
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+    assert_string_equal(json_string_value(json_object_get(j, "reason")), "no_round_forming");
+    assert_null(json_object_get(j, "round_id"));
+    json_decref(j);
     resp_free(&r);
-    clients_free(c, 1);
+    r = http_req(f, "GET", "/v1/admin/populations/one/rounds?limit=1", ADMIN_TOKEN, NULL, NULL,
+                 0, NULL);
+    assert_int_equal(r.status, 200);
+    j = body_json(&r);
+    json_t *rounds = json_object_get(j, "rounds");
+    assert_int_equal(json_array_size(rounds), 1);
+    json_t *r0 = json_array_get(rounds, 0);
+    assert_string_equal(json_string_value(json_object_get(r0, "state")), "abandoned");
+    assert_non_null(strstr(json_string_value(json_object_get(r0, "reason")),
+                           "at least 2 clients"));
+    json_decref(j);
+    resp_free(&r);
+    free(tok[0]);
 }
-
 
 /* Configured secagg neighbourhoods that do not fit the round (odd, too large, too small)
  * are adjusted or derived: the round runs, and every task names the same k and t. */

@@ -378,8 +378,10 @@ static void test_abandon_retried_after_full_disk(void **state) {
     free(etok);
 }
 
-/* The round fills while the disk is full: its start (OPEN -> RUNNING) is refused, the round
- * is abandoned ("storage error at round start") once it can be written, no model is made. */
+/* The round fills while the disk is full: its start (OPEN -> RUNNING) is refused, so the
+ * check-in that filled it is answered 503 storage_unavailable (not "selected" into a round
+ * that is gone), the round is abandoned ("storage error at round start") once it can be
+ * written, no model is made. */
 static void test_round_start_refused(void **state) {
     struct fx *f = *state;
     char *etok = create_pop(f, "rs");
@@ -397,7 +399,9 @@ static void test_round_start_refused(void **state) {
     checkin_all(f, c, 2, &rid);
     disk_full(f);
     r = http_json(f, "POST", "/v1/checkin", c[2].tok, CHECKIN); /* fills it: start refused */
-    assert_int_equal(r.status, 200);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "\"storage_unavailable\""));
+    assert_non_null(strstr(r.headers, "Retry-After: 5"));
     resp_free(&r);
     disk_free();
     fx_advance(f, 2000);

@@ -873,6 +873,14 @@ static bool run_round(struct w *w, int kind, int armed, long n, const char *what
                 restart(w); /* the round in flight is abandoned ("coordinator restarted") */
                 return fired;
             }
+            if (!good && rc.rid && round_state(w, rc.rid) == 3) {
+                /* The fault abandoned the round (e.g. the check-in that filled it failed at
+                 * the round's start and was not answered "selected"): replaying would only
+                 * form the next round with this device alone. */
+                gone = true;
+                resp_free(&r);
+                break;
+            }
             bool later = good && is_checkin(kind, s) && r.body && strstr(r.body, "\"retry\"");
             if (later) {
                 /* A round that could not be created (logged "round not started") is tried
