@@ -189,6 +189,11 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
     for (size_t i = 0; i < co->n_pops; i++)
         sb_printf(&b, "flotilla_population_running{population=\"%s\"} %d\n", co->pops[i]->name,
                   co->pops[i]->running ? 1 : 0);
+    sb_printf(&b, "# HELP flotilla_http_requests_in_flight Requests whose headers arrived and "
+                  "that are not answered yet (this scrape included).\n"
+                  "# TYPE flotilla_http_requests_in_flight gauge\n"
+                  "flotilla_http_requests_in_flight %d\n",
+              atomic_load(&co->inflight));
     sb_printf(&b, "# HELP flotilla_long_polls_waiting Result requests parked now.\n"
                   "# TYPE flotilla_long_polls_waiting gauge\nflotilla_long_polls_waiting %zu\n",
               co->n_waiters);

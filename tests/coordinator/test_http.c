@@ -638,6 +638,22 @@ static bool connect_refused(struct fx *f) {
     return rc != 0;
 }
 
+/* Waits (up to 5 s times S) until /metrics counts n requests in flight besides the scrape. */
+static void wait_in_flight(struct fx *f, int n) {
+    char want[96];
+    snprintf(want, sizeof(want), "\nflotilla_http_requests_in_flight %d\n", n + 1);
+    double end = mono_s() + fl_test_scaled(5000) / 1000.0;
+    for (;;) {
+        struct resp r = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+        bool ok = r.status == 200 && r.body && strstr(r.body, want);
+        resp_free(&r);
+        if (ok)
+            return;
+        assert_true(mono_s() < end);
+        sleep_s(0.02);
+    }
+}
+
 /* A request whose body is still arriving when the coordinator stops is let finish and
  * answered 503 (Retry-After 5, Connection: close) instead of being cut off; meanwhile new
  * connections are refused, and stop returns once that answer is sent, well before the drain
@@ -657,7 +673,7 @@ static void test_stop_drains_requests(void **state) {
     assert_int_equal(strncmp(out, "HTTP/1.1 200", 12), 0);
     int fd = raw_connect(f);
     raw_send(fd, head);
-    sleep_s(0.3 * S); /* the headers are in: the request is in flight */
+    wait_in_flight(f, 1); /* the headers are in: the request is in flight */
     struct stopper st = {.co = f->co};
     atomic_init(&st.done, false);
     assert_int_equal(pthread_create(&st.th, NULL, stop_main, &st), 0);
@@ -697,7 +713,7 @@ static void test_stop_drain_bound(void **state) {
     int fd = raw_connect(f);
     raw_send(fd, "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                  "\r\nContent-Length: 40\r\n\r\n{\"population\":");
-    sleep_s(0.3 * S);
+    wait_in_flight(f, 1);
     double t0 = mono_s();
     fl_coord_stop(f->co);
     double took = mono_s() - t0;
