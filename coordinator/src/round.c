@@ -389,11 +389,17 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
     fl_store_round_counts counts = {(int64_t)r->n, (int64_t)r->n, 0, 0};
     bool own_tx = !fl_store_in_transaction(co->store);
     fl_status rc = own_tx ? fl_store_begin(co->store) : FL_OK;
-    for (size_t i = 0; rc == FL_OK && !r->rp.buffered && i < r->n; i++)
-        if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
-                                     FL_STORE_PARTICIPANT_SELECTED) != FL_OK)
+    for (size_t i = 0; rc == FL_OK && !r->rp.buffered && i < r->n; i++) {
+        fl_status pr = fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
+                                                FL_STORE_PARTICIPANT_SELECTED);
+        /* A client erased since it checked in is left out; anything else (memory, I/O, a
+         * busy database: the transaction is gone) fails the start with its own code. */
+        if (pr == FL_ERR_NOT_FOUND)
             fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s not recorded: %s",
                     (long long)r->id, r->parts[i].client_id, fl_store_errmsg(co->store));
+        else
+            rc = pr;
+    }
     if (rc == FL_OK)
         rc = fl_store_round_start(co->store, r->id);
     if (rc == FL_OK)

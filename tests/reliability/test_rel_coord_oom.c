@@ -3,8 +3,8 @@
  *
  * An in-process coordinator (one HTTP thread, an injected clock the test moves, a ticker
  * thread that pauses while a fault is armed) runs on a counting allocator that also serves
- * its store, and Jansson's allocation hooks point at the same counter (process-global, test
- * only). For each
+ * its store, and Jansson's allocation hooks and SQLite's allocator (sqlite3_config; off with
+ * FL_REL_OOM_NO_SQLITE) point at the same counter (process-global, test only). For each
  * top-level operation the test replays a whole round up to that operation, arms a fault at
  * the N-th event counted from there, sends the request, disarms, and checks:
  *
@@ -108,6 +108,51 @@ static void *ca_realloc(void *user, void *q, size_t old, size_t n) {
     memcpy(np, &n, sizeof(n));
     return np + HDR;
 }
+
+/* SQLite's own allocations count too (installed with sqlite3_config before SQLite
+ * initialises): a failure inside SQLite reaches the store as SQLITE_NOMEM. Blocks carry
+ * their size for xSize. */
+static void *sq_malloc(int n) {
+    if (n <= 0 || !take())
+        return NULL;
+    uint8_t *p = malloc((size_t)n + HDR);
+    if (!p)
+        return NULL;
+    size_t sz = (size_t)n;
+    memcpy(p, &sz, sizeof(sz));
+    return p + HDR;
+}
+
+static void sq_free(void *q) {
+    if (q)
+        free((uint8_t *)q - HDR);
+}
+
+static void *sq_realloc(void *q, int n) {
+    if (!q)
+        return sq_malloc(n);
+    if (n <= 0 || !take())
+        return NULL;
+    uint8_t *np = realloc((uint8_t *)q - HDR, (size_t)n + HDR);
+    if (!np)
+        return NULL;
+    size_t sz = (size_t)n;
+    memcpy(np, &sz, sizeof(sz));
+    return np + HDR;
+}
+
+static int sq_size(void *q) {
+    size_t n;
+    memcpy(&n, (uint8_t *)q - HDR, sizeof(n));
+    return (int)n;
+}
+
+static int sq_roundup(int n) { return (n + 7) & ~7; }
+static int sq_init(void *u) { (void)u; return SQLITE_OK; }
+static void sq_shutdown(void *u) { (void)u; }
+
+static const sqlite3_mem_methods sq_methods = {sq_malloc, sq_free, sq_realloc, sq_size,
+                                               sq_roundup, sq_init, sq_shutdown, NULL};
 
 static void *j_malloc(size_t n) { return take() ? malloc(n) : NULL; }
 static void j_free(void *p) { free(p); }
@@ -1129,6 +1174,11 @@ static void test_io_walk(void **state) {
 }
 
 int main(int argc, char **argv) {
+    /* Before anything initialises SQLite (the fault VFS registration would). */
+    if (!getenv("FL_REL_OOM_NO_SQLITE") && sqlite3_config(SQLITE_CONFIG_MALLOC, &sq_methods)) {
+        fprintf(stderr, "sqlite3_config(SQLITE_CONFIG_MALLOC) refused\n");
+        return 1;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     bool io = argc > 1 && strcmp(argv[1], "--io") == 0;
     const struct CMUnitTest alloc_tests[] = {cmocka_unit_test(test_alloc_walk)};
