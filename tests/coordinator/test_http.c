@@ -726,9 +726,21 @@ static void test_stop_drain_bound(void **state) {
     close(fd);
 }
 
+/* The request deadline (default 10 s) would close an unfinished request by itself; scaled
+ * waits (valgrind) can pass it, so the stop tests set it well above their waits. */
+static int setup_stop(void **state) {
+    g_deadline_s = (unsigned)fl_test_scaled(30);
+    if (!g_drain_s)
+        g_drain_s = (unsigned)fl_test_scaled(5); /* the default, 5 s, times S */
+    int rc = setup(state);
+    g_deadline_s = 0;
+    g_drain_s = 0;
+    return rc;
+}
+
 static int setup_drain(void **state) {
     g_drain_s = (unsigned)fl_test_scaled(1);
-    int rc = setup(state);
+    int rc = setup_stop(state);
     g_drain_s = 0;
     return rc;
 }
@@ -1191,7 +1203,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_strictness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_deadline, setup_deadline, teardown),
-        cmocka_unit_test_setup_teardown(test_stop_drains_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_drains_requests, setup_stop, teardown),
         cmocka_unit_test_setup_teardown(test_stop_drain_bound, setup_drain, teardown),
         cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enrollment, setup, teardown),

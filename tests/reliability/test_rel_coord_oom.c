@@ -37,6 +37,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <sodium.h>
 #include <sqlite3.h>
 
@@ -153,6 +154,26 @@ static void sq_shutdown(void *u) { (void)u; }
 
 static const sqlite3_mem_methods sq_methods = {sq_malloc, sq_free, sq_realloc, sq_size,
                                                sq_roundup, sq_init, sq_shutdown, NULL};
+
+/* OpenSSL's too (CRYPTO_set_mem_functions, before OpenSSL allocates anything; off with
+ * FL_REL_OOM_NO_OPENSSL): the coordinator hashes bodies and models with EVP. */
+static void *os_malloc(size_t n, const char *file, int line) {
+    (void)file;
+    (void)line;
+    return take() ? malloc(n) : NULL;
+}
+
+static void *os_realloc(void *p, size_t n, const char *file, int line) {
+    (void)file;
+    (void)line;
+    return take() ? realloc(p, n) : NULL;
+}
+
+static void os_free(void *p, const char *file, int line) {
+    (void)file;
+    (void)line;
+    free(p);
+}
 
 static void *j_malloc(size_t n) { return take() ? malloc(n) : NULL; }
 static void j_free(void *p) { free(p); }
@@ -1177,6 +1198,11 @@ int main(int argc, char **argv) {
     /* Before anything initialises SQLite (the fault VFS registration would). */
     if (!getenv("FL_REL_OOM_NO_SQLITE") && sqlite3_config(SQLITE_CONFIG_MALLOC, &sq_methods)) {
         fprintf(stderr, "sqlite3_config(SQLITE_CONFIG_MALLOC) refused\n");
+        return 1;
+    }
+    if (!getenv("FL_REL_OOM_NO_OPENSSL") && !CRYPTO_set_mem_functions(os_malloc, os_realloc,
+                                                                      os_free)) {
+        fprintf(stderr, "CRYPTO_set_mem_functions refused\n");
         return 1;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
