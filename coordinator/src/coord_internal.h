@@ -330,6 +330,7 @@ struct fl_coord {
     void *clock_user;
 
     struct MHD_Daemon *daemon;
+    int quiesced_fd;                /* listening socket taken back at stop (-1: none) */
     atomic_bool ready;
     atomic_bool stopped;
     atomic_int draining;        /* polls resumed at stop whose answer is not sent yet */

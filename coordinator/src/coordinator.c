@@ -135,6 +135,7 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
         return FL_ERR_NOMEM;
     }
     co->alloc = alloc;
+    co->quiesced_fd = -1;
     pthread_mutex_init(&co->lock, NULL);
     co->logger = cfg->logger;
     co->port_cfg = cfg->port;

@@ -999,11 +999,16 @@ fl_status fl__coord_http_start(fl_coord *co) {
 }
 
 void fl__coord_http_quiesce(fl_coord *co) {
-    if (!co->daemon)
+    if (!co->daemon || co->quiesced_fd >= 0)
         return;
     MHD_socket fd = MHD_quiesce_daemon(co->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    if (fd == MHD_INVALID_SOCKET)
+        return;
+    /* MHD's threads may still hold the descriptor until MHD_stop_daemon, so it is closed
+     * only then; shutting it down now makes the kernel refuse new connections (on Linux a
+     * listening socket stops listening) instead of queueing them unaccepted. */
+    shutdown(fd, SHUT_RDWR);
+    co->quiesced_fd = fd;
 }
 
 void fl__coord_http_stop(fl_coord *co) {
@@ -1011,6 +1016,10 @@ void fl__coord_http_stop(fl_coord *co) {
     if (co->daemon) {
         MHD_stop_daemon(co->daemon);
         co->daemon = NULL;
+    }
+    if (co->quiesced_fd >= 0) {
+        close(co->quiesced_fd);
+        co->quiesced_fd = -1;
     }
     watch_destroy(co->watch);
     co->watch = NULL;
