@@ -1,6 +1,6 @@
 /* Network faults between devices and the real `flotilla-coordinator serve`
- * (docs/reliability.md, "Coordinator level"): packet loss and connection resets in the
- * middle of uploads, while rounds with and without secure aggregation run.
+ * (docs/reliability.md, "Coordinator level"): packet loss, latency and connection resets
+ * in the middle of uploads, while rounds with and without secure aggregation run.
  *
  * The test moves itself into a fresh network namespace (unshare(CLONE_NEWNET) at the start
  * of main, before any thread exists; the coordinator it spawns inherits it), brings its
@@ -19,7 +19,9 @@
  * upload), or forwards the request that crosses B and then drops the coordinator's answer
  * and resets the device (the coordinator processed it and the device does not know: the
  * case idempotency is for). The device is reset with SO_LINGER 0 (an RST); the proxy then
- * closes its coordinator side.
+ * closes its coordinator side. The proxy also delays every chunk it forwards, each way, by
+ * a uniform draw in [0, 2 x FL_REL_NET_DELAY_MS] (10 ms in the CI profile, 50 in the long
+ * one), so requests cross phase closes and deadlines at varied times.
  *
  * Devices (the coordinator test kit's stand-ins: the secagg client state machine and dp's
  * encoder) retry every request on a transport error or a 5xx, with the same body and the
@@ -204,6 +206,7 @@ struct proxy {
     unsigned port;   /* where devices connect */
     unsigned target; /* the coordinator */
     int reset_pct;   /* connections that get a cut */
+    int delay_ms;    /* mean latency added to each forwarded chunk, each way */
     pthread_t th;
     atomic_bool stop;
     atomic_int active;
@@ -219,7 +222,16 @@ struct pconn {
     int c;
     int mode;
     long cut_at;
+    uint64_t rng; /* this connection's latency draws */
 };
+
+/* Latency: each chunk waits uniform [0, 2 x delay_ms] before it is forwarded (TCP keeps
+ * the order, so this delays and spreads the traffic but never reorders it). */
+static void pconn_delay(struct pconn *pc) {
+    int d = pc->px->delay_ms;
+    if (d > 0)
+        rel_sleep_ms((long)(rel_next(&pc->rng) % (uint64_t)(2 * d + 1)));
+}
 
 static void rst_close(int fd) {
     struct linger lg = {1, 0};
@@ -294,6 +306,7 @@ static void *pconn_main(void *arg) {
                 break;
             }
             up += n;
+            pconn_delay(pc);
             if (write_all(s, buf, (size_t)n) != 0) {
                 rst_close(pc->c);
                 close(s);
@@ -315,6 +328,7 @@ static void *pconn_main(void *arg) {
                 atomic_fetch_add(&px->cut_response, 1);
                 break;
             }
+            pconn_delay(pc);
             if (write_all(pc->c, buf, (size_t)n) != 0) {
                 close(pc->c);
                 close(s);
@@ -348,6 +362,7 @@ static void *proxy_main(void *arg) {
         uint64_t x = rel_next(&px->rng);
         pc->mode = (int)(x % 100) < px->reset_pct ? 1 + (int)((x >> 8) & 1) : CUT_NONE;
         pc->cut_at = 1 + (long)((x >> 16) % 6000);
+        pc->rng = rel_next(&px->rng);
         pthread_mutex_unlock(&px->mu);
         atomic_fetch_add(&px->conns, 1);
         atomic_fetch_add(&px->active, 1);
@@ -365,9 +380,11 @@ static void *proxy_main(void *arg) {
     return NULL;
 }
 
-static void proxy_start(struct proxy *px, unsigned target, int reset_pct, uint64_t seed) {
+static void proxy_start(struct proxy *px, unsigned target, int reset_pct, int delay_ms,
+                        uint64_t seed) {
     px->target = target;
     px->reset_pct = reset_pct;
+    px->delay_ms = delay_ms;
     px->rng = seed ^ 0x9E3779B97F4A7C15ull;
     pthread_mutex_init(&px->mu, NULL);
     px->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -669,14 +686,17 @@ static void test_net_faults(void **state) {
     long rounds = rel_envl("FL_REL_NET_ROUNDS", lng ? 40 : 4);
     int loss = (int)rel_envl("FL_REL_NET_LOSS_PCT", 10);
     int reset = (int)rel_envl("FL_REL_NET_RESET_PCT", 100);
+    int delay = (int)rel_envl("FL_REL_NET_DELAY_MS", lng ? 50 : 10);
     long rto_ms = rel_envl("FL_REL_NET_RTO_MIN_MS", lng ? 0 : 20); /* 0: the kernel's 200 */
     bool rto_set = rto_ms > 0 && set_rto_min((unsigned)rto_ms) == 0;
-    assert_true(t->n >= 3 && t->n <= NDEV && loss >= 0 && loss < 100);
+    assert_true(t->n >= 3 && t->n <= NDEV && loss >= 0 && loss < 100 && delay >= 0 &&
+                delay <= 5000);
     fprintf(stderr,
             "network faults: seed %llu, %d devices, %ld rounds (secagg and plain alternating), "
             "%d%% packet loss between the proxy and the coordinator (lo), %d%% of proxied "
-            "connections reset, TCP rto_min %s\n",
-            (unsigned long long)seed, t->n, rounds, loss, reset,
+            "connections reset, %d ms mean latency added per chunk each way (0-%d ms), TCP "
+            "rto_min %s\n",
+            (unsigned long long)seed, t->n, rounds, loss, reset, delay, 2 * delay,
             rto_set ? "lowered to FL_REL_NET_RTO_MIN_MS" : "200 ms (kernel default)");
     fx_proc_start(t->f, FL_COORD_EXE);
     t->coord_port = t->f->port;
@@ -697,7 +717,7 @@ static void test_net_faults(void **state) {
     /* The faults start once the populations exist (their setup is not under test). */
     if (nft_install(t->f->dir, loss, t->coord_port) != 0)
         fail_msg("nft could not install the loss rule");
-    proxy_start(&t->px, t->coord_port, reset, seed);
+    proxy_start(&t->px, t->coord_port, reset, delay, seed);
     double acc0 = rel_metric(t->f, "flotilla_updates_accepted_total");
     double t0 = rel_mono_s();
     for (long k = 0; k < rounds; k++) {
