@@ -182,8 +182,27 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
                   "# TYPE flotilla_updates_clipped_total counter\n"
                   "flotilla_updates_clipped_total %llu\n",
               (unsigned long long)atomic_load(&m->updates_clipped));
-    /* Per-population gauges need the lock. */
+    /* Per-population gauges (and the store's WAL state) need the lock. */
     fl__coord_lock(co);
+    fl_store_wal_stats ws;
+    memset(&ws, 0, sizeof(ws));
+    (void)fl_store_wal_stats_get(co->store, &ws);
+    sb_printf(&b, "# HELP flotilla_storage_wal_frames Frames in the database's WAL at the last "
+                  "commit (checkpoints fold them back from 1000 on).\n"
+                  "# TYPE flotilla_storage_wal_frames gauge\nflotilla_storage_wal_frames %lld\n"
+                  "# HELP flotilla_storage_checkpoints_total Automatic WAL checkpoints tried.\n"
+                  "# TYPE flotilla_storage_checkpoints_total counter\n"
+                  "flotilla_storage_checkpoints_total %llu\n"
+                  "# HELP flotilla_storage_checkpoint_failures_total WAL checkpoints that failed "
+                  "(full disk, I/O error): commits still succeed while the WAL has room.\n"
+                  "# TYPE flotilla_storage_checkpoint_failures_total counter\n"
+                  "flotilla_storage_checkpoint_failures_total %llu\n"
+                  "# HELP flotilla_storage_checkpoint_failing 1 if the latest WAL checkpoint "
+                  "failed.\n"
+                  "# TYPE flotilla_storage_checkpoint_failing gauge\n"
+                  "flotilla_storage_checkpoint_failing %d\n",
+              (long long)ws.wal_frames, (unsigned long long)ws.checkpoints,
+              (unsigned long long)ws.checkpoint_failures, ws.last_checkpoint_failed);
     sb_printf(&b, "# HELP flotilla_population_running 1 if the population forms rounds.\n"
                   "# TYPE flotilla_population_running gauge\n");
     for (size_t i = 0; i < co->n_pops; i++)

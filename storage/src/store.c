@@ -573,14 +573,27 @@ static fl_status pragma_text(fl_store *st, const char *sql, char *buf, size_t ca
  * failed fsync makes the handle refuse writes like any other (see poison). */
 static int wal_hook(void *user, sqlite3 *db, const char *name, int frames) {
     fl_store *st = user;
+    st->wal.wal_frames = frames;
     if (frames < FL__STORE_CHECKPOINT_FRAMES)
         return SQLITE_OK;
     int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    st->wal.checkpoints++;
+    bool failed = rc != SQLITE_OK && (rc & 0xff) != SQLITE_BUSY;
+    st->wal.last_checkpoint_failed = failed;
+    if (failed)
+        st->wal.checkpoint_failures++;
     if (rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_DIR_FSYNC)
         poison(st);
-    else if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_BUSY)
+    else if (failed)
         fl__log(&st->logger, FL_LOG_WARN, "storage: checkpoint failed: %s", sqlite3_errstr(rc));
     return SQLITE_OK;
+}
+
+fl_status fl_store_wal_stats_get(const fl_store *st, fl_store_wal_stats *out) {
+    if (!st || !out)
+        return FL_ERR_MISUSE;
+    *out = st->wal;
+    return FL_OK;
 }
 
 /* Connection settings every handle runs with: extended codes, busy timeout, defensive

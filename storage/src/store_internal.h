@@ -73,6 +73,7 @@ struct fl_store {
     int op_own;                               /* 1 if the running op began the transaction */
     sqlite3_stmt *stmt[FL__STORE_STMT_COUNT]; /* lazily prepared, NULL until first use */
     struct fl__err err;                       /* last failure detail */
+    fl_store_wal_stats wal;                   /* kept by the WAL hook */
 };
 
 /* ---- errors ---- */

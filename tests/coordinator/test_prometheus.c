@@ -225,6 +225,11 @@ static void test_prometheus_scrape(void **state) {
         "flotilla_privacy_epsilon_spent{population=\"prom\"} ",
         "flotilla_privacy_epsilon_budget{population=\"prom\"} 1000",
         "flotilla_model_version{population=\"prom\"} 2",
+        "\nflotilla_storage_wal_frames ",
+        "\nflotilla_storage_checkpoints_total ",
+        "\nflotilla_storage_checkpoint_failures_total 0\n",
+        "\nflotilla_storage_checkpoint_failing 0\n",
+        "\nflotilla_http_requests_in_flight 1\n", /* the scrape itself */
         NULL};
     for (size_t i = 0; want[i]; i++) {
         if (!strstr(r.body, want[i]))

@@ -356,6 +356,16 @@ static void test_checkpoint_disk_full(void **state) {
     /* The handle still reads everything and is consistent. */
     ck_verify_acked(c.st, &c.set, "full disk, same handle");
     STORE_OK(c.st, fl_store_check(c.st));
+    /* fl_store_wal_stats_get shows it without the log: one failure per warning, the
+     * latest attempt failed, the WAL past the checkpoint threshold. */
+    fl_store_wal_stats ws;
+    assert_int_equal(fl_store_wal_stats_get(NULL, &ws), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_wal_stats_get(c.st, NULL), FL_ERR_MISUSE);
+    STORE_OK(c.st, fl_store_wal_stats_get(c.st, &ws));
+    assert_int_equal((long)ws.checkpoint_failures, c.log.ckpt_fail);
+    assert_true(ws.checkpoints > ws.checkpoint_failures); /* the fill's checkpoint succeeded */
+    assert_int_equal(ws.last_checkpoint_failed, 1);
+    assert_true(ws.wal_frames >= 1000);
 
     /* Space back: the next commit's checkpoint succeeds and grows the database file by
      * the phase-B pages; the commit after that starts the WAL again from its start. */
@@ -367,6 +377,11 @@ static void test_checkpoint_disk_full(void **state) {
     double fold_s = rel_now_s() - t0;
     ck_add(c.set.acked, &c.set.nacked, v, TAG_AFTER, 0);
     assert_int_equal(c.log.ckpt_fail, warned); /* this checkpoint did not fail */
+    fl_store_wal_stats ws2;
+    STORE_OK(c.st, fl_store_wal_stats_get(c.st, &ws2));
+    assert_int_equal(ws2.last_checkpoint_failed, 0);
+    assert_int_equal(ws2.checkpoints, ws.checkpoints + 1);
+    assert_int_equal(ws2.checkpoint_failures, ws.checkpoint_failures);
     int64_t db1 = ck_file_size(c.t.path);
     if (db1 < c.db0 + (int64_t)c.acked_b * CK_MODEL)
         fail_msg("the checkpoint after space came back did not grow the database file: %lld -> "

@@ -125,6 +125,22 @@ FL_API void fl_store_interrupt(fl_store *st);
  * FL_ERR_NOMEM; FL_ERR_MISUSE / FL_ERR_STATE (bad or failed handle). */
 FL_API fl_status fl_store_check(fl_store *st);
 
+/* WAL and checkpoint state of a handle. The store checkpoints by itself after a commit
+ * once the WAL holds 1000 frames; a checkpoint that fails for a full disk or an I/O error
+ * loses nothing (the frames stay in the WAL, the next one retries) and does not fail the
+ * commit, so these counters are how an operator sees a disk filling up (a failed fsync
+ * poisons the handle instead: writes are refused). */
+typedef struct fl_store_wal_stats {
+    int64_t wal_frames;            /* frames in the WAL at the last commit (SQLite's count) */
+    uint64_t checkpoints;          /* automatic checkpoints tried by this handle */
+    uint64_t checkpoint_failures;  /* of those, failed (full disk, I/O error; busy not counted) */
+    int last_checkpoint_failed;    /* 1 if the latest one failed */
+} fl_store_wal_stats;
+
+/* Fills out with st's WAL state. Reads only what the handle recorded (no I/O); not
+ * thread-safe with other calls on st. Returns FL_OK; FL_ERR_MISUSE (NULL argument). */
+FL_API fl_status fl_store_wal_stats_get(const fl_store *st, fl_store_wal_stats *out);
+
 /* ---- transactions ----
  * Transactions do not nest. Inside one, each API call is a savepoint: on failure only
  * that call's writes are undone. A store error that forces SQLite to roll back the whole
