@@ -63,20 +63,27 @@ static inline double rel_now_s(void) {
 
 #define REL_MODEL_MAX (160 * 1024)
 
-/* Model bytes for (life, index): usually 64 B..8 KiB, one in eight 40..160 KiB (overflow
- * chains over many pages and WAL frames). Distinct for every (life, index). */
-static inline size_t rel_model_bytes(uint8_t *buf, uint32_t life, uint32_t index) {
-    uint32_t x = (life + 1) * 2654435761u ^ (index + 1) * 2246822519u;
-    x ^= x >> 15;
-    size_t n = (x & 7) == 0 ? 40960 + (x >> 3) % (REL_MODEL_MAX - 40960) : 64 + (x >> 3) % 8128;
+/* Fills buf[0..n) (n >= 8) with xorshift bytes seeded by (a, b), then stamps a and b in
+ * the first 8 bytes: distinct content for every (a, b). */
+static inline void rel_fill_stamped(uint8_t *buf, size_t n, uint32_t a, uint32_t b) {
+    uint32_t x = (a + 1) * 2654435761u ^ (b + 1) * 2246822519u;
     for (size_t i = 0; i < n; i++) {
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
         buf[i] = (uint8_t)x;
     }
-    memcpy(buf, &life, sizeof(life));
-    memcpy(buf + 4, &index, sizeof(index));
+    memcpy(buf, &a, sizeof(a));
+    memcpy(buf + 4, &b, sizeof(b));
+}
+
+/* Model bytes for (life, index): usually 64 B..8 KiB, one in eight 40..160 KiB (overflow
+ * chains over many pages and WAL frames). Distinct for every (life, index). */
+static inline size_t rel_model_bytes(uint8_t *buf, uint32_t life, uint32_t index) {
+    uint32_t x = (life + 1) * 2654435761u ^ (index + 1) * 2246822519u;
+    x ^= x >> 15;
+    size_t n = (x & 7) == 0 ? 40960 + (x >> 3) % (REL_MODEL_MAX - 40960) : 64 + (x >> 3) % 8128;
+    rel_fill_stamped(buf, n, life, index);
     return n;
 }
 

@@ -47,18 +47,6 @@ enum ck_tag { TAG_FILL = 1, TAG_FULL = 2, TAG_BIG = 3, TAG_AFTER = 4, TAG_REOPEN
 
 static uint8_t ck_buf[CK_BIG];
 
-/* Model bytes for (tag, index), n bytes; distinct for every (tag, index). */
-static void ck_fill(uint8_t *buf, size_t n, uint32_t tag, uint32_t index) {
-    uint32_t x = (tag + 1) * 2654435761u ^ (index + 1) * 2246822519u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        buf[i] = (uint8_t)x;
-    }
-    memcpy(buf, &tag, sizeof(tag));
-    memcpy(buf + 4, &index, sizeof(index));
-}
 
 static size_t ck_size(uint32_t tag) {
     return tag == TAG_BIG ? CK_BIG : CK_MODEL;
@@ -123,7 +111,7 @@ static fl_status ck_put(fl_store *st, int64_t pop, uint32_t tag, uint32_t index,
                         double *took) {
     char meta[96];
     size_t n = ck_size(tag);
-    ck_fill(ck_buf, n, tag, index);
+    rel_fill_stamped(ck_buf, n, tag, index);
     snprintf(meta, sizeof(meta), "{\"k\":%" PRIu32 ",\"i\":%" PRIu32 "}", tag, index);
     fl_store_model_ref ref;
     double t0 = rel_now_s();
@@ -141,7 +129,7 @@ static int ck_model_ok(fl_store *st, int64_t version, uint32_t tag, uint32_t ind
     if (fl_store_model_get(st, &m, version) != FL_OK)
         return 0;
     size_t n = ck_size(tag);
-    ck_fill(ck_buf, n, tag, index);
+    rel_fill_stamped(ck_buf, n, tag, index);
     int ok = m->size == n && memcmp(m->bytes, ck_buf, n) == 0;
     fl_store_free(st, m);
     return ok;
