@@ -406,6 +406,16 @@ void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int 
     setup_population_sel(f, pc, NULL, tokens, n);
 }
 
+void setup_devices(struct fx *f, const struct popcfg *pc, struct tc *c, int n) {
+    char **tok = calloc((size_t)n, sizeof(*tok));
+    assert_non_null(tok);
+    setup_population(f, pc, tok, n);
+    memset(c, 0, (size_t)n * sizeof(*c));
+    for (int i = 0; i < n; i++)
+        c[i].tok = tok[i];
+    free(tok);
+}
+
 void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
                           char **tokens, int n) {
     char body[2048], priv[256] = "";

@@ -112,12 +112,8 @@ static void test_secagg_round_aggregating(void **state) {
     struct fx *f = *state;
     enum { N = 5 };
     struct popcfg pc = {"sa", N, 3, true, 4, "none", NULL, NULL, 0, 32, NULL};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);

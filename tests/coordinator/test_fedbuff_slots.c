@@ -84,12 +84,8 @@ static void test_slots_over_time(void **state) {
                         .strategy = "fedbuff", .bits = 32,
                         .strategy_extra = "\"buffer_size\":3,\"max_concurrency\":2,"
                                           "\"max_staleness\":5,\"staleness_alpha\":1.0"};
-    char *tok[NDEV];
-    setup_population(f, &pc, tok, NDEV);
     struct tc c[NDEV];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < NDEV; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, NDEV);
     char w[32];
     /* Two train (max_concurrency 2); the third is turned away. */
     checkin(f, &c[0], 0, w, sizeof(w));
@@ -178,12 +174,8 @@ static void test_carry_over(void **state) {
                         .strategy = "fedbuff", .bits = 32,
                         .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":3,"
                                           "\"max_staleness\":0"};
-    char *tok[4];
-    setup_population(f, &pc, tok, 4);
     struct tc c[4];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < 4; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, 4);
     char w[32];
     for (int i = 0; i < 3; i++) {
         checkin(f, &c[i], i, w, sizeof(w));
@@ -324,12 +316,8 @@ static void test_expired_waits(void **state) {
     struct popcfg pc = {.name = "fs", .target = 10, .min = 1, .secagg = false, .mode = "none",
                         .strategy = "fedbuff", .bits = 32,
                         .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":2"};
-    char *tok[5];
-    setup_population(f, &pc, tok, 5);
     struct tc c[5];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < 5; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, 5);
     char w[32];
     checkin(f, &c[0], 0, w, sizeof(w));
     assert_string_equal(w, "selected");

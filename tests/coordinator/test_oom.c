@@ -972,12 +972,8 @@ static void test_secagg_walk(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {.name = "sa", .target = 3, .min = 2, .secagg = true, .mode = "none",
                         .bits = 32};
-    char *tok[3];
-    setup_population(f, &pc, tok, 3);
     struct tc c[3];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < 3; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, 3);
     char st[32];
     assert_false(secagg_round(f, c, 0, 0, st, sizeof(st)));
     assert_string_equal(st, "completed");

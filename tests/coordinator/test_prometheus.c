@@ -194,12 +194,8 @@ static void test_prometheus_scrape(void **state) {
     fx_proc_start(f, FL_COORD_EXE);
     /* One completed central-DP secagg round, so every family has a value. */
     struct popcfg pc = {"prom", N, 2, true, 2, "central", NULL, NULL, 1000.0, 32, NULL};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);

@@ -238,12 +238,8 @@ static void test_secagg_replay_and_long_poll(void **state) {
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
     struct popcfg pc = {"rp", N, 4, true, 5, "none", NULL, NULL, 0, 32, NULL};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);

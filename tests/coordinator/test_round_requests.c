@@ -168,12 +168,8 @@ static void test_secagg_message_refusals(void **state) {
     enum { N = 4 };
     struct popcfg pc = {.name = "sm", .target = N, .min = 3, .secagg = true, .neighbors = 0,
                         .mode = "none", .bits = 32};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid = 0;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
@@ -342,12 +338,8 @@ static void test_secagg_abandoned_answers(void **state) {
     enum { N = 4 };
     struct popcfg pc = {.name = "sx", .target = N, .min = 4, .secagg = true, .neighbors = 0,
                         .mode = "none", .bits = 32};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid = 0;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
@@ -432,12 +424,8 @@ static void test_parked_polls(void **state) {
     enum { N = 3 };
     struct popcfg pc = {.name = "lp", .target = N, .min = 3, .secagg = true, .neighbors = 0,
                         .mode = "none", .bits = 32};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid = 0;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
@@ -591,12 +579,8 @@ static void test_secagg_neighbors(void **state) {
         snprintf(name, sizeof(name), "nb%d", q);
         struct popcfg pc = {.name = name, .target = N, .min = 3, .secagg = true,
                             .neighbors = ks[q], .mode = "none", .bits = 32};
-        char *tok[N];
-        setup_population(f, &pc, tok, N);
         struct tc c[N];
-        memset(c, 0, sizeof(c));
-        for (int i = 0; i < N; i++)
-            c[i].tok = tok[i];
+        setup_devices(f, &pc, c, N);
         int64_t rid = 0;
         checkin_all(f, c, N, &rid);
         char word[32];
@@ -647,12 +631,8 @@ static void test_stop_answers_polls(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {.name = "st", .target = 3, .min = 3, .secagg = true, .mode = "none",
                         .bits = 32};
-    char *tok[2];
-    setup_population(f, &pc, tok, 2);
     struct tc c[2];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < 2; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, 2);
     int64_t rid = 0;
     checkin_all(f, c, 2, &rid);
     struct resp r = get_result(f, &c[0], rid, "advertise", 0);

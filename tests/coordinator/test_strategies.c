@@ -198,12 +198,8 @@ static void test_unusable_state_ignored(void **state) {
     fl__coord_debug_hook_set(f->co, on_sum, &h);
     struct popcfg pc = {.name = s.name, .target = N, .min = N, .secagg = false, .mode = "none",
                         .strategy = s.name, .bits = 32, .strategy_extra = s.extra};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     float w[D], b[2], m[D], v[D];
     for (int j = 0; j < D; j++)
         w[j] = base_w(j);
