@@ -553,10 +553,10 @@ int fl__coord_h_checkin(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_status sr = fl__coord_round_maybe_start(co, p, now);
     if (sr == FL_OK)
         status = reply_selected(co, rep, p, pt);
-    else if (sr == FL_ERR_IO || sr == FL_ERR_BUSY || sr == FL_ERR_NOMEM)
-        status = store_fail(co, rep, sr);
-    else
+    else if (sr == FL_ERR_STATE)
         status = reply_retry(co, rep, clamp_retry(p, 60), "no_round_forming");
+    else
+        status = store_fail(co, rep, sr);
 out_unlock:
     fl__coord_unlock(co);
     /* Pace steering: a retry answer sets when the client may come back (else 429). */

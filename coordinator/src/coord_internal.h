@@ -566,8 +566,8 @@ void fl__coord_buffer_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 void fl__coord_buffer_compact(struct fl__coord_round *r);
 /* Starts a forming round (lock held): secagg server or accumulator, phase deadlines.
  * FL_OK: running. Otherwise the round was abandoned (p->round is NULL) and the code says
- * why: the storage's code when its start could not be written, FL_ERR_NOMEM, or another
- * code when secure aggregation cannot run with these clients. */
+ * why: FL_ERR_STATE when secure aggregation cannot run with these clients, FL_ERR_NOMEM,
+ * or the storage's code when its start could not be written. */
 fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Phase deadlines and early closes (lock held). */
 void fl__coord_round_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);

@@ -462,7 +462,7 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             snprintf(msg, sizeof(msg), "secure aggregation could not start: %s",
                      rc == FL_ERR_NOMEM ? "out of memory" : why);
             fl__coord_round_abandon(co, p, msg);
-            return rc;
+            return rc == FL_ERR_NOMEM ? FL_ERR_NOMEM : FL_ERR_STATE;
         }
         fl_secagg_server_params(r->sa, &r->rp.degree, &r->rp.threshold);
         r->phase = FL__PH_ADVERTISE;
