@@ -20,6 +20,7 @@
 
 #include "coord_testkit.h"
 #include "fault_vfs.h"
+#include "flotilla/tensor.h"
 
 /* ---- fixture ---- */
 
@@ -636,11 +637,100 @@ static void test_busy_before_round(void **state) {
 
 /* Three ctests share this executable (the busy-database cases each wait out the store's 5 s
  * busy timeout): without arguments the others, "busy" and "busy2" the busy ones. */
+/* The test model (make_model's "w" and "b") plus a "pad" tensor of pad_floats floats: a
+ * model upload of that many more bytes, to fill the WAL. */
+static struct resp upload_padded(struct fx *f, const char *name, size_t pad_floats) {
+    float w[D], b[2] = {3.0f, -4.0f};
+    for (int j = 0; j < D; j++)
+        w[j] = base_w(j);
+    float *pad = calloc(pad_floats, sizeof(float));
+    assert_non_null(pad);
+    for (size_t i = 0; i < pad_floats; i++)
+        pad[i] = (float)(i % 977); /* not all zero */
+    fl_safetensors_writer *wr = NULL;
+    assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
+    uint64_t sw[1] = {D}, sb[1] = {2}, sp[1] = {pad_floats};
+    assert_int_equal(fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, sizeof(w)), FL_OK);
+    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, sizeof(b)), FL_OK);
+    assert_int_equal(fl_safetensors_writer_add(wr, "pad", FL_DTYPE_F32, 1, sp, pad,
+                                               pad_floats * sizeof(float)),
+                     FL_OK);
+    size_t len = 0;
+    assert_int_equal(fl_safetensors_writer_size(wr, &len), FL_OK);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    assert_int_equal(fl_safetensors_writer_serialize(wr, buf, len), FL_OK);
+    fl_safetensors_writer_destroy(wr);
+    free(pad);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
+    struct resp r =
+        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", buf, len, NULL);
+    free(buf);
+    return r;
+}
+
+/* The value of the metric line "name value" in r's body (-1 if absent). */
+static double metric_of(const struct resp *r, const char *name) {
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = r->body ? strstr(r->body, key) : NULL;
+    return p ? atof(p + strlen(key)) : -1;
+}
+
+static struct resp metrics(struct fx *f) {
+    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    return r;
+}
+
+/* The disk fills up while the WAL still has room: an 8 MB model upload grows the WAL (its
+ * checkpoint succeeds), then no file may grow and a 5 MB upload is written over the WAL in
+ * place and acknowledged (201), but its checkpoint cannot grow the database file. /metrics
+ * shows it (flotilla_storage_checkpoint_failing 1, a failure counted, the WAL past 1000
+ * frames), reads still answer, and once space is back the next commit's checkpoint folds
+ * the WAL back (failing 0 again). */
+static void test_checkpoint_failing_metrics(void **state) {
+    struct fx *f = *state;
+    char *etok = create_pop(f, "ck");
+    free(etok);
+    struct resp r = upload_padded(f, "ck", 2 * 1000 * 1000);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = metrics(f);
+    assert_true(metric_of(&r, "flotilla_storage_checkpoints_total") >= 1);
+    assert_int_equal((int)metric_of(&r, "flotilla_storage_checkpoint_failures_total"), 0);
+    assert_int_equal((int)metric_of(&r, "flotilla_storage_checkpoint_failing"), 0);
+    resp_free(&r);
+    fault_vfs_set_budget(fault_vfs_usage()); /* no file may grow; the WAL keeps its room */
+    r = upload_padded(f, "ck", 1250 * 1000);
+    if (r.status != 201)
+        fprintf(stderr, "upload over the WAL in place: %ld %s\n", r.status, r.body);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = metrics(f);
+    assert_int_equal((int)metric_of(&r, "flotilla_storage_checkpoint_failing"), 1);
+    assert_true(metric_of(&r, "flotilla_storage_checkpoint_failures_total") >= 1);
+    assert_true(metric_of(&r, "flotilla_storage_wal_frames") >= 1000);
+    resp_free(&r);
+    r = http_req(f, "GET", "/v1/admin/populations/ck", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200); /* reads answer */
+    resp_free(&r);
+    disk_free();
+    r = upload(f, "ck"); /* a small commit: the WAL is still past 1000 frames */
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = metrics(f);
+    assert_int_equal((int)metric_of(&r, "flotilla_storage_checkpoint_failing"), 0);
+    resp_free(&r);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk_refuses_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandon_retried_after_full_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_start_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint_failing_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregation_commit_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_sweep_refused, setup_retention,
                                         teardown),
