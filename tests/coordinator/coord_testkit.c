@@ -402,6 +402,16 @@ uint8_t *make_model(size_t *len) {
     return buf;
 }
 
+json_t *admin_round(struct fx *f, int64_t rid) {
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    resp_free(&r);
+    return j;
+}
+
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n) {
     setup_population_sel(f, pc, NULL, tokens, n);
 }

@@ -92,6 +92,8 @@ struct resp http_json(struct fx *f, const char *method, const char *path, const 
 const char *header_in(const struct resp *r, const char *name, char *buf, size_t n);
 void resp_free(struct resp *r);
 json_t *body_json(const struct resp *r);
+/* GET /v1/admin/rounds/{rid} (asserting 200): the round's JSON (json_decref it). */
+json_t *admin_round(struct fx *f, int64_t rid);
 /* Asserts an error body with status and code. */
 void assert_error(const struct resp *r, long status, const char *code);
 

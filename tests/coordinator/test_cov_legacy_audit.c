@@ -134,11 +134,8 @@ static void test_legacy_unfinished_round(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {.name = "crash", .target = 3, .min = 3, .secagg = false,
                         .mode = "none", .bits = 32};
-    char *tok[1];
-    setup_population(f, &pc, tok, 1);
     struct tc c[1];
-    memset(c, 0, sizeof(c));
-    c[0].tok = tok[0];
+    setup_devices(f, &pc, c, 1);
     int64_t rid;
     checkin_all(f, c, 1, &rid); /* 1 of 3: forming */
     fx_stop(f);                 /* a clean stop abandons it */

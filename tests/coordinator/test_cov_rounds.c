@@ -143,11 +143,8 @@ static void test_fedbuff_update_after_deadline(void **state) {
     struct popcfg pc = {.name = "fd", .target = 10, .min = 1, .secagg = false, .mode = "none",
                         .strategy = "fedbuff", .bits = 32,
                         .strategy_extra = "\"buffer_size\":2,\"max_concurrency\":2"};
-    char *tok[1];
-    setup_population(f, &pc, tok, 1);
     struct tc c[1];
-    memset(c, 0, sizeof(c));
-    c[0].tok = tok[0];
+    setup_devices(f, &pc, c, 1);
     int64_t rid;
     checkin_all(f, c, 1, &rid);
     fetch_tasks(f, c, 1, rid);

@@ -38,16 +38,6 @@ static int64_t secure_round(struct fx *f, const char *name, struct tc *c, int n,
     return rid;
 }
 
-static json_t *admin_round(struct fx *f, int64_t rid) {
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
-    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    json_t *j = body_json(&r);
-    resp_free(&r);
-    return j;
-}
-
 /* Six of ten devices vanish after the masked phase: four unmask answers for a threshold of
  * five. The threaded unmasking never begins; the round is abandoned. */
 static void test_threaded_unmask_too_few(void **state) {

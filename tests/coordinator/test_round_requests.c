@@ -603,11 +603,8 @@ static void test_duration_clock_back(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {.name = "cb", .target = 3, .min = 3, .secagg = false, .mode = "none",
                         .bits = 32};
-    char *tok[1];
-    setup_population(f, &pc, tok, 1);
     struct tc c[1];
-    memset(c, 0, sizeof(c));
-    c[0].tok = tok[0];
+    setup_devices(f, &pc, c, 1);
     int64_t rid = 0;
     checkin_all(f, c, 1, &rid);
     atomic_fetch_sub(&f->now_ms, 3600 * 1000LL);

@@ -190,16 +190,6 @@ static const char *pop_state(struct fx *f, const char *name, char *buf, size_t n
     return buf;
 }
 
-static json_t *admin_round(struct fx *f, int64_t rid) {
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
-    struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    json_t *j = body_json(&r);
-    resp_free(&r);
-    return j;
-}
-
 /* ---- tests ---- */
 
 /* Every write endpoint on a full disk: 503 storage_unavailable, nothing changed; reads keep
