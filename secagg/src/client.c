@@ -42,7 +42,8 @@ struct fl_secagg_client {
     struct fl__sa_graph graph;           /* communication graph (after KEYS) */
     int has_graph;
     struct fl__sa_peer *peers;           /* (k) neighbours by slot (after KEYS) */
-    uint32_t *input;                     /* (d) input vector mod 2^b */
+    uint32_t *input;                     /* (d + limbs) input vector mod 2^b */
+    uint8_t *proof;                      /* norm mode: proof for the input */
     uint8_t *u3;                         /* survivor bitmap we signed (active mode) */
     size_t u3_len;                       /* bytes of u3 */
     struct fl__sa_buf out;               /* last outgoing message */
@@ -113,9 +114,10 @@ void fl_secagg_client_destroy(fl_secagg_client *c) {
         return;
     fl_allocator a = c->alloc;
     if (c->input) {
-        fl_memzero(c->input, (size_t)c->cfg.dim * sizeof(uint32_t));
-        fl__free(&a, c->input, (size_t)c->cfg.dim * sizeof(uint32_t));
+        fl_memzero(c->input, fl__sa_vec_len(&c->cfg) * sizeof(uint32_t));
+        fl__free(&a, c->input, fl__sa_vec_len(&c->cfg) * sizeof(uint32_t));
     }
+    fl__free(&a, c->proof, fl__sa_norm_proof_bytes(&c->cfg));
     if (c->peers) {
         fl_memzero(c->peers, (size_t)c->cfg.degree * sizeof(struct fl__sa_peer));
         fl__free(&a, c->peers, (size_t)c->cfg.degree * sizeof(struct fl__sa_peer));
@@ -150,12 +152,28 @@ fl_status fl_secagg_client_set_input(fl_secagg_client *c, const uint32_t *x, siz
         if (x[i] & ~mask)
             return fl__err_set(&c->err, FL_ERR_RANGE, "set_input: x[%zu] = %u >= 2^%u", i,
                                x[i], c->cfg.bits);
+    size_t vl = fl__sa_vec_len(&c->cfg), pb = fl__sa_norm_proof_bytes(&c->cfg);
     if (!c->input) {
-        c->input = fl__alloc_array(&c->alloc, dim, sizeof(uint32_t));
+        c->input = fl__alloc_array(&c->alloc, vl, sizeof(uint32_t));
         if (!c->input)
             return fl__err_set(&c->err, FL_ERR_NOMEM, "set_input: out of memory");
     }
+    if (pb && !c->proof) {
+        c->proof = fl__alloc(&c->alloc, pb);
+        if (!c->proof)
+            return fl__err_set(&c->err, FL_ERR_NOMEM, "set_input: out of memory");
+    }
+    c->has_input = 0;
     memcpy(c->input, x, dim * sizeof(uint32_t));
+    if (pb) {
+        /* The proof is made now: it depends on the input, the round and our index only. */
+        fl_status st = fl__sa_norm_prove(c->proof, c->input + dim, &c->cfg, c->round_id,
+                                         c->index, x, &c->alloc, &c->err);
+        if (st != FL_OK) {
+            fl_memzero(c->input, vl * sizeof(uint32_t));
+            return st;
+        }
+    }
     c->has_input = 1;
     return FL_OK;
 }
@@ -449,8 +467,9 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
         }
     }
 
-    size_t d = cfg->dim, eb = fl__sa_elem_bytes(cfg->bits);
-    size_t out_len = FL_SECAGG_HEADER_BYTES + d * eb;
+    size_t d = fl__sa_vec_len(cfg), eb = fl__sa_elem_bytes(cfg->bits);
+    size_t pb = fl__sa_norm_proof_bytes(cfg);
+    size_t out_len = FL_SECAGG_HEADER_BYTES + d * eb + pb;
     uint32_t *acc = fl__alloc_array(&c->alloc, d, sizeof(uint32_t));
     if (!acc || fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
         fl__free(&c->alloc, acc, d * sizeof(uint32_t));
@@ -482,7 +501,7 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
     fl_memzero(seed, sizeof(seed));
     uint8_t *o = c->out.p;
     fl__sa_put_header(o, FL_SECAGG_MSG_MASKED_INPUT, c->round_id, c->index,
-                      (uint32_t)(d * eb));
+                      (uint32_t)(d * eb + pb));
     o += FL_SECAGG_HEADER_BYTES;
     uint32_t mask = fl__sa_bitmask(cfg->bits);
     if (eb == 4) {
@@ -495,6 +514,8 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
                 o[eb * i + j] = (uint8_t)(v >> (8 * j));
         }
     }
+    if (pb)
+        memcpy(o + d * eb, c->proof, pb);
     /* Commit: remember who shared with us and their ciphertexts. */
     for (uint32_t i = 0; i < count; i++) {
         uint32_t idx;

@@ -173,7 +173,8 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
     /* The struct grew at the end: a caller built against the header before `context`
      * passes the older size and gets an all-zero context. */
     if (in->struct_size != sizeof(fl_secagg_config) &&
-        in->struct_size != offsetof(fl_secagg_config, context))
+        in->struct_size != offsetof(fl_secagg_config, context) &&
+        in->struct_size != offsetof(fl_secagg_config, norm_bits))
         return fl__err_set(err, FL_ERR_MISUSE, "config.struct_size: %zu, expected %zu",
                            in->struct_size, sizeof(fl_secagg_config));
     fl_secagg_config c;
@@ -229,6 +230,9 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
     if (c.threshold < 2 || c.threshold > c.degree)
         return fl__err_set(err, FL_ERR_MISUSE, "config.threshold: %u not in 2..k (k = %u)",
                            c.threshold, c.degree);
+    fl_status nst = fl__sa_norm_config_check(&c, err);
+    if (nst != FL_OK)
+        return nst;
     *out = c;
     return FL_OK;
 }
@@ -265,7 +269,8 @@ size_t fl__sa_msg_limit(const fl_secagg_config *cfg, fl_secagg_msg_type type) {
     case FL_SECAGG_MSG_CIPHERTEXTS:
         return h + 4 + k * (4 + FL__SA_SHARE_CT_BYTES);
     case FL_SECAGG_MSG_MASKED_INPUT:
-        return h + (size_t)cfg->dim * fl__sa_elem_bytes(cfg->bits);
+        return h + fl__sa_vec_len(cfg) * fl__sa_elem_bytes(cfg->bits) +
+               fl__sa_norm_proof_bytes(cfg);
     case FL_SECAGG_MSG_CONSISTENCY_REQ:
         return h + 4 + bm;
     case FL_SECAGG_MSG_CONSISTENCY_SIG:

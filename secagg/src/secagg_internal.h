@@ -128,6 +128,36 @@ size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t
 uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
                              uint32_t n, const uint8_t *bitmap, size_t bitmap_len);
 
+/* ---- normproof.c: norm-bounded inputs (docs/secagg.md "Norm proofs") ----
+ * With norm_bits set, a client's masked vector carries fl__sa_norm_limbs() extra words (the
+ * limbs of its commitment randomness) after the d inputs, and its MASKED_INPUT message
+ * carries a proof of fl__sa_norm_proof_bytes() after the masked words. */
+
+#define FL__SA_NORM_MAX_BITS (1u << 20) /* d * norm_bits + bound bits: 128 MiB of proof */
+
+/* Validates the norm fields of an otherwise checked config. */
+fl_status fl__sa_norm_config_check(const fl_secagg_config *c, struct fl__err *err);
+size_t fl__sa_norm_limbs(const fl_secagg_config *c);       /* 0 when off */
+size_t fl__sa_vec_len(const fl_secagg_config *c);          /* d + limbs: masked words */
+size_t fl__sa_norm_proof_bytes(const fl_secagg_config *c); /* 0 when off */
+/* Proves that x (d words < 2^b) meets the config's bounds for (round, index); writes the
+ * proof (fl__sa_norm_proof_bytes) and the limbs to append to the input. FL_ERR_RANGE if x
+ * does not meet them; FL_ERR_NOMEM; FL_ERR_CRYPTO. Secrets are wiped. */
+fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_config *c,
+                            uint64_t round_id, uint32_t index, const uint32_t *x,
+                            const fl_allocator *a, struct fl__err *err);
+/* FL_OK if the proof of client index verifies; FL_ERR_FORMAT (length, encodings),
+ * FL_ERR_CRYPTO (does not verify), FL_ERR_NOMEM. */
+fl_status fl__sa_norm_verify(const fl_secagg_config *c, uint64_t round_id, uint32_t index,
+                             const uint8_t *proof, size_t len, const fl_allocator *a,
+                             struct fl__err *err);
+/* acc += the proof's commitment V (acc starts as 32 zero bytes, the identity). 0 or -1. */
+int fl__sa_norm_fold(uint8_t acc[32], const uint8_t *proof);
+/* Checks the unmasked sum (fl__sa_vec_len words) against the folded commitments:
+ * FL_OK or FL_ERR_PROTOCOL. */
+fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
+                           const uint8_t vsum[32], struct fl__err *err);
+
 /* ---- server.c ---- */
 
 /* Replaces the server's crypto table (fault-injection tests wrap the real one). The table

@@ -56,7 +56,10 @@ struct fl_secagg_server {
     size_t u3_stmt_len;                 /* bytes of u3_stmt */
     struct fl__sa_buf *outq;            /* (n) outgoing messages of the current phase */
     uint32_t pending;                   /* expected messages not yet received */
-    uint32_t *acc;                      /* (d) accumulator mod 2^32, reduced at the end */
+    uint32_t *acc;                      /* (d + limbs) accumulator mod 2^32, reduced at the
+                                           end */
+    uint8_t vsum[32];                   /* norm mode: sum of the commitments of the inputs
+                                           in acc (ristretto255; zero = identity) */
     uint32_t count;                     /* inputs in the sum */
     struct um_work *um;                 /* final advance in progress (unmask_begin until
                                            DONE or failure), else NULL */
@@ -151,7 +154,7 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
     s->cl = fl__calloc(&a, s->n, sizeof(*s->cl));
     s->flags = fl__calloc(&a, s->n, 1);
     s->outq = fl__calloc(&a, s->n, sizeof(*s->outq));
-    s->acc = fl__calloc(&a, c.dim, sizeof(uint32_t));
+    s->acc = fl__calloc(&a, fl__sa_vec_len(&c), sizeof(uint32_t));
     if (!s->cl || !s->flags || !s->outq || !s->acc)
         goto out_fail;
     if (c.active) {
@@ -189,8 +192,8 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
     fl__free(&a, s->u3, bm_bytes(s));
     fl__free(&a, s->u3_stmt, s->u3_stmt_len);
     if (s->acc) {
-        fl_memzero(s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
-        fl__free(&a, s->acc, (size_t)s->cfg.dim * sizeof(uint32_t));
+        fl_memzero(s->acc, fl__sa_vec_len(&s->cfg) * sizeof(uint32_t));
+        fl__free(&a, s->acc, fl__sa_vec_len(&s->cfg) * sizeof(uint32_t));
     }
     um_release(s);
     fl__sa_graph_free(&s->graph, &a);
@@ -324,11 +327,13 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
 
 /* Folds a masked input into the accumulator. The whole body is checked first so a bad
  * message leaves the sum untouched. */
-static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_reader *r) {
-    size_t d = s->cfg.dim, eb = fl__sa_elem_bytes(s->cfg.bits);
-    if (r->left != d * eb)
+static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_reader *r,
+                             int proof_checked) {
+    size_t d = fl__sa_vec_len(&s->cfg), eb = fl__sa_elem_bytes(s->cfg.bits);
+    size_t pb = fl__sa_norm_proof_bytes(&s->cfg);
+    if (r->left != d * eb + pb)
         return fl__err_set(&s->err, FL_ERR_FORMAT, "MASKED_INPUT: %zu bytes, expected %zu",
-                           r->left, d * eb);
+                           r->left, d * eb + pb);
     const uint8_t *p = r->p;
     uint32_t *acc = s->acc;
     if (s->cfg.bits % 8) {
@@ -339,6 +344,22 @@ static fl_status recv_masked(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         if (bad)
             return fl__err_set(&s->err, FL_ERR_FORMAT, "MASKED_INPUT: value >= 2^%u",
                                s->cfg.bits);
+    }
+    if (pb) {
+        const uint8_t *proof = p + d * eb;
+        fl_status st = proof_checked ? FL_OK
+                                     : fl__sa_norm_verify(&s->cfg, s->round_id, from, proof,
+                                                          pb, &s->alloc, &s->err);
+        if (st == FL_OK) {
+            uint8_t v[32];
+            memcpy(v, s->vsum, 32);
+            if (fl__sa_norm_fold(v, proof) != 0)
+                st = fl__err_set(&s->err, FL_ERR_CRYPTO, "MASKED_INPUT: bad commitment");
+            else
+                memcpy(s->vsum, v, 32);
+        }
+        if (st != FL_OK)
+            return st;
     }
     if (eb == 4) {
         fl__sa_add_u32le(acc, p, d);
@@ -417,8 +438,8 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     return FL_OK;
 }
 
-fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uint8_t *msg,
-                                   size_t len) {
+static fl_status receive(fl_secagg_server *s, uint32_t from, const uint8_t *msg, size_t len,
+                         int proof_checked) {
     if (!s)
         return FL_ERR_MISUSE;
     if (s->phase == FL_SECAGG_PHASE_FAILED)
@@ -457,7 +478,7 @@ fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uin
         st = recv_shares(s, from, &r);
         break;
     case FL_SECAGG_PHASE_MASKED_INPUT:
-        st = recv_masked(s, from, &r);
+        st = recv_masked(s, from, &r, proof_checked);
         break;
     case FL_SECAGG_PHASE_CONSISTENCY:
         st = recv_consistency(s, from, &r);
@@ -474,6 +495,67 @@ fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uin
         fl__err_clear(&s->err);
     }
     return st;
+}
+
+fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uint8_t *msg,
+                                   size_t len) {
+    return receive(s, from, msg, len, 0);
+}
+
+/* The digest a ticket names: SHA-256 of the whole message. */
+static int ticket_digest(uint8_t out[32], const struct fl__sa_crypto *cr, const uint8_t *msg,
+                         size_t len) {
+    return cr->sha256(out, msg, len);
+}
+
+fl_status fl_secagg_norm_check(fl_secagg_norm_ticket *ticket, const fl_secagg_config *cfg,
+                               uint64_t round_id, uint32_t from, const uint8_t *msg,
+                               size_t len, char *errmsg, size_t errmsg_len) {
+    struct fl__err err;
+    fl__err_clear(&err);
+    fl_secagg_config c;
+    fl_status st = !ticket || !msg ? fl__err_set(&err, FL_ERR_MISUSE, "norm_check: NULL")
+                                   : fl__sa_config_check(&c, cfg, &err);
+    if (ticket)
+        memset(ticket, 0, sizeof(*ticket));
+    const struct fl__sa_crypto *cr = st == FL_OK ? fl__sa_backend(c.backend) : NULL;
+    if (st == FL_OK && !fl__sa_norm_proof_bytes(&c))
+        st = fl__err_set(&err, FL_ERR_MISUSE, "norm_check: the config has no norm proofs");
+    if (st == FL_OK && from >= c.num_clients)
+        st = fl__err_set(&err, FL_ERR_PROTOCOL, "norm_check: unknown client %u", from);
+    struct fl__sa_reader r;
+    if (st == FL_OK)
+        st = fl__sa_open_msg(&r, &err, msg, len, FL_SECAGG_MSG_MASKED_INPUT, round_id, from,
+                             fl__sa_msg_limit(&c, FL_SECAGG_MSG_MASKED_INPUT));
+    size_t words = st == FL_OK ? fl__sa_vec_len(&c) * fl__sa_elem_bytes(c.bits) : 0;
+    size_t pb = st == FL_OK ? fl__sa_norm_proof_bytes(&c) : 0;
+    if (st == FL_OK && r.left != words + pb)
+        st = fl__err_set(&err, FL_ERR_FORMAT, "MASKED_INPUT: %zu bytes, expected %zu", r.left,
+                         words + pb);
+    if (st == FL_OK)
+        st = fl__sa_norm_verify(&c, round_id, from, r.p + words, pb, NULL, &err);
+    if (st == FL_OK && ticket_digest(ticket->digest, cr, msg, len) != 0)
+        st = fl__err_set(&err, FL_ERR_CRYPTO, "norm_check: hash failed");
+    if (st == FL_OK) {
+        ticket->round_id = round_id;
+        ticket->client = from;
+        ticket->valid = 1;
+    }
+    if (errmsg && errmsg_len > 0)
+        snprintf(errmsg, errmsg_len, "%s", st == FL_OK ? "" : fl__err_msg(&err));
+    return st;
+}
+
+fl_status fl_secagg_server_receive_checked(fl_secagg_server *s, uint32_t from,
+                                           const uint8_t *msg, size_t len,
+                                           const fl_secagg_norm_ticket *ticket) {
+    if (!s || !msg || !ticket)
+        return FL_ERR_MISUSE;
+    uint8_t dig[32];
+    /* A ticket for other bytes (or none) means the proof is checked here, as receive does. */
+    int ok = ticket->valid == 1 && ticket->round_id == s->round_id && ticket->client == from &&
+             ticket_digest(dig, s->crypto, msg, len) == 0 && memcmp(dig, ticket->digest, 32) == 0;
+    return receive(s, from, msg, len, ok);
 }
 
 /* ---- phase transitions ---- */
@@ -844,7 +926,7 @@ static void um_slice(size_t d, size_t nj, size_t j, size_t *lo, size_t *hi) {
 static void um_masks_job(fl_secagg_server *s, struct um_work *w, size_t j) {
     uint8_t *scratch = w->areas + j * w->area_bytes;
     size_t lo, hi, ns = w->first[w->ntodo];
-    um_slice(s->cfg.dim, w->njobs, j, &lo, &hi);
+    um_slice(fl__sa_vec_len(&s->cfg), w->njobs, j, &lo, &hi);
     int rc = 0;
     for (size_t g = 0; g < ns && rc == 0; g += FL__SA_MASK_FUSE) {
         if (atomic_load_explicit(&w->failed, memory_order_relaxed) != UM_NO_FAILURE)
@@ -1039,7 +1121,7 @@ fl_status fl_secagg_server_unmask_next(fl_secagg_server *s, size_t *njobs) {
         return s->fail_code;
     }
     if (w->stage == UM_SECRETS) {
-        size_t nb = s->cfg.dim / UM_MIN_SLICE;
+        size_t nb = fl__sa_vec_len(&s->cfg) / UM_MIN_SLICE;
         nb = nb < 1 ? 1 : nb > w->nareas ? w->nareas : nb;
         um_open_batch(w, UM_MASKS, nb);
         *njobs = nb;
@@ -1048,6 +1130,13 @@ fl_status fl_secagg_server_unmask_next(fl_secagg_server *s, size_t *njobs) {
     }
     um_release(s);
     free_sh(s);
+    if (fl__sa_norm_proof_bytes(&s->cfg) &&
+        fl__sa_norm_link(&s->cfg, s->acc, s->vsum, &s->err) != FL_OK) {
+        char m[FL__ERRMSG_MAX];
+        snprintf(m, sizeof(m), "%s", fl__err_msg(&s->err));
+        *njobs = 0;
+        return server_fail(s, FL_ERR_PROTOCOL, m);
+    }
     s->count = count_flag(s, C_U3);
     s->phase = FL_SECAGG_PHASE_DONE;
     s->pending = 0;

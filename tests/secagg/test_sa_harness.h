@@ -41,6 +41,10 @@ struct sa_opts {
                                     (the server keeps cfg.context), NULL = cfg.context */
     sa_finish_fn finish;         /* final advance, NULL = fl_secagg_server_advance */
     void *finish_user;
+    const uint32_t *inputs;      /* (n * d) the clients' inputs, NULL = random mod 2^b */
+    int use_tickets;             /* masked inputs go through fl_secagg_norm_check and
+                                    fl_secagg_server_receive_checked */
+    const fl_secagg_config *server_cfg; /* set by sa_run for use_tickets */
 };
 
 struct sa_result {
@@ -93,7 +97,17 @@ static inline fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct
         fl_secagg_msg_type t = (fl_secagg_msg_type)buf[3];
         o->tamper(o->tamper_user, 1, from, t, buf, &len, cap);
     }
-    fl_status st = fl_secagg_server_receive(srv, from, buf, len);
+    fl_status st;
+    if (o->use_tickets && len > 3 && buf[3] == FL_SECAGG_MSG_MASKED_INPUT) {
+        fl_secagg_norm_ticket t;
+        uint64_t rid = 0;
+        for (int i = 0; i < 8; i++)
+            rid |= (uint64_t)buf[4 + i] << (8 * i);
+        (void)fl_secagg_norm_check(&t, o->server_cfg, rid, from, buf, len, NULL, 0);
+        st = fl_secagg_server_receive_checked(srv, from, buf, len, &t);
+    } else {
+        st = fl_secagg_server_receive(srv, from, buf, len);
+    }
     free(buf);
     return st;
 }
@@ -114,6 +128,9 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     fl_secagg_config scfg = cfg, ccfg = cfg;
     scfg.backend = o->server_backend;
     ccfg.backend = o->client_backend;
+    struct sa_opts oc = *o; /* the deliveries need the server's config for tickets */
+    oc.server_cfg = &scfg;
+    o = &oc;
     fl_secagg_server *srv = NULL;
     uint8_t gseed[32];
     for (int i = 0; i < 32; i++)
@@ -130,7 +147,8 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
                                                  cfg.active ? &I.ids[i] : NULL, o->alloc),
                          FL_OK);
         for (uint32_t j = 0; j < d; j++)
-            x[(size_t)i * d + j] = (uint32_t)sa_rng_next(&rs) & bm;
+            x[(size_t)i * d + j] =
+                o->inputs ? o->inputs[(size_t)i * d + j] : (uint32_t)sa_rng_next(&rs) & bm;
         assert_int_equal(fl_secagg_client_set_input(cl[i], x + (size_t)i * d, d), FL_OK);
     }
     /* Step 1: advertise. */
