@@ -1305,6 +1305,9 @@ static void do_train(fl_client *c, int64_t now) {
     sc.bits = r->task.modulus_bits;
     sc.degree = r->task.sa_neighbors;
     sc.threshold = r->task.sa_threshold;
+    sc.norm_bits = r->task.sa_norm_bits;
+    sc.norm_dim = r->task.sa_norm_dim;
+    sc.norm_bound2 = r->task.sa_norm_bound2;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
     secagg_context(sc.context, r);
     char em[160];

@@ -46,6 +46,9 @@ struct fl__client_task {
     uint32_t sa_neighbors;               /* k */
     uint32_t sa_threshold;               /* t (Shamir threshold) */
     int64_t sa_vector_length;            /* secagg.vector_length (= update.length) */
+    uint32_t sa_norm_bits;               /* secagg.norm_proof.bits (0 = no norm proof) */
+    uint32_t sa_norm_dim;                /* secagg.norm_proof.dim */
+    uint64_t sa_norm_bound2;             /* secagg.norm_proof.bound2 */
     int64_t deadlines[5];                /* advertise, share, masked, consistency, unmask */
 };
 

@@ -87,6 +87,50 @@ static fl_status collect_tensors(fl_coord *co, struct fl__coord_round_params *rp
     return FL_OK;
 }
 
+/* Norm proofs (secagg.norm_proof; docs/protocol.md section 5.1): a device proves that its
+ * model coordinates have sum z^2 <= B^2, B the l2_bound of fl_dp_central_info for clip times
+ * the largest weight (what the server clips a plain update to), and that every coordinate,
+ * the weight included, lies in [-2^(m-1), 2^(m-1)). m plus the headroom of cap devices must
+ * fit the modulus, so that the proven inputs cannot wrap the sum. */
+static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char *why,
+                             size_t why_len) {
+    uint64_t wmax = rp->weight_examples ? (uint64_t)rp->weight_cap : 1;
+    fl_dp_central_params cp;
+    fl_dp_central_info info;
+    fl_dp_central_params_init(&cp);
+    cp.clip = rp->clip * (double)wmax;
+    cp.granularity = rp->granularity;
+    cp.beta = rp->beta;
+    double b2 = -1.0;
+    if (fl_dp_central_info_get(&info, &cp, rp->dim) == FL_OK)
+        b2 = floor(info.l2_bound * info.l2_bound + 0.5);
+    if (!(b2 >= 0.0 && b2 < 4e18)) {
+        snprintf(why, why_len, "no norm bound for clip %g x weight %llu at granularity %g",
+                 rp->clip, (unsigned long long)wmax, rp->granularity);
+        return FL_ERR_RANGE;
+    }
+    uint64_t bound2 = (uint64_t)b2, root = (uint64_t)sqrt(b2);
+    while (root * root > bound2)
+        root--;
+    while ((root + 1) * (root + 1) <= bound2)
+        root++;
+    uint64_t top = root > wmax ? root : wmax;
+    uint32_t m = 1;
+    while (m < 64 && (top >> m) != 0)
+        m++;
+    m++; /* the sign */
+    uint32_t head = fl_secagg_headroom_bits((uint32_t)cap);
+    if (m + head > rp->bits) {
+        snprintf(why, why_len, "norm proofs need %u bits per coordinate and %u of headroom for "
+                 "%zu devices, over privacy.modulus_bits %u (raise granularity or lower "
+                 "clip_norm)", m, head, cap, rp->bits);
+        return FL_ERR_RANGE;
+    }
+    rp->norm_bits = m;
+    rp->norm_bound2 = bound2;
+    return FL_OK;
+}
+
 fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
                                       struct fl__coord_round *r, char *why, size_t why_len) {
     struct fl__coord_round_params *rp = &r->rp;
@@ -206,6 +250,11 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
                  (unsigned long long)wmax, r->cap, rp->bits);
         rc = FL_ERR_RANGE;
     }
+    rp->norm_bits = 0;
+    rp->norm_bound2 = 0;
+    if (rc == FL_OK && rp->secagg &&
+        json_is_true(json_object_get(json_object_get(cfg, "secagg"), "norm_proof")))
+        rc = norm_params(rp, r->cap, why, why_len);
 out:
     fl_safetensors_destroy(st);
     fl__coord_blob_unref(m);

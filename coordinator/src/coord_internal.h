@@ -11,6 +11,7 @@
 
 #include "fl_internal.h"
 #include "flotilla/coordinator.h"
+#include "flotilla/secagg.h"
 #include "flotilla/storage.h"
 
 struct fl_secagg_server;
@@ -92,6 +93,7 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t agg_sum_us;       /* their total wall time, microseconds */
     atomic_uint_fast64_t stale_rejected;   /* buffered updates refused as too stale */
     atomic_uint_fast64_t updates_clipped;  /* plain updates scaled down to the norm bound */
+    atomic_uint_fast64_t norm_proofs_refused; /* secagg masked inputs whose norm proof failed */
 };
 
 extern const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS];
@@ -179,6 +181,8 @@ struct fl__coord_round_params {
     uint8_t rotation_seed[32];  /* distributed: public Hadamard seed */
     uint8_t quant_seed[32];     /* public quantizer seed (sent, unused by v1 encoders) */
     uint32_t degree, threshold; /* secagg k and t once the round runs */
+    uint32_t norm_bits;         /* secagg norm proofs (0 = off): bits per coordinate m */
+    uint64_t norm_bound2;       /* bound on a device's squared norm (lattice units^2) */
     bool buffered;              /* FedBuff buffer (docs/protocol.md section 5.4) */
     uint32_t buffer_k;          /* buffered: contributions per model update (K) */
     uint32_t max_inflight;      /* buffered: devices training at once (max_concurrency) */
@@ -209,6 +213,8 @@ struct fl__coord_round {
     int64_t base_version;       /* model version the round trains from */
     struct fl__coord_round_params rp;
     struct fl_secagg_server *sa;/* secagg server state machine (secagg rounds, running) */
+    fl_secagg_config sa_cfg;    /* its resolved config, while sa is set (norm proofs are
+                                   checked against a copy of it outside the lock) */
     uint64_t *acc;              /* plain rounds: (vec_len) running sum mod 2^b */
     uint32_t received;          /* plain rounds: updates folded into acc */
     double *bnum;               /* buffered: (dim) staleness-weighted sum of decoded
@@ -483,6 +489,8 @@ int fl__coord_json(struct fl__coord_reply *rep, int status, json_t *body);
 json_t *fl__coord_parse_body(const struct fl__coord_req *rq, struct fl__coord_reply *rep);
 
 /* Sets a 200 reply that sends b (takes a new reference) with its signature headers. */
+/* Releases what rep owns and resets it to an empty reply (no Retry-After). */
+void fl__coord_reply_clear(fl_coord *co, struct fl__coord_reply *rep);
 void fl__coord_reply_blob(struct fl__coord_reply *rep, struct fl__coord_blob *b,
                           const char *content_type);
 

@@ -631,7 +631,7 @@ static enum MHD_Result queue_reply(fl_coord *co, struct MHD_Connection *conn,
     return ret;
 }
 
-static void reply_clear(fl_coord *co, struct fl__coord_reply *rep) {
+void fl__coord_reply_clear(fl_coord *co, struct fl__coord_reply *rep) {
     if (rep->json)
         json_decref(rep->json);
     fl__coord_blob_unref(rep->blob);
@@ -783,7 +783,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             *con_cls = &oom_ctx;
             fl__coord_oom(&rep);
             enum MHD_Result r = queue_reply(co, conn, FL__R_NOT_FOUND, &rep, true);
-            reply_clear(co, &rep);
+            fl__coord_reply_clear(co, &rep);
             return r;
         }
         *con_cls = ctx;
@@ -800,7 +800,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if (ctx->watch)
                 atomic_store(&ctx->watch->phase, CONN_BUSY);
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-            reply_clear(co, &rep);
+            fl__coord_reply_clear(co, &rep);
             return r;
         }
         if (ctx->watch && ctx->body_len > 0)
@@ -830,7 +830,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             *upload_data_size = 0;
             fl__coord_error(&rep, 413, "body_too_large", NULL, "body longer than Content-Length");
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-            reply_clear(co, &rep);
+            fl__coord_reply_clear(co, &rep);
             return r;
         }
         memcpy(ctx->body + ctx->body_got, upload_data, n);
@@ -868,14 +868,14 @@ run_handler:
         if (ctx->rq.park) {
             /* Suspended by the handler (lock held there); no reply until resumed. */
             ctx->parked = true;
-            reply_clear(co, &rep);
+            fl__coord_reply_clear(co, &rep);
             return MHD_YES;
         }
     }
     if (!rep.json && !rep.bytes && !rep.blob && rep.status == 0)
         fl__coord_error(&rep, 500, "internal", NULL, "handler produced no reply");
     enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
-    reply_clear(co, &rep);
+    fl__coord_reply_clear(co, &rep);
     return r;
 }
 

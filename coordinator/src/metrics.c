@@ -182,6 +182,11 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
                   "# TYPE flotilla_updates_clipped_total counter\n"
                   "flotilla_updates_clipped_total %llu\n",
               (unsigned long long)atomic_load(&m->updates_clipped));
+    sb_printf(&b, "# HELP flotilla_norm_proofs_refused_total Secure-aggregation masked inputs "
+                  "refused because their norm proof did not verify.\n"
+                  "# TYPE flotilla_norm_proofs_refused_total counter\n"
+                  "flotilla_norm_proofs_refused_total %llu\n",
+              (unsigned long long)atomic_load(&m->norm_proofs_refused));
     /* Per-population gauges (and the store's WAL state) need the lock. */
     fl__coord_lock(co);
     fl_store_wal_stats ws;

@@ -300,6 +300,9 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         !get_num(sa, "secagg", "threshold_fraction", 0.66, 0.5, 1.0, false, &dv, rep) ||
         !get_bool(sa, "secagg", "consistency_check", false, &b, rep))
         return false;
+    bool norm_proof;
+    if (!get_bool(sa, "secagg", "norm_proof", false, &norm_proof, rep))
+        return false;
     if (b)
         /* The consistency phase is SecAgg's active-adversary mode, which needs per-client
          * signing keys certified by an authority; protocol v1 carries none yet. */
@@ -331,6 +334,12 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         if (dv >= 1.0)
             return fl__coord_error(rep, 400, "invalid_field", "privacy.delta",
                                    "'privacy.delta' must be below 1"), false;
+        if (norm_proof && strcmp(mode, "distributed") == 0)
+            /* The device adds its noise before masking, so a proof would bound the noisy
+             * vector, whose norm the noise dominates: not offered until noise is proven. */
+            return fl__coord_error(rep, 400, "invalid_field", "secagg.norm_proof",
+                                   "'secagg.norm_proof' is not supported with distributed DP "
+                                   "yet (use central DP or none)"), false;
         if (strcmp(mode, "distributed") == 0 && !secagg_on)
             return fl__coord_error(rep, 400, "invalid_field", "privacy.mode",
                                    "distributed DP needs secagg.enabled"), false;
@@ -338,6 +347,10 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
             return fl__coord_error(rep, 400, "invalid_field", "update.weighting",
                                    "differential privacy needs uniform weighting"), false;
     }
+    if (norm_proof && !secagg_on)
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.norm_proof",
+                               "'secagg.norm_proof' needs secagg.enabled (the server bounds "
+                               "plain updates itself)"), false;
     /* FedBuff without secure aggregation runs asynchronously (docs/protocol.md 5.4): the
      * server weighs each update by its staleness, which needs it in the clear; DP for that
      * mode (noise per buffer) is not offered yet. */

@@ -327,7 +327,12 @@ size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *
         if (k == FL__PH_SHARE)
             cap = 256 * kk + 4096;
         else if (k == FL__PH_MASKED)
-            cap = 8 * r->rp.vec_len + 4096;
+            /* Norm proofs: 64 limbs at most, 128 bytes per proven bit (up to 64 for the
+             * bound), 64 per coordinate and 160 (docs/secagg.md "Norm proofs"). */
+            cap = 8 * r->rp.vec_len + 4096 +
+                  (r->rp.norm_bits ? 4 * 64 + 160 + 64 * r->rp.vec_len +
+                                         128 * (r->rp.vec_len * r->rp.norm_bits + 64)
+                                   : 0);
         else if (k == FL__PH_UNMASK)
             cap = 128 * (kk + 1) + 4096;
         fl__coord_unlock(co);
@@ -437,6 +442,12 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
         cfg.num_clients = (uint32_t)r->n;
         cfg.dim = (uint32_t)r->rp.vec_len;
         cfg.bits = r->rp.bits;
+        if (r->rp.norm_bits) {
+            /* Every model coordinate in the L2 bound; the weight coordinate only in range. */
+            cfg.norm_bits = r->rp.norm_bits;
+            cfg.norm_dim = (uint32_t)r->rp.dim;
+            cfg.norm_bound2 = r->rp.norm_bound2;
+        }
         if (kcfg > 0) {
             uint32_t k = (uint32_t)kcfg;
             if (k % 2)
@@ -457,6 +468,8 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
         if (rc == FL_OK)
             rc = fl_secagg_server_create(&r->sa, &cfg, (uint64_t)r->id, r->session_id,
                                          fl__coord_pub_alloc(co));
+        if (rc == FL_OK)
+            r->sa_cfg = cfg;
         if (rc != FL_OK) {
             char msg[300];
             snprintf(msg, sizeof(msg), "secure aggregation could not start: %s",
@@ -953,7 +966,8 @@ static bool plain_header_ok(struct fl__coord_reply *rep, const uint8_t *b, size_
 /* Common part of secagg posts and plain updates (lock held). */
 static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
                         struct fl__coord_pop *p, struct fl__coord_round *r,
-                        struct fl__coord_participant *pt, int k) {
+                        struct fl__coord_participant *pt, int k,
+                        const fl_secagg_norm_ticket *ticket) {
     int64_t now = fl__coord_now(co);
     if (r->state == FL__ROUND_FORMING) {
         int64_t left = (r->forming_deadline - now) / 1000;
@@ -1021,7 +1035,10 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
             return fl__coord_error(rep, 400, "invalid_message", NULL,
                                    "not a %s message of this client for round %lld",
                                    fl__coord_phase_names[k], (long long)r->id);
-        fl_status rc = fl_secagg_server_receive(r->sa, pt->index, rq->body, rq->body_len);
+        fl_status rc = ticket ? fl_secagg_server_receive_checked(r->sa, pt->index, rq->body,
+                                                                 rq->body_len, ticket)
+                              : fl_secagg_server_receive(r->sa, pt->index, rq->body,
+                                                         rq->body_len);
         switch (rc) {
         case FL_OK:
             status = 202;
@@ -1068,6 +1085,46 @@ static bool octet_stream(struct fl__coord_req *rq, struct fl__coord_reply *rep) 
     return true;
 }
 
+/* A masked input with a norm proof costs about a millisecond per proven bit to check, so it
+ * is checked before the lock is taken, against a copy of the round's secagg config; the
+ * receive under the lock then only hashes the message (fl_secagg_server_receive_checked). A
+ * proof that does not verify (or a message too long for one) is answered 400 here. Anything
+ * else (no such participant, not a norm round, a header for another round or client, out of
+ * memory) is left to the locked path, which answers it as usual. Returns false with the
+ * answer in rep. */
+static bool norm_precheck(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
+                          const struct fl__coord_client_auth *ca, int64_t rid,
+                          fl_secagg_norm_ticket *ticket) {
+    struct fl__coord_pop *p = NULL;
+    struct fl__coord_round *r = NULL;
+    fl_secagg_config cfg;
+    uint32_t index = 0;
+    bool norm = false;
+    struct fl__coord_reply scratch; /* the locked path answers any refusal again */
+    memset(&scratch, 0, sizeof(scratch));
+    scratch.retry_after_s = -1;
+    fl__coord_lock(co);
+    struct fl__coord_participant *pt = fl__coord_participant_of(rq, &scratch, ca, rid, &p, &r);
+    if (pt && r->sa && r->sa_cfg.norm_bits) {
+        cfg = r->sa_cfg;
+        index = pt->index;
+        norm = true;
+    }
+    fl__coord_unlock(co);
+    fl__coord_reply_clear(co, &scratch);
+    if (!norm)
+        return true;
+    char why[200];
+    fl_status st = fl_secagg_norm_check(ticket, &cfg, (uint64_t)rid, index, rq->body,
+                                        rq->body_len, why, sizeof(why));
+    if (st == FL_ERR_CRYPTO || st == FL_ERR_FORMAT || st == FL_ERR_TOO_LARGE) {
+        atomic_fetch_add(&co->metrics.norm_proofs_refused, 1);
+        fl__coord_error(rep, 400, "invalid_message", NULL, "masked message rejected: %s", why);
+        return false;
+    }
+    return true;
+}
+
 int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
     struct fl__coord_client_auth ca;
@@ -1086,6 +1143,10 @@ int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *re
     int status;
     struct fl__coord_pop *p = NULL;
     struct fl__coord_round *r = NULL;
+    fl_secagg_norm_ticket ticket;
+    memset(&ticket, 0, sizeof(ticket));
+    if (k == FL__PH_MASKED && !norm_precheck(co, rq, rep, &ca, rid, &ticket))
+        return rep->status;
     fl__coord_lock(co);
     struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
     if (!pt) {
@@ -1098,7 +1159,7 @@ int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *re
         status = fl__coord_error(rep, 404, "not_found", "phase",
                                  "round %lld has no consistency phase", (long long)rid);
     } else {
-        status = post_message(co, rq, rep, p, r, pt, k);
+        status = post_message(co, rq, rep, p, r, pt, k, &ticket);
     }
     fl__coord_unlock(co);
     return status;
@@ -1127,7 +1188,7 @@ int fl__coord_h_update(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                  "round %lld uses secure aggregation: POST .../secagg/{phase}",
                                  (long long)rid);
     else
-        status = post_message(co, rq, rep, p, r, pt, FL__PH_MASKED);
+        status = post_message(co, rq, rep, p, r, pt, FL__PH_MASKED, NULL);
     fl__coord_unlock(co);
     return status;
 }

@@ -212,8 +212,9 @@ static void absorb_statement(crypto_hash_sha512_state *h, const fl_secagg_config
     size_t nb = (size_t)c->dim * c->norm_bits + np_bound_bits(c->norm_bound2);
     crypto_hash_sha512_init(h);
     crypto_hash_sha512_update(h, (const uint8_t *)dom, sizeof(dom) - 1);
+    /* Not the context: a semi-honest server does not know the devices' context, and the
+     * round id already makes a proof useless in any other round. */
     crypto_hash_sha512_update(h, hdr, sizeof(hdr));
-    crypto_hash_sha512_update(h, c->context, FL_SECAGG_CONTEXT_BYTES);
     /* V, S, then every bit commitment. */
     crypto_hash_sha512_update(h, proof, 2 * NP_PT + nb * NP_PT);
 }

@@ -36,6 +36,7 @@ struct popspec {
     double noise;            /* noise_multiplier */
     int dl_s;                /* every phase deadline, seconds */
     int min_retry_s, max_retry_s;
+    bool norm_proof;         /* secagg.norm_proof */
 };
 
 static void pop_json(char *out, size_t cap, const struct popspec *s) {
@@ -56,12 +57,12 @@ static void pop_json(char *out, size_t cap, const struct popspec *s) {
              "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
              "\"weighting\":\"%s\",\"weight_cap\":22},"
              "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5},"
+             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0%s}}",
              s->name, s->target, s->min, s->min_retry_s ? s->min_retry_s : 1,
              s->max_retry_s ? s->max_retry_s : 60, dl, dl, dl, dl,
-             s->weighting ? s->weighting : "uniform", s->secagg ? "true" : "false", s->mode,
-             priv);
+             s->weighting ? s->weighting : "uniform", s->secagg ? "true" : "false",
+             s->norm_proof ? ",\"norm_proof\":true" : "", s->mode, priv);
 }
 
 struct world {
@@ -249,13 +250,17 @@ static bool all_idle(void *u) {
     return true;
 }
 
-static void run_basic(const char *mode, bool secagg, bool examples, double noise, double tol) {
+static void run_basic_norm(const char *mode, bool secagg, bool examples, double noise,
+                           double tol, bool norm) {
     struct popspec s = {"pop", 4, 3, secagg, mode, examples ? "examples" : "uniform", noise,
-                        30, 0, 0};
+                        30, 0, 0, norm};
     int ex[4] = {20, 21, 22, 23};
     struct world w;
     world_open(&w, &s, 4, ex, 0, false);
     int passes = sdev_drive(w.f, w.d, 4, all_idle, &w, 400, 200);
+    if (passes >= 400)
+        for (int i = 0; i < 4; i++)
+            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(w.d[i].c));
     assert_true(passes < 400);
     bool in[4] = {true, true, true, true};
     check_round(&w, "pop", in, mode, examples, tol);
@@ -266,11 +271,25 @@ static void run_basic(const char *mode, bool secagg, bool examples, double noise
     world_close(&w);
 }
 
+static void run_basic(const char *mode, bool secagg, bool examples, double noise, double tol) {
+    run_basic_norm(mode, secagg, examples, noise, tol, false);
+}
+
 /* ---- tests ---- */
 
 static void test_secagg_round_exact(void **st) {
     (void)st;
     run_basic("none", true, false, 0, 0);
+}
+
+/* Norm proofs (secagg.norm_proof): every device proves its masked update's norm; the sum is
+ * still bit for bit the plain sum of the devices' words (uniform and examples weighting,
+ * central DP). */
+static void test_secagg_norm_proof_round(void **st) {
+    (void)st;
+    run_basic_norm("none", true, false, 0, 0, true);
+    run_basic_norm("none", true, true, 0, 0, true);
+    run_basic_norm("central", true, false, 0.1, 8 * 0.1 / 4 + 1.0 / 1024, true);
 }
 
 static void test_plain_round_examples_weighting(void **st) {
@@ -324,7 +343,7 @@ static void on_cap(void *u, enum sim_ft_dir dir, const void *data, size_t n) {
  * answered 425 phase_not_open; it retries when told and completes the round. */
 static void test_task_of_forming_round(void **st) {
     (void)st;
-    struct popspec s = {"pop", 3, 3, true, "none", NULL, 0, 30, 0, 0};
+    struct popspec s = {"pop", 3, 3, true, "none", NULL, 0, 30, 0, 0, false};
     struct world w;
     world_open(&w, &s, 3, NULL, 0, false);
     struct cap c0 = {0};
@@ -350,7 +369,7 @@ static void test_task_of_forming_round(void **st) {
 static void test_resume_after_network_failures(void **st) {
     (void)st;
     for (int secagg = 1; secagg >= 0; secagg--) {
-        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0, false};
         struct world w;
         world_open(&w, &s, 3, NULL, 0, false);
         sim_ft_rule rules[] = {
@@ -397,7 +416,7 @@ static enum sim_ft_action vanish_at(void *user, const fl_client_request *req, in
 }
 
 static void vanish(const char *phase, bool secagg) {
-    struct popspec s = {"pop", 4, 3, secagg, "none", NULL, 0, 10, 0, 0};
+    struct popspec s = {"pop", 4, 3, secagg, "none", NULL, 0, 10, 0, 0, false};
     struct world w;
     world_open(&w, &s, 4, NULL, 0, false);
     sim_ft_set_decide(w.d[3].ft, vanish_at, (void *)phase);
@@ -445,7 +464,7 @@ static void test_vanished_before_plain_update(void **st) {
 /* Tampered, unsigned or foreign-key bodies end the round before anything derived from
  * training is sent; a key-id mismatch at enrollment is a sticky failure. */
 static void refusal(int mode) {
-    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0};
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0, false};
     struct world w;
     world_open(&w, &s, 1, NULL, 0, false);
     struct cap cap = {0};
@@ -517,7 +536,7 @@ static void test_enrollment_key_mismatch_is_sticky(void **st) {
     size_t mlen;
     uint8_t *m = sfx_model(&mlen);
     char json[4096], etok[256];
-    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0};
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 0, 0, false};
     pop_json(json, sizeof(json), &s);
     sfx_population(f, json, m, mlen, etok, sizeof(etok));
     uint8_t other[32];
@@ -540,7 +559,7 @@ static void test_enrollment_key_mismatch_is_sticky(void **st) {
  * nothing before; then it checks in without a 429. */
 static void test_pace_steering(void **st) {
     (void)st;
-    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 40, 90};
+    struct popspec s = {"pop", 1, 1, false, "none", NULL, 0, 30, 40, 90, false};
     struct world w;
     world_open(&w, &s, 2, NULL, 0, false);
     struct cap cb = {0};
@@ -599,7 +618,7 @@ static void *dev_thread(void *arg) {
 static void test_long_polls_on_threads(void **st) {
     (void)st;
     for (int secagg = 1; secagg >= 0; secagg--) {
-        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0, false};
         struct world w;
         world_open(&w, &s, 3, NULL, 10, true);
         struct timespec t0, t1;
@@ -634,7 +653,7 @@ static void test_long_polls_on_threads(void **st) {
 static void test_no_example_bytes_on_the_wire(void **st) {
     (void)st;
     for (int secagg = 0; secagg < 2; secagg++) {
-        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0};
+        struct popspec s = {"pop", 3, 3, secagg, "none", NULL, 0, 30, 0, 0, false};
         int ex[3] = {25, 25, 25};
         struct world w;
         world_open(&w, &s, 3, ex, 0, false);
@@ -664,6 +683,7 @@ int main(void) {
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secagg_round_exact),
+        cmocka_unit_test(test_secagg_norm_proof_round),
         cmocka_unit_test(test_plain_round_examples_weighting),
         cmocka_unit_test(test_secagg_examples_weighting),
         cmocka_unit_test(test_central_dp_round),

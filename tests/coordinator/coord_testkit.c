@@ -444,13 +444,14 @@ void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct po
              "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
              "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
              "\"strategy\":{\"name\":\"%s\"%s%s},"
-             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5},"
+             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0,\"modulus_bits\":%d%s}}",
              pc->name, pc->target, pc->min, min_retry, max_retry,
              pc->weighting ? pc->weighting : "uniform",
              pc->strategy ? pc->strategy : "fedavg", pc->strategy_extra ? "," : "",
              pc->strategy_extra ? pc->strategy_extra : "", pc->secagg ? "true" : "false",
-             pc->neighbors, pc->mode, pc->bits ? pc->bits : 32, priv);
+             pc->neighbors, sel && sel->norm_proof ? ",\"norm_proof\":true" : "", pc->mode,
+             pc->bits ? pc->bits : 32, priv);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)
         fprintf(stderr, "%s\n", r.body);
@@ -524,6 +525,10 @@ void parse_task(const struct resp *r, struct task *t) {
         t->k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
         t->t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
         assert_int_equal(json_integer_value(json_object_get(sa, "vector_length")), t->vec_len);
+        json_t *np = json_object_get(sa, "norm_proof");
+        t->norm_bits = (uint32_t)json_integer_value(json_object_get(np, "bits"));
+        t->norm_dim = (uint32_t)json_integer_value(json_object_get(np, "dim"));
+        t->norm_bound2 = (uint64_t)json_integer_value(json_object_get(np, "bound2"));
     }
     json_decref(j);
 }
@@ -628,6 +633,9 @@ void secagg_clients_start(struct tc *c, int n, int64_t rid, const uint8_t **out,
         cfg.bits = c[i].task.bits;
         cfg.degree = c[i].task.k;
         cfg.threshold = c[i].task.t;
+        cfg.norm_bits = c[i].task.norm_bits;
+        cfg.norm_dim = c[i].task.norm_dim;
+        cfg.norm_bound2 = c[i].task.norm_bound2;
         assert_int_equal(fl_secagg_client_create(&c[i].sa, &cfg, (uint64_t)rid, c[i].task.index,
                                                  NULL, NULL), FL_OK);
         uint32_t x[1024];

@@ -131,6 +131,7 @@ void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int 
 struct popsel {
     int min_retry_s;         /* selection.min_retry_s, s (default 1) */
     int max_retry_s;         /* selection.max_retry_s, s (default 60) */
+    bool norm_proof;         /* secagg.norm_proof (default false) */
 };
 
 /* setup_population with the selection fields of sel (NULL: all defaults, the same request
@@ -152,6 +153,8 @@ struct task {
     int64_t dl[5];           /* phase deadlines, Unix ms */
     int64_t model_version;   /* model.version */
     char kind[16];           /* sync or buffered */
+    uint32_t norm_bits, norm_dim; /* secagg.norm_proof (0: none) */
+    uint64_t norm_bound2;
 };
 
 void parse_task(const struct resp *r, struct task *t);

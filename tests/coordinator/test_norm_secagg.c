@@ -1,0 +1,255 @@
+/* The norm bound in secure-aggregation rounds (secagg.norm_proof; docs/protocol.md 5.1,
+ * docs/secagg.md "Norm proofs"). The server never sees an update, so each device proves in
+ * zero knowledge that the vector it masks is within the bound the server clips plain updates
+ * to. A device that boosts its update x100:
+ *  - with a proof made for a looser bound (x30: the coordinate range of the proof caps the
+ *    boost before the norm does): its masked input is refused (400), it counts as
+ *    dropped, and the model is exactly the average of the honest devices;
+ *  - with an honest proof but the boosted vector masked: the unmasked sum does not match the
+ *    proven commitments, and the round is abandoned with that reason (no model change).
+ * Either way it moves the aggregate by less than an honest device can (clip/n). */
+#include <math.h>
+
+#include "coord_testkit.h"
+#include "flotilla/secagg.h"
+
+typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                             uint32_t count, const float *delta, size_t dim);
+void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+
+enum { N = 4 };
+enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2 };
+
+struct hook {
+    int calls;
+    uint32_t count;
+};
+
+static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                   uint32_t count, const float *delta, size_t dim) {
+    struct hook *h = user;
+    (void)round_id, (void)sum, (void)vec_len, (void)delta, (void)dim;
+    h->calls++;
+    h->count = count;
+}
+
+static long metric(struct fx *f, const char *name) {
+    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(r.body, key);
+    assert_non_null(p);
+    long v = strtol(p + strlen(key), NULL, 10);
+    resp_free(&r);
+    return v;
+}
+
+static int64_t centred(uint64_t x, uint32_t bits) {
+    uint64_t mod = 1ull << bits;
+    x &= mod - 1;
+    return x >= mod / 2 ? -(int64_t)(mod - x) : (int64_t)x;
+}
+
+/* Device 0 of a FORGED round: a x30 input (the most that fits the coordinates' m bits; more
+ * needs a longer proof, which the body limit refuses with 413) with a proof for a 10^4 x
+ * looser bound. */
+static void forge_client(struct tc *c, int64_t rid, const uint8_t **out, size_t *out_len) {
+    struct task *t = &c->task;
+    fl_secagg_client_destroy(c->sa);
+    fl_secagg_config cfg;
+    fl_secagg_config_init(&cfg);
+    cfg.num_clients = t->n;
+    cfg.dim = (uint32_t)t->vec_len;
+    cfg.bits = t->bits;
+    cfg.degree = t->k;
+    cfg.threshold = t->t;
+    cfg.norm_bits = t->norm_bits;
+    cfg.norm_dim = t->norm_dim;
+    cfg.norm_bound2 = t->norm_bound2 * 10000;
+    assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, t->index, NULL, NULL),
+                     FL_OK);
+    uint32_t x[1024];
+    for (size_t j = 0; j < t->vec_len; j++)
+        x[j] = (uint32_t)c->words[j];
+    for (size_t j = 0; j < t->dim; j++)
+        x[j] = (uint32_t)(centred(c->words[j], t->bits) * 30);
+    assert_int_equal(fl_secagg_client_set_input(c->sa, x, t->vec_len), FL_OK);
+    assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
+}
+
+/* A secagg round of N devices with norm proofs, device 0 attacking as `attack`. Returns the
+ * round's final status JSON (caller frees); *rid_out receives the round. */
+static json_t *attacked_round(struct fx *f, const char *name, const char *mode, int attack,
+                              struct tc *c, struct hook *h, int64_t *rid_out) {
+    fl__coord_debug_hook_set(f->co, on_sum, h);
+    struct popcfg pc = {name, N, 3, true, 0, mode, NULL, NULL, 1e6, 32, NULL};
+    struct popsel sel = {.norm_proof = true};
+    char *tok[N];
+    setup_population_sel(f, &pc, &sel, tok, N);
+    memset(c, 0, N * sizeof(*c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    *rid_out = rid;
+    fetch_tasks(f, c, N, rid);
+    /* The task carries the bound: the model's coordinates, the clip's l2 bound. */
+    assert_true(c[0].task.norm_bits >= 2);
+    assert_int_equal(c[0].task.norm_dim, D);
+    assert_true(c[0].task.norm_bound2 > 0);
+    const uint8_t *out[N];
+    size_t out_len[N];
+    secagg_clients_start(c, N, rid, out, out_len);
+    if (attack == FORGED)
+        forge_client(&c[0], rid, &out[0], &out_len[0]);
+    secagg_phase_all(f, c, N, rid, "advertise", out, out_len);
+    secagg_phase_all(f, c, N, rid, "share", out, out_len);
+    long refused0 = metric(f, "flotilla_norm_proofs_refused_total");
+    for (int i = 0; i < N; i++) {
+        uint8_t *msg = malloc(out_len[i]);
+        assert_non_null(msg);
+        memcpy(msg, out[i], out_len[i]);
+        if (attack == MASKED_BOOST && i == 0) /* masked x + 99 x = masked 100 x */
+            for (size_t j = 0; j < c[0].task.dim; j++) {
+                uint8_t *w = msg + FL_SECAGG_HEADER_BYTES + 4 * j;
+                uint32_t v = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 |
+                             (uint32_t)w[3] << 24;
+                v += (uint32_t)(centred(c[0].words[j], c[0].task.bits) * 99);
+                for (int b = 0; b < 4; b++)
+                    w[b] = (uint8_t)(v >> (8 * b));
+            }
+        struct resp r = post_phase(f, &c[i], rid, "masked", msg, out_len[i]);
+        free(msg);
+        if (attack == FORGED && i == 0) {
+            assert_int_equal(r.status, 400);
+            assert_non_null(strstr(r.body, "masked message rejected"));
+            c[0].drop = DROP_MASKED;
+        } else {
+            assert_int_equal(r.status, 202);
+        }
+        resp_free(&r);
+    }
+    assert_int_equal(metric(f, "flotilla_norm_proofs_refused_total"),
+                     refused0 + (attack == FORGED));
+    if (attack == FORGED) /* the phase closes at its deadline */
+        fx_advance(f, c[1].task.dl[2] + 1 - atomic_load(&f->now_ms));
+    for (int i = 0; i < N; i++) {
+        if (c[i].drop)
+            continue;
+        struct resp r = get_result(f, &c[i], rid, "masked", 10);
+        assert_int_equal(r.status, 200);
+        assert_int_equal(fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len,
+                                                 &out[i], &out_len[i]), FL_OK);
+        resp_free(&r);
+    }
+    for (int i = 0; i < N; i++) {
+        if (c[i].drop)
+            continue;
+        struct resp r = post_phase(f, &c[i], rid, "unmask", out[i], out_len[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    for (int i = 0; i < N; i++) {
+        if (c[i].drop)
+            continue;
+        struct resp r = get_result(f, &c[i], rid, "unmask", 10);
+        assert_int_equal(r.status, 200);
+        resp_free(&r);
+        break;
+    }
+    secagg_clients_free(c, N);
+    return round_status(f, &c[1], rid);
+}
+
+static void check_model(struct fx *f, struct tc *c, const char *name, int64_t version) {
+    float w[D], b[2], want[D], base[D];
+    for (int j = 0; j < D; j++)
+        base[j] = base_w(j);
+    fetch_model(f, &c[1], name, version, w, b);
+    expected_fedavg(c, N, base, want);
+    for (int j = 0; j < D; j++)
+        assert_true(w[j] == want[j]);
+}
+
+static void test_honest(void **state) {
+    struct fx *f = *state;
+    struct tc c[N];
+    struct hook h = {0};
+    int64_t rid;
+    json_t *st = attacked_round(f, "honest", "none", HONEST, c, &h, &rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    json_decref(st);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(h.count, N);
+    check_model(f, c, "honest", 2);
+    clients_free(c, N);
+}
+
+static void test_forged_proof_dropped(void **state) {
+    struct fx *f = *state;
+    struct tc c[N];
+    struct hook h = {0};
+    int64_t rid;
+    json_t *st = attacked_round(f, "forged", "none", FORGED, c, &h, &rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    json_decref(st);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(h.count, N - 1);
+    check_model(f, c, "forged", 2); /* the honest three, exactly: device 0 moved nothing */
+    clients_free(c, N);
+}
+
+static void test_boosted_mask_abandons(void **state) {
+    struct fx *f = *state;
+    for (int central = 0; central < 2; central++) {
+        const char *name = central ? "boostc" : "boost";
+        struct tc c[N];
+        struct hook h = {0};
+        int64_t rid;
+        json_t *st =
+            attacked_round(f, name, central ? "central" : "none", MASKED_BOOST, c, &h, &rid);
+        assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+        const char *why = json_string_value(json_object_get(st, "reason"));
+        assert_non_null(why);
+        assert_non_null(strstr(why, "not the sum of the proven inputs"));
+        json_decref(st);
+        assert_int_equal(h.calls, 0); /* nothing aggregated, no model version */
+        char q[160];
+        snprintf(q, sizeof(q), "SELECT count(*) FROM rounds WHERE id = %lld AND "
+                 "result_version IS NOT NULL", (long long)rid);
+        assert_int_equal(db_int(f, q), 0);
+        if (central) /* an abandoned round spends no privacy budget */
+            assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 0);
+        clients_free(c, N);
+    }
+}
+
+/* Configuration: refused with distributed DP and without secure aggregation. */
+static void test_config_refusals(void **state) {
+    struct fx *f = *state;
+    static const char *const bodies[] = {
+        "{\"name\":\"d1\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":true},"
+        "\"privacy\":{\"mode\":\"distributed\"}}",
+        "{\"name\":\"d2\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false,\"norm_proof\":true}}",
+        "{\"name\":\"d3\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":1}}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, bodies[i]);
+        if (r.status != 400 || !strstr(r.body, "secagg.norm_proof"))
+            fprintf(stderr, "body %zu: %ld %s\n", i, r.status, r.body);
+        assert_int_equal(r.status, 400);
+        assert_non_null(strstr(r.body, "secagg.norm_proof"));
+        resp_free(&r);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_honest, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_proof_dropped, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_boosted_mask_abandons, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_config_refusals, fx_setup, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
