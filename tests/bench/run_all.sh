@@ -7,8 +7,8 @@
 #   tests/bench/run_all.sh [--build DIR] [--out DIR] [--only NAME[,NAME...]] [--no-build]
 #                          [--doc FILE]
 #
-# NAME: secagg secagg_prg dp_sampler dp_accountant client_train client_heap client_libsize
-#       coord_round coord_checkin coord_flower coord_flower_secagg storage_registry
+# NAME: secagg secagg_prg secagg_norm dp_sampler dp_accountant client_train client_heap
+#       client_libsize coord_round coord_checkin coord_flower coord_flower_secagg storage_registry
 #       storage_audit core_safetensors
 # Builds DIR (default build-bench: Release, FL_BUILD_BENCH=ON, CUDA off, -j2) unless
 # --no-build. Each benchmark runs under a time limit; one that fails or is missing a tool
@@ -38,8 +38,8 @@ B=$build/tests/bench
 if [ $do_build = 1 ]; then
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFL_WITH_CUDA=OFF -DFL_WERROR=OFF \
         -DFL_BUILD_TESTS=ON -DFL_BUILD_BENCH=ON >/dev/null || exit 1
-    cmake --build "$build" -j2 --target bench_secagg bench_prg bench_sampler bench_accountant \
-        bench_train bench_round_heap bench_coord_round bench_registry bench_audit \
+    cmake --build "$build" -j2 --target bench_secagg bench_prg bench_norm bench_sampler \
+        bench_accountant bench_train bench_round_heap bench_coord_round bench_registry bench_audit \
         core_bench_safetensors_load flotilla-coordinator fl_client_sdk >/dev/null || exit 1
 fi
 
@@ -47,6 +47,7 @@ fi
 steps=(
 "secagg|300|$B/secagg/bench_secagg --n 100 --d 10000 --drop 0.1"
 "secagg_prg|120|$B/secagg/bench_prg --size 16K,1M --min-time 0.3"
+"secagg_norm|600|for d in 16 64 256; do for m in 8 16; do $B/secagg/bench_norm --dim \$d --bits-per-coord \$m --reps 2 || exit; done; done"
 "dp_sampler|300|$py tests/bench/dp/bench_sampler.py --bin $B/dp/bench_sampler --no-install"
 "dp_accountant|120|$B/dp/bench_accountant --rounds 1000"
 "client_train|300|$py tests/bench/client/bench_train_vs_torch.py --bench-train $B/client/bench_train --epochs 1 --samples 10000 --repeat 2 --no-install"
