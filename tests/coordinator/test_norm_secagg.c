@@ -18,7 +18,7 @@ typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, 
 void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
 
 enum { N = 4 };
-enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2 };
+enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2, FORGED_WIDE = 3 };
 
 struct hook {
     int calls;
@@ -51,10 +51,11 @@ static int64_t centred(uint64_t x, uint32_t bits) {
     return x >= mod / 2 ? -(int64_t)(mod - x) : (int64_t)x;
 }
 
-/* Device 0 of a FORGED round: a x30 input (the most that fits the coordinates' m bits; more
- * needs a longer proof, which the body limit refuses with 413) with a proof for a 10^4 x
- * looser bound. */
-static void forge_client(struct tc *c, int64_t rid, const uint8_t **out, size_t *out_len) {
+/* Device 0 of a FORGED round: a x`boost` input with a proof for a 10^4 x looser bound and
+ * `wider` more bits per coordinate (x30 still fits the round's m; x100 needs 7 more bits and
+ * so a longer proof than the round's). */
+static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
+                         const uint8_t **out, size_t *out_len) {
     struct task *t = &c->task;
     fl_secagg_client_destroy(c->sa);
     fl_secagg_config cfg;
@@ -64,7 +65,7 @@ static void forge_client(struct tc *c, int64_t rid, const uint8_t **out, size_t 
     cfg.bits = t->bits;
     cfg.degree = t->k;
     cfg.threshold = t->t;
-    cfg.norm_bits = t->norm_bits;
+    cfg.norm_bits = t->norm_bits + wider;
     cfg.norm_dim = t->norm_dim;
     cfg.norm_bound2 = t->norm_bound2 * 10000;
     assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, t->index, NULL, NULL),
@@ -73,7 +74,7 @@ static void forge_client(struct tc *c, int64_t rid, const uint8_t **out, size_t 
     for (size_t j = 0; j < t->vec_len; j++)
         x[j] = (uint32_t)c->words[j];
     for (size_t j = 0; j < t->dim; j++)
-        x[j] = (uint32_t)(centred(c->words[j], t->bits) * 30);
+        x[j] = (uint32_t)(centred(c->words[j], t->bits) * boost);
     assert_int_equal(fl_secagg_client_set_input(c->sa, x, t->vec_len), FL_OK);
     assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
 }
@@ -102,7 +103,9 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
     size_t out_len[N];
     secagg_clients_start(c, N, rid, out, out_len);
     if (attack == FORGED)
-        forge_client(&c[0], rid, &out[0], &out_len[0]);
+        forge_client(&c[0], rid, 30, 0, &out[0], &out_len[0]);
+    if (attack == FORGED_WIDE)
+        forge_client(&c[0], rid, 100, 7, &out[0], &out_len[0]);
     secagg_phase_all(f, c, N, rid, "advertise", out, out_len);
     secagg_phase_all(f, c, N, rid, "share", out, out_len);
     long refused0 = metric(f, "flotilla_norm_proofs_refused_total");
@@ -125,14 +128,18 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
             assert_int_equal(r.status, 400);
             assert_non_null(strstr(r.body, "masked message rejected"));
             c[0].drop = DROP_MASKED;
+        } else if (attack == FORGED_WIDE && i == 0) {
+            assert_int_equal(r.status, 413); /* refused before the body is read */
+            assert_non_null(strstr(r.body, "body_too_large"));
+            c[0].drop = DROP_MASKED;
         } else {
             assert_int_equal(r.status, 202);
         }
         resp_free(&r);
     }
     assert_int_equal(metric(f, "flotilla_norm_proofs_refused_total"),
-                     refused0 + (attack == FORGED));
-    if (attack == FORGED) /* the phase closes at its deadline */
+                     refused0 + (attack == FORGED)); /* a 413 never reaches the check */
+    if (c[0].drop) /* the phase closes at its deadline */
         fx_advance(f, c[1].task.dl[2] + 1 - atomic_load(&f->now_ms));
     for (int i = 0; i < N; i++) {
         if (c[i].drop)
@@ -179,25 +186,30 @@ static void test_honest(void **state) {
     int64_t rid;
     json_t *st = attacked_round(f, "honest", "none", HONEST, c, &h, &rid);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    int64_t version = json_integer_value(json_object_get(st, "new_model_version"));
     json_decref(st);
     assert_int_equal(h.calls, 1);
     assert_int_equal(h.count, N);
-    check_model(f, c, "honest", 2);
+    check_model(f, c, "honest", version);
     clients_free(c, N);
 }
 
 static void test_forged_proof_dropped(void **state) {
     struct fx *f = *state;
-    struct tc c[N];
-    struct hook h = {0};
-    int64_t rid;
-    json_t *st = attacked_round(f, "forged", "none", FORGED, c, &h, &rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
-    json_decref(st);
-    assert_int_equal(h.calls, 1);
-    assert_int_equal(h.count, N - 1);
-    check_model(f, c, "forged", 2); /* the honest three, exactly: device 0 moved nothing */
-    clients_free(c, N);
+    for (int wide = 0; wide < 2; wide++) {
+        const char *name = wide ? "forged100" : "forged30";
+        struct tc c[N];
+        struct hook h = {0};
+        int64_t rid;
+        json_t *st = attacked_round(f, name, "none", wide ? FORGED_WIDE : FORGED, c, &h, &rid);
+        assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+        int64_t version = json_integer_value(json_object_get(st, "new_model_version"));
+        json_decref(st);
+        assert_int_equal(h.calls, 1);
+        assert_int_equal(h.count, N - 1);
+        check_model(f, c, name, version); /* the honest three exactly: device 0 moved nothing */
+        clients_free(c, N);
+    }
 }
 
 static void test_boosted_mask_abandons(void **state) {
@@ -225,7 +237,8 @@ static void test_boosted_mask_abandons(void **state) {
     }
 }
 
-/* Configuration: refused with distributed DP and without secure aggregation. */
+/* Configuration: refused with distributed DP, without secure aggregation, with examples
+ * weighting, or not a boolean. */
 static void test_config_refusals(void **state) {
     struct fx *f = *state;
     static const char *const bodies[] = {
@@ -233,6 +246,8 @@ static void test_config_refusals(void **state) {
         "\"privacy\":{\"mode\":\"distributed\"}}",
         "{\"name\":\"d2\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false,\"norm_proof\":true}}",
         "{\"name\":\"d3\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":1}}",
+        "{\"name\":\"d4\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":true},"
+        "\"update\":{\"weighting\":\"examples\"}}",
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, bodies[i]);
