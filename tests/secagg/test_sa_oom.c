@@ -21,7 +21,8 @@
 
 /* Runs one round; `victim` = -1 for the server, else a client index. Returns the number of
  * NOMEM results seen. */
-static int walk_once(int victim, long fail_at, int active, struct fl_test_counting *cnt) {
+static int walk_once(int victim, long fail_at, int active, int norm,
+                     struct fl_test_counting *cnt) {
     int nomem = 0;
     memset(cnt, 0, sizeof(*cnt));
     cnt->fail_at = fail_at;
@@ -33,6 +34,11 @@ static int walk_once(int victim, long fail_at, int active, struct fl_test_counti
     cfg.degree = 3;
     cfg.threshold = 2;
     cfg.active = active;
+    if (norm) { /* norm proofs: the prover's and the verifier's work memory too */
+        cfg.norm_bits = 6;
+        cfg.norm_dim = D - 1;
+        cfg.norm_bound2 = 1000;
+    }
     struct sa_identities I = {0};
     if (active) {
         sa_make_identities(&I, N);
@@ -47,7 +53,7 @@ static int walk_once(int victim, long fail_at, int active, struct fl_test_counti
         const fl_allocator *ca = victim == (int)i ? &fa : NULL;
         uint32_t x[D];
         for (uint32_t j = 0; j < D; j++)
-            expect[j] += x[j] = i * 100 + j;
+            expect[j] += x[j] = norm ? i + j : i * 100 + j;
         const uint8_t *m;
         size_t ml;
         assert_int_equal(RETRY(cnt, nomem, fl_secagg_client_create(&cl[i], &cfg, 9, i,
@@ -84,13 +90,13 @@ static int walk_once(int victim, long fail_at, int active, struct fl_test_counti
     return nomem;
 }
 
-static void walk(int victim, int active) {
+static void walk(int victim, int active, int norm) {
     struct fl_test_counting cnt;
-    walk_once(victim, 0, active, &cnt);
+    walk_once(victim, 0, active, norm, &cnt);
     long total = cnt.calls;
     assert_true(total > 3);
     for (long i = 1; i <= total; i++) {
-        int nomem = walk_once(victim, i, active, &cnt);
+        int nomem = walk_once(victim, i, active, norm, &cnt);
         if (nomem == 0)
             fail_msg("victim %d: failing allocation %ld of %ld gave no FL_ERR_NOMEM", victim, i,
                      total);
@@ -99,14 +105,16 @@ static void walk(int victim, int active) {
 
 static void test_oom_server(void **state) {
     (void)state;
-    walk(-1, 0);
-    walk(-1, 1);
+    walk(-1, 0, 0);
+    walk(-1, 1, 0);
+    walk(-1, 0, 1);
 }
 
 static void test_oom_client(void **state) {
     (void)state;
-    walk(0, 0);
-    walk(2, 1);
+    walk(0, 0, 0);
+    walk(2, 1, 0);
+    walk(1, 0, 1);
 }
 
 int main(void) {
