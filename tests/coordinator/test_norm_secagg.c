@@ -99,6 +99,8 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
     assert_true(c[0].task.norm_bits >= 2);
     assert_int_equal(c[0].task.norm_dim, D);
     assert_true(c[0].task.norm_bound2 > 0);
+    fprintf(stderr, "norm proofs: m %u, dim %u, B^2 %llu\n", c[0].task.norm_bits,
+            c[0].task.norm_dim, (unsigned long long)c[0].task.norm_bound2);
     const uint8_t *out[N];
     size_t out_len[N];
     secagg_clients_start(c, N, rid, out, out_len);
