@@ -1308,6 +1308,7 @@ static void do_train(fl_client *c, int64_t now) {
     sc.norm_bits = r->task.sa_norm_bits;
     sc.norm_dim = r->task.sa_norm_dim;
     sc.norm_bound2 = r->task.sa_norm_bound2;
+    sc.norm_tail_max = r->task.sa_norm_weight_max;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
     secagg_context(sc.context, r);
     char em[160];

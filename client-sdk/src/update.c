@@ -293,15 +293,18 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
         /* Norm proofs (protocol 1.2, section 5.1): the device proves its update's norm. */
         long np = fl__client_json_get(&j, sa, "norm_proof");
         if (np >= 0) {
-            int64_t nb, nd, b2;
+            int64_t nb, nd, b2, wm;
             if (fl__client_json_kind(&j, np) != FL__J_OBJECT ||
                 !get_int(&j, np, "bits", 2, 32, 0, true, &nb) ||
                 !get_int(&j, np, "dim", 0, t->update_length, 0, true, &nd) ||
-                !get_int(&j, np, "bound2", 0, INT64_MAX, 0, true, &b2))
-                BAD("secagg.norm_proof (bits 2..32, dim <= update.length, bound2 >= 0)");
+                !get_int(&j, np, "bound2", 0, INT64_MAX, 0, true, &b2) ||
+                !get_int(&j, np, "weight_max", 0, UINT32_MAX, 0, false, &wm))
+                BAD("secagg.norm_proof (bits 2..32, dim <= update.length, bound2 >= 0, "
+                    "weight_max 0..2^32-1)");
             t->sa_norm_bits = (uint32_t)nb;
             t->sa_norm_dim = (uint32_t)nd;
             t->sa_norm_bound2 = (uint64_t)b2;
+            t->sa_norm_weight_max = (uint32_t)wm;
         }
     }
     long dl = fl__client_json_get(&j, 0, "deadlines");

@@ -89,9 +89,9 @@ static fl_status collect_tensors(fl_coord *co, struct fl__coord_round_params *rp
 
 /* Norm proofs (secagg.norm_proof; docs/protocol.md section 5.1): a device proves that its
  * model coordinates have sum z^2 <= B^2, B the l2_bound of fl_dp_central_info for clip times
- * the largest weight (what the server clips a plain update to), and that every coordinate,
- * the weight included, lies in [-2^(m-1), 2^(m-1)). m plus the headroom of cap devices must
- * fit the modulus, so that the proven inputs cannot wrap the sum. */
+ * the largest weight (what the server clips a plain update to), that each lies in
+ * [-2^(m-1), 2^(m-1)), and that its weight lies in [1, largest weight]. m plus the headroom
+ * of cap devices must fit the modulus, so that the proven inputs cannot wrap the sum. */
 static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char *why,
                              size_t why_len) {
     uint64_t wmax = rp->weight_examples ? (uint64_t)rp->weight_cap : 1;
@@ -114,9 +114,8 @@ static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char
         root--;
     while ((root + 1) * (root + 1) <= bound2)
         root++;
-    uint64_t top = root > wmax ? root : wmax;
     uint32_t m = 1;
-    while (m < 64 && (top >> m) != 0)
+    while (m < 64 && (root >> m) != 0)
         m++;
     m++; /* the sign */
     uint32_t head = fl_secagg_headroom_bits((uint32_t)cap);
@@ -128,6 +127,7 @@ static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char
     }
     rp->norm_bits = m;
     rp->norm_bound2 = bound2;
+    rp->norm_weight_max = (uint32_t)wmax;
     return FL_OK;
 }
 

@@ -693,8 +693,10 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
         FL__TSET(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
         if (rp->norm_bits)
             FL__TSET(sa, "norm_proof",
-                     json_pack("{s:I, s:I, s:I}", "bits", (json_int_t)rp->norm_bits, "dim",
-                               (json_int_t)rp->dim, "bound2", (json_int_t)rp->norm_bound2));
+                     json_pack("{s:I, s:I, s:I, s:I}", "bits", (json_int_t)rp->norm_bits,
+                               "dim", (json_int_t)rp->dim, "bound2",
+                               (json_int_t)rp->norm_bound2, "weight_max",
+                               (json_int_t)rp->norm_weight_max));
     }
     int64_t bdl[FL__PH_COUNT];
     for (int k = 0; k < FL__PH_COUNT; k++)

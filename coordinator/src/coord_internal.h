@@ -183,6 +183,7 @@ struct fl__coord_round_params {
     uint32_t degree, threshold; /* secagg k and t once the round runs */
     uint32_t norm_bits;         /* secagg norm proofs (0 = off): bits per coordinate m */
     uint64_t norm_bound2;       /* bound on a device's squared norm (lattice units^2) */
+    uint32_t norm_weight_max;   /* its weight coordinate is proven in 1..this */
     bool buffered;              /* FedBuff buffer (docs/protocol.md section 5.4) */
     uint32_t buffer_k;          /* buffered: contributions per model update (K) */
     uint32_t max_inflight;      /* buffered: devices training at once (max_concurrency) */

@@ -351,12 +351,6 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         return fl__coord_error(rep, 400, "invalid_field", "secagg.norm_proof",
                                "'secagg.norm_proof' needs secagg.enabled (the server bounds "
                                "plain updates itself)"), false;
-    if (norm_proof && strcmp(json_string_value(json_object_get(up, "weighting")), "uniform") != 0)
-        /* The weight coordinate divides the sum and its proof covers only a power-of-two
-         * range, so a device could shrink or inflate the denominator. */
-        return fl__coord_error(rep, 400, "invalid_field", "secagg.norm_proof",
-                               "'secagg.norm_proof' needs uniform weighting (the weight "
-                               "coordinate is not proven to lie in 1..weight_cap)"), false;
     /* FedBuff without secure aggregation runs asynchronously (docs/protocol.md 5.4): the
      * server weighs each update by its staleness, which needs it in the clear; DP for that
      * mode (noise per buffer) is not offered yet. */

@@ -447,6 +447,7 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             cfg.norm_bits = r->rp.norm_bits;
             cfg.norm_dim = (uint32_t)r->rp.dim;
             cfg.norm_bound2 = r->rp.norm_bound2;
+            cfg.norm_tail_max = r->rp.norm_weight_max;
         }
         if (kcfg > 0) {
             uint32_t k = (uint32_t)kcfg;

@@ -43,19 +43,35 @@ size_t fl__sa_vec_len(const fl_secagg_config *c) {
     return (size_t)c->dim + fl__sa_norm_limbs(c);
 }
 
+/* Bits per side of a tail coordinate's range [1, tail_max]: z - 1 and tail_max - z. */
+static uint32_t np_tail_bits(uint32_t tail_max) {
+    uint32_t k = 0;
+    while (k < 32 && ((uint64_t)(tail_max - 1) >> k) != 0)
+        k++;
+    return k ? k : 1;
+}
+
+/* Proven bits of the coordinates: m for each, or 2 * tail bits for each tail coordinate. */
+static uint64_t np_coord_bits(const fl_secagg_config *c) {
+    uint64_t tail = c->dim - c->norm_dim;
+    uint64_t per_tail = c->norm_tail_max ? 2u * np_tail_bits(c->norm_tail_max) : c->norm_bits;
+    return (uint64_t)c->norm_dim * c->norm_bits + tail * per_tail;
+}
+
 size_t fl__sa_norm_proof_bytes(const fl_secagg_config *c) {
     if (!c->norm_bits)
         return 0;
-    size_t d = c->dim, nb = d * c->norm_bits + np_bound_bits(c->norm_bound2);
+    size_t d = c->dim, nb = (size_t)np_coord_bits(c) + np_bound_bits(c->norm_bound2);
     /* V, S, e, zc, zf; a commitment and an OR proof per bit; za_j, zb_j. */
     return 5 * NP_PT + nb * (NP_PT + NP_BIT) + 2 * d * NP_SC;
 }
 
 fl_status fl__sa_norm_config_check(const fl_secagg_config *c, struct fl__err *err) {
     if (!c->norm_bits) {
-        if (c->norm_dim || c->norm_bound2)
+        if (c->norm_dim || c->norm_bound2 || c->norm_tail_max)
             return fl__err_set(err, FL_ERR_MISUSE,
-                               "config.norm_dim/norm_bound2: set without norm_bits");
+                               "config.norm_dim/norm_bound2/norm_tail_max: set without "
+                               "norm_bits");
         return FL_OK;
     }
     uint32_t head = fl_secagg_headroom_bits(c->num_clients);
@@ -67,7 +83,13 @@ fl_status fl__sa_norm_config_check(const fl_secagg_config *c, struct fl__err *er
     if (c->norm_dim > c->dim)
         return fl__err_set(err, FL_ERR_MISUSE, "config.norm_dim: %u over dim %u", c->norm_dim,
                            c->dim);
-    uint64_t nb = (uint64_t)c->dim * c->norm_bits + np_bound_bits(c->norm_bound2);
+    /* n tail values of at most tail_max must not reach 2^(b-1) either. */
+    if (c->norm_tail_max &&
+        (uint64_t)c->norm_tail_max * c->num_clients >= ((uint64_t)1 << (c->bits - 1)))
+        return fl__err_set(err, FL_ERR_MISUSE,
+                           "config.norm_tail_max: %u x %u clients reaches 2^%u", c->norm_tail_max,
+                           c->num_clients, c->bits - 1);
+    uint64_t nb = np_coord_bits(c) + np_bound_bits(c->norm_bound2);
     if (nb > FL__SA_NORM_MAX_BITS)
         return fl__err_set(err, FL_ERR_MISUSE,
                            "config.norm_bits: dim * norm_bits = %llu proven bits, over %u "
@@ -200,7 +222,7 @@ static int64_t centred(uint32_t x, uint32_t bits) {
 static void absorb_statement(crypto_hash_sha512_state *h, const fl_secagg_config *c,
                              uint64_t round_id, uint32_t index, const uint8_t *proof) {
     static const char dom[] = "flotilla-secagg-norm-v1 statement";
-    uint8_t hdr[8 + 4 * 6 + 8];
+    uint8_t hdr[8 + 4 * 6 + 8 + 4];
     fl__put_u64le(hdr, round_id);
     fl__put_u32le(hdr + 8, index);
     fl__put_u32le(hdr + 12, c->num_clients);
@@ -209,7 +231,8 @@ static void absorb_statement(crypto_hash_sha512_state *h, const fl_secagg_config
     fl__put_u32le(hdr + 24, c->norm_bits);
     fl__put_u32le(hdr + 28, c->norm_dim);
     fl__put_u64le(hdr + 32, c->norm_bound2);
-    size_t nb = (size_t)c->dim * c->norm_bits + np_bound_bits(c->norm_bound2);
+    fl__put_u32le(hdr + 40, c->norm_tail_max);
+    size_t nb = (size_t)np_coord_bits(c) + np_bound_bits(c->norm_bound2);
     crypto_hash_sha512_init(h);
     crypto_hash_sha512_update(h, (const uint8_t *)dom, sizeof(dom) - 1);
     /* Not the context: a semi-honest server does not know the devices' context, and the
@@ -219,10 +242,11 @@ static void absorb_statement(crypto_hash_sha512_state *h, const fl_secagg_config
     crypto_hash_sha512_update(h, proof, 2 * NP_PT + nb * NP_PT);
 }
 
-/* Offsets into the proof: V | S | D (d*m) E (K) | e | per bit (e0 z0 z1) | za (d) | zb (d) |
- * zc | zf. */
+/* Offsets into the proof: V | S | coordinate bits, then E (K) | e | per bit (e0 z0 z1) |
+ * za (d) | zb (d) | zc | zf. The bits of coordinate j start at cbase(j): m bits of z + 2^(m-1)
+ * (j < nd, or every j without a tail range), else kt bits of z - 1 then kt of tail - z. */
 struct np_layout {
-    size_t d, m, nd, K, nb;
+    size_t d, m, nd, K, nb, kt, tail, dbits;
     size_t V, S, X, e, bits, za, zb, zc, zf, total;
 };
 
@@ -230,8 +254,11 @@ static void layout(struct np_layout *L, const fl_secagg_config *c) {
     L->d = c->dim;
     L->m = c->norm_bits;
     L->nd = c->norm_dim;
+    L->tail = c->norm_tail_max;
+    L->kt = L->tail ? np_tail_bits(c->norm_tail_max) : 0;
     L->K = np_bound_bits(c->norm_bound2);
-    L->nb = L->d * L->m + L->K;
+    L->dbits = (size_t)np_coord_bits(c);
+    L->nb = L->dbits + L->K;
     L->V = 0;
     L->S = NP_PT;
     L->X = 2 * NP_PT;
@@ -244,6 +271,13 @@ static void layout(struct np_layout *L, const fl_secagg_config *c) {
     L->total = L->zf + NP_SC;
 }
 
+/* Whether coordinate j has the [1, tail] range, and the index of its first bit. */
+static int is_tail(const struct np_layout *L, size_t j) { return L->tail && j >= L->nd; }
+
+static size_t cbase(const struct np_layout *L, size_t j) {
+    return j < L->nd || !L->tail ? j * L->m : L->nd * L->m + (j - L->nd) * 2 * L->kt;
+}
+
 /* ---- prover ---- */
 
 struct np_bit {
@@ -253,6 +287,55 @@ struct np_bit {
     uint8_t zs[32]; /* response of the simulated branch */
     uint8_t beta;   /* the bit */
 };
+
+/* Commits to the n low bits of val: B[k].beta, and X + 32k = G^beta H^r_k. With fixed NULL
+ * the openings are random and sum receives sum_k 2^k r_k; else they are chosen so that this
+ * sum is *fixed (the last group's randomness is then forced, the others stay uniform). The
+ * same operations whatever the bits. Returns nonzero if a group operation failed. */
+static int commit_bits(uint8_t *X, struct np_bit *B, size_t n, uint64_t val, uint8_t sum[32],
+                       const uint8_t *fixed, const uint8_t G[32]) {
+    uint8_t s1[32], s2[32], P[32];
+    int bad = 0;
+    if (fixed)
+        memcpy(s2, fixed, 32);
+    else
+        memset(sum, 0, 32);
+    for (size_t k = 0; k < n; k++) {
+        B[k].beta = (uint8_t)((val >> k) & 1u);
+        if (fixed && k == 0)
+            continue;
+        crypto_core_ristretto255_scalar_random(B[k].r);
+        sc_from_u64(s1, (uint64_t)1 << k);
+        crypto_core_ristretto255_scalar_mul(P, s1, B[k].r);
+        if (fixed)
+            crypto_core_ristretto255_scalar_sub(s2, s2, P);
+        else
+            crypto_core_ristretto255_scalar_add(sum, sum, P);
+    }
+    if (fixed)
+        memcpy(B[0].r, s2, 32);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t *D = X + k * NP_PT;
+        bmul(D, B[k].r);
+        bad |= padd(P, D, G);
+        cmov(D, P, 32, B[k].beta);
+    }
+    sodium_memzero(s1, sizeof(s1));
+    sodium_memzero(s2, sizeof(s2));
+    sodium_memzero(P, sizeof(P));
+    return bad;
+}
+
+/* out = sum_k 2^k X_k over n >= 1 points (Horner, from the top). */
+static int horner(uint8_t out[32], const uint8_t *X, size_t n) {
+    int bad = 0;
+    memcpy(out, X + (n - 1) * NP_PT, 32);
+    for (size_t k = n - 1; k-- > 0;) {
+        bad |= padd(out, out, out);
+        bad |= padd(out, out, X + k * NP_PT);
+    }
+    return bad;
+}
 
 struct np_coord {
     uint8_t z[32]; /* centred value as a scalar */
@@ -272,7 +355,11 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     uint64_t v = 0;
     for (size_t j = 0; j < L.d; j++) {
         int64_t z = centred(x[j], c->bits);
-        if (z < lo || z >= hi)
+        if (is_tail(&L, j) && (z < 1 || z > (int64_t)L.tail))
+            return fl__err_set(err, FL_ERR_RANGE,
+                               "norm proof: input %zu is %lld, outside [1, %zu]", j,
+                               (long long)z, L.tail);
+        if (!is_tail(&L, j) && (z < lo || z >= hi))
             return fl__err_set(err, FL_ERR_RANGE,
                                "norm proof: input %zu is %lld, outside [%lld, %lld)", j,
                                (long long)z, (long long)lo, (long long)hi);
@@ -309,25 +396,25 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
         bad |= padd(proof + L.V, proof + L.V, P);
     }
     /* Bit commitments D_jk = G^beta H^r_jk, with r_j = sum_k 2^k r_jk; Q_j = G^{z_j} H^{r_j}
-     * is what the verifier rebuilds from them (minus the offset 2^(m-1)). */
+     * is what the verifier rebuilds from them (minus the offset 2^(m-1), or plus 1 for a
+     * tail coordinate, whose second group commits to tail - z with openings summing to
+     * -r_j, so that it adds up to G^tail / Q_j). */
     for (size_t j = 0; j < L.d; j++) {
-        uint64_t off = (uint64_t)(centred(x[j], c->bits) - lo);
-        memset(C[j].r, 0, 32);
-        for (size_t k = 0; k < L.m; k++) {
-            struct np_bit *b = &B[j * L.m + k];
-            uint8_t *D = proof + L.X + (j * L.m + k) * NP_PT;
-            b->beta = (uint8_t)((off >> k) & 1u);
-            crypto_core_ristretto255_scalar_random(b->r);
-            bmul(D, b->r);
-            bad |= padd(P, D, G);
-            cmov(D, P, 32, b->beta);
-            sc_from_u64(s1, (uint64_t)1 << k);
-            crypto_core_ristretto255_scalar_mul(s2, s1, b->r);
-            crypto_core_ristretto255_scalar_add(C[j].r, C[j].r, s2);
-        }
+        int64_t z = centred(x[j], c->bits);
+        size_t i0 = cbase(&L, j);
+        uint8_t *X = proof + L.X + i0 * NP_PT;
+        if (is_tail(&L, j))
+            bad |= commit_bits(X, &B[i0], L.kt, (uint64_t)(z - 1), C[j].r, NULL, G);
+        else
+            bad |= commit_bits(X, &B[i0], L.m, (uint64_t)(z - lo), C[j].r, NULL, G);
         pmul(C[j].Q, C[j].z, G);
         bmul(P, C[j].r);
         bad |= padd(C[j].Q, C[j].Q, P);
+        if (is_tail(&L, j)) {
+            crypto_core_ristretto255_scalar_negate(s1, C[j].r);
+            bad |= commit_bits(X + L.kt * NP_PT, &B[i0 + L.kt], L.kt,
+                               (uint64_t)((int64_t)L.tail - z), s2, s1, G);
+        }
     }
     /* S = prod_{j<nd} Q_j^{z_j} H^tau commits to v = sum z_j^2 with sigma = tau + sum z_j r_j. */
     crypto_core_ristretto255_scalar_random(tau);
@@ -341,26 +428,9 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     }
     /* E_k = G^gamma_k H^u_k for the bits of bound2 - v, with sum_k 2^k u_k = -sigma so that
      * their weighted sum is G^bound2 / S. */
-    uint64_t slack = c->norm_bound2 - v;
-    crypto_core_ristretto255_scalar_negate(s2, sigma); /* -sigma - sum_{k>=1} 2^k u_k */
-    for (size_t k = 0; k < L.K; k++) {
-        struct np_bit *b = &B[L.d * L.m + k];
-        b->beta = (uint8_t)((slack >> k) & 1u);
-        if (k > 0) {
-            crypto_core_ristretto255_scalar_random(b->r);
-            sc_from_u64(s1, (uint64_t)1 << k);
-            crypto_core_ristretto255_scalar_mul(s1, s1, b->r);
-            crypto_core_ristretto255_scalar_sub(s2, s2, s1);
-        }
-    }
-    memcpy(B[L.d * L.m].r, s2, 32);
-    for (size_t k = 0; k < L.K; k++) {
-        struct np_bit *b = &B[L.d * L.m + k];
-        uint8_t *E = proof + L.X + (L.d * L.m + k) * NP_PT;
-        bmul(E, b->r);
-        bad |= padd(P, E, G);
-        cmov(E, P, 32, b->beta);
-    }
+    crypto_core_ristretto255_scalar_negate(s1, sigma);
+    bad |= commit_bits(proof + L.X + L.dbits * NP_PT, &B[L.dbits], L.K, c->norm_bound2 - v, s2,
+                       s1, G);
 
     crypto_hash_sha512_state h;
     absorb_statement(&h, c, round_id, index, proof);
@@ -503,30 +573,33 @@ fl_status fl__sa_norm_verify(const fl_secagg_config *c, uint64_t round_id, uint3
     gen(G, "G", 0);
     const uint8_t *e_in = proof + L.e;
     memcpy(e, e_in, 32);
-    /* Q_j = (sum_k 2^k D_jk) / G^(2^(m-1)). */
-    uint8_t off[32];
+    /* Q_j = (sum_k 2^k D_jk) / G^(2^(m-1)); for a tail coordinate (sum_k 2^k D_jk) G, and
+     * its second group must add up to G^tail / Q_j. */
+    uint8_t off[32], Gt[32];
     sc_from_u64(s1, (uint64_t)1 << (L.m - 1));
     pmul(off, s1, G);
+    sc_from_u64(s1, L.tail);
+    pmul(Gt, s1, G);
+    int bound_ok = 1;
     for (size_t j = 0; j < L.d; j++) {
-        const uint8_t *D = proof + L.X + j * L.m * NP_PT;
-        memcpy(P, D + (L.m - 1) * NP_PT, 32);
-        for (size_t k = L.m - 1; k-- > 0;) {
-            bad |= padd(P, P, P);
-            bad |= padd(P, P, D + k * NP_PT);
+        const uint8_t *D = proof + L.X + cbase(&L, j) * NP_PT;
+        if (is_tail(&L, j)) {
+            bad |= horner(P, D, L.kt);
+            bad |= padd(Q[j], P, G);
+            bad |= horner(P, D + L.kt * NP_PT, L.kt);
+            bad |= psub(T, Gt, Q[j]);
+            bound_ok &= memcmp(P, T, 32) == 0;
+        } else {
+            bad |= horner(P, D, L.m);
+            bad |= psub(Q[j], P, off);
         }
-        bad |= psub(Q[j], P, off);
     }
     /* sum_k 2^k E_k must be G^bound2 / S. */
-    const uint8_t *E = proof + L.X + L.d * L.m * NP_PT;
-    memcpy(P, E + (L.K - 1) * NP_PT, 32);
-    for (size_t k = L.K - 1; k-- > 0;) {
-        bad |= padd(P, P, P);
-        bad |= padd(P, P, E + k * NP_PT);
-    }
+    bad |= horner(P, proof + L.X + L.dbits * NP_PT, L.K);
     sc_from_u64(s1, c->norm_bound2);
     pmul(T, s1, G);
     bad |= psub(T, T, proof + L.S);
-    int bound_ok = memcmp(P, T, 32) == 0;
+    bound_ok &= memcmp(P, T, 32) == 0;
 
     crypto_hash_sha512_state h;
     absorb_statement(&h, c, round_id, index, proof);
@@ -576,7 +649,7 @@ fl_status fl__sa_norm_verify(const fl_secagg_config *c, uint64_t round_id, uint3
         return fl__err_set(err, FL_ERR_CRYPTO, "norm proof: a group operation failed");
     if (!bound_ok)
         return fl__err_set(err, FL_ERR_CRYPTO, "norm proof: the slack commitments do not add "
-                           "up to the bound");
+                           "up to the bound (or a tail coordinate's to its range)");
     if (memcmp(s1, e, 32) != 0)
         return fl__err_set(err, FL_ERR_CRYPTO, "norm proof: does not verify");
     return FL_OK;

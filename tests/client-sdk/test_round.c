@@ -282,11 +282,13 @@ static void test_secagg_round_exact(void **st) {
     run_basic("none", true, false, 0, 0);
 }
 
-/* Norm proofs (secagg.norm_proof): every device proves its masked update's norm; the sum is
- * still bit for bit the plain sum of the devices' words (no DP and central DP). */
+/* Norm proofs (secagg.norm_proof): every device proves its masked update's norm and its
+ * weight's range; the sum is still bit for bit the plain sum of the devices' words (uniform
+ * and examples weighting, central DP). */
 static void test_secagg_norm_proof_round(void **st) {
     (void)st;
     run_basic_norm("none", true, false, 0, 0, true);
+    run_basic_norm("none", true, true, 0, 0, true);
     run_basic_norm("central", true, false, 0.1, 8 * 0.1 / 4 + 1.0 / 1024, true);
 }
 

@@ -529,6 +529,7 @@ void parse_task(const struct resp *r, struct task *t) {
         t->norm_bits = (uint32_t)json_integer_value(json_object_get(np, "bits"));
         t->norm_dim = (uint32_t)json_integer_value(json_object_get(np, "dim"));
         t->norm_bound2 = (uint64_t)json_integer_value(json_object_get(np, "bound2"));
+        t->norm_weight_max = (uint32_t)json_integer_value(json_object_get(np, "weight_max"));
     }
     json_decref(j);
 }
@@ -636,6 +637,7 @@ void secagg_clients_start(struct tc *c, int n, int64_t rid, const uint8_t **out,
         cfg.norm_bits = c[i].task.norm_bits;
         cfg.norm_dim = c[i].task.norm_dim;
         cfg.norm_bound2 = c[i].task.norm_bound2;
+        cfg.norm_tail_max = c[i].task.norm_weight_max;
         assert_int_equal(fl_secagg_client_create(&c[i].sa, &cfg, (uint64_t)rid, c[i].task.index,
                                                  NULL, NULL), FL_OK);
         uint32_t x[1024];

@@ -155,6 +155,7 @@ struct task {
     char kind[16];           /* sync or buffered */
     uint32_t norm_bits, norm_dim; /* secagg.norm_proof (0: none) */
     uint64_t norm_bound2;
+    uint32_t norm_weight_max;
 };
 
 void parse_task(const struct resp *r, struct task *t);

@@ -18,7 +18,7 @@ typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, 
 void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
 
 enum { N = 4 };
-enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2, FORGED_WIDE = 3 };
+enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2, FORGED_WIDE = 3, FORGED_WEIGHT = 4 };
 
 struct hook {
     int calls;
@@ -55,7 +55,7 @@ static int64_t centred(uint64_t x, uint32_t bits) {
  * `wider` more bits per coordinate (x30 still fits the round's m; x100 needs 7 more bits and
  * so a longer proof than the round's). */
 static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
-                         const uint8_t **out, size_t *out_len) {
+                         uint32_t weight, const uint8_t **out, size_t *out_len) {
     struct task *t = &c->task;
     fl_secagg_client_destroy(c->sa);
     fl_secagg_config cfg;
@@ -68,6 +68,7 @@ static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
     cfg.norm_bits = t->norm_bits + wider;
     cfg.norm_dim = t->norm_dim;
     cfg.norm_bound2 = t->norm_bound2 * 10000;
+    cfg.norm_tail_max = weight ? weight : t->norm_weight_max;
     assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, t->index, NULL, NULL),
                      FL_OK);
     uint32_t x[1024];
@@ -75,6 +76,8 @@ static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
         x[j] = (uint32_t)c->words[j];
     for (size_t j = 0; j < t->dim; j++)
         x[j] = (uint32_t)(centred(c->words[j], t->bits) * boost);
+    if (weight) /* claims `weight` examples, with a proof for that weight range */
+        x[t->vec_len - 1] = weight;
     assert_int_equal(fl_secagg_client_set_input(c->sa, x, t->vec_len), FL_OK);
     assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
 }
@@ -84,7 +87,8 @@ static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
 static json_t *attacked_round(struct fx *f, const char *name, const char *mode, int attack,
                               struct tc *c, struct hook *h, int64_t *rid_out) {
     fl__coord_debug_hook_set(f->co, on_sum, h);
-    struct popcfg pc = {name, N, 3, true, 0, mode, NULL, NULL, 1e6, 32, NULL};
+    struct popcfg pc = {name, N,  3,   true, 0, mode, attack == FORGED_WEIGHT ? "examples" : NULL,
+                        NULL, 1e6, 32, NULL};
     struct popsel sel = {.norm_proof = true};
     char *tok[N];
     setup_population_sel(f, &pc, &sel, tok, N);
@@ -99,15 +103,19 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
     assert_true(c[0].task.norm_bits >= 2);
     assert_int_equal(c[0].task.norm_dim, D);
     assert_true(c[0].task.norm_bound2 > 0);
+    /* The weight is proven in 1..weight_cap (50 in the testkit), exactly 1 with uniform. */
+    assert_int_equal(c[0].task.norm_weight_max, attack == FORGED_WEIGHT ? 50 : 1);
     fprintf(stderr, "norm proofs: m %u, dim %u, B^2 %llu\n", c[0].task.norm_bits,
             c[0].task.norm_dim, (unsigned long long)c[0].task.norm_bound2);
     const uint8_t *out[N];
     size_t out_len[N];
     secagg_clients_start(c, N, rid, out, out_len);
     if (attack == FORGED)
-        forge_client(&c[0], rid, 30, 0, &out[0], &out_len[0]);
+        forge_client(&c[0], rid, 30, 0, 0, &out[0], &out_len[0]);
     if (attack == FORGED_WIDE)
-        forge_client(&c[0], rid, 100, 7, &out[0], &out_len[0]);
+        forge_client(&c[0], rid, 100, 7, 0, &out[0], &out_len[0]);
+    if (attack == FORGED_WEIGHT)
+        forge_client(&c[0], rid, 1, 0, c[0].task.norm_weight_max * 100, &out[0], &out_len[0]);
     secagg_phase_all(f, c, N, rid, "advertise", out, out_len);
     secagg_phase_all(f, c, N, rid, "share", out, out_len);
     long refused0 = metric(f, "flotilla_norm_proofs_refused_total");
@@ -126,7 +134,7 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
             }
         struct resp r = post_phase(f, &c[i], rid, "masked", msg, out_len[i]);
         free(msg);
-        if (attack == FORGED && i == 0) {
+        if ((attack == FORGED || attack == FORGED_WEIGHT) && i == 0) {
             assert_int_equal(r.status, 400);
             assert_non_null(strstr(r.body, "masked message rejected"));
             c[0].drop = DROP_MASKED;
@@ -140,7 +148,7 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
         resp_free(&r);
     }
     assert_int_equal(metric(f, "flotilla_norm_proofs_refused_total"),
-                     refused0 + (attack == FORGED)); /* a 413 never reaches the check */
+                     refused0 + (attack == FORGED || attack == FORGED_WEIGHT)); /* not a 413 */
     if (c[0].drop) /* the phase closes at its deadline */
         fx_advance(f, c[1].task.dl[2] + 1 - atomic_load(&f->now_ms));
     for (int i = 0; i < N; i++) {
@@ -214,6 +222,21 @@ static void test_forged_proof_dropped(void **state) {
     }
 }
 
+/* Examples weighting: a device claiming 100 x weight_cap examples (which would shrink every
+ * other device's share of the average) with a proof for that range is refused. */
+static void test_forged_weight_dropped(void **state) {
+    struct fx *f = *state;
+    struct tc c[N];
+    struct hook h = {0};
+    int64_t rid;
+    json_t *st = attacked_round(f, "fweight", "none", FORGED_WEIGHT, c, &h, &rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+    json_decref(st);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(h.count, N - 1);
+    clients_free(c, N);
+}
+
 static void test_boosted_mask_abandons(void **state) {
     struct fx *f = *state;
     for (int central = 0; central < 2; central++) {
@@ -239,8 +262,7 @@ static void test_boosted_mask_abandons(void **state) {
     }
 }
 
-/* Configuration: refused with distributed DP, without secure aggregation, with examples
- * weighting, or not a boolean. */
+/* Configuration: refused with distributed DP, without secure aggregation, or not a boolean. */
 static void test_config_refusals(void **state) {
     struct fx *f = *state;
     static const char *const bodies[] = {
@@ -248,8 +270,6 @@ static void test_config_refusals(void **state) {
         "\"privacy\":{\"mode\":\"distributed\"}}",
         "{\"name\":\"d2\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false,\"norm_proof\":true}}",
         "{\"name\":\"d3\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":1}}",
-        "{\"name\":\"d4\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":true},"
-        "\"update\":{\"weighting\":\"examples\"}}",
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, bodies[i]);
@@ -265,6 +285,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_honest, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_forged_proof_dropped, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_weight_dropped, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_boosted_mask_abandons, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_config_refusals, fx_setup, fx_teardown),
     };

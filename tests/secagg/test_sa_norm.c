@@ -52,6 +52,36 @@ static void test_honest_round(void **state) {
     }
 }
 
+/* A weight coordinate proven to lie in [1, tail_max]. */
+static void test_tail_range(void **state) {
+    (void)state;
+    struct sa_opts o;
+    norm_opts(&o, N);
+    o.cfg.norm_tail_max = 100;
+    uint32_t x[N * D];
+    honest_inputs(x, N, 17);
+    x[ND] = 1;
+    x[D + ND] = 100;
+    o.inputs = x;
+    struct sa_result r;
+    sa_run(&o, &r);
+    assert_int_equal(r.st, FL_OK);
+    assert_true(r.sum_ok);
+    assert_int_equal(r.count, N);
+    /* The prover refuses a weight outside the range. */
+    fl_secagg_client *c = NULL;
+    assert_int_equal(fl_secagg_client_create(&c, &o.cfg, 1, 0, NULL, NULL), FL_OK);
+    uint32_t y[D] = {word(1), word(2), word(3), word(4), word(5), 0};
+    assert_int_equal(fl_secagg_client_set_input(c, y, D), FL_ERR_RANGE);
+    y[ND] = 101;
+    assert_int_equal(fl_secagg_client_set_input(c, y, D), FL_ERR_RANGE);
+    y[ND] = word(-5);
+    assert_int_equal(fl_secagg_client_set_input(c, y, D), FL_ERR_RANGE);
+    y[ND] = 100;
+    assert_int_equal(fl_secagg_client_set_input(c, y, D), FL_OK);
+    fl_secagg_client_destroy(c);
+}
+
 static void test_sparse_with_dropouts(void **state) {
     (void)state;
     const uint32_t n = 10;
@@ -128,6 +158,14 @@ static void test_config(void **state) {
     cfg.norm_bits = 16;
     cfg.dim = 70000; /* 70000 * 16 proven bits is over the limit */
     assert_int_equal(fl_secagg_config_resolve(&cfg, em, sizeof(em)), FL_ERR_MISUSE);
+    /* tail_max * n must stay below 2^(b-1). */
+    cfg.dim = 10;
+    cfg.norm_tail_max = 2147484; /* x 1000 clients > 2^31 */
+    assert_int_equal(fl_secagg_config_resolve(&cfg, em, sizeof(em)), FL_ERR_MISUSE);
+    assert_non_null(strstr(em, "norm_tail_max"));
+    cfg.norm_tail_max = 2147483;
+    assert_int_equal(fl_secagg_config_resolve(&cfg, em, sizeof(em)), FL_OK);
+    cfg.norm_tail_max = 0;
     /* The message limit grows by the limbs and the proof. */
     cfg.dim = 10;
     size_t with = fl_secagg_max_message_bytes(&cfg);
@@ -184,6 +222,15 @@ static void test_proof_tamper(void **state) {
     fl_secagg_config other = cfg;
     other.norm_dim = ND - 1;
     assert_int_equal(verify(&p, &other, 9, 2, p.proof), FL_ERR_CRYPTO);
+    /* A proof with a weight range for another tail_max. */
+    fl_secagg_config tail = cfg;
+    tail.norm_tail_max = 64;
+    struct pf pt;
+    make_proof(&pt, &tail, x);
+    assert_int_equal(verify(&pt, &tail, 9, 2, pt.proof), FL_OK);
+    tail.norm_tail_max = 40; /* same proof size, another statement */
+    assert_int_equal(verify(&pt, &tail, 9, 2, pt.proof), FL_ERR_CRYPTO);
+    free(pt.proof);
     /* A flipped bit anywhere is refused: at parse (encodings) or at verification. */
     uint8_t *t = malloc(p.len);
     assert_non_null(t);
@@ -348,6 +395,7 @@ static void test_ticket(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_round),
+        cmocka_unit_test(test_tail_range),
         cmocka_unit_test(test_sparse_with_dropouts),
         cmocka_unit_test(test_prover_refuses),
         cmocka_unit_test(test_config),

@@ -101,6 +101,9 @@ typedef struct fl_secagg_config {
     uint32_t norm_bits;       /* m: 0 = off (default); else 2..b - ceil(log2 n) */
     uint32_t norm_dim;        /* the first norm_dim inputs are in the L2 bound (0..d) */
     uint64_t norm_bound2;     /* bound on their sum of squares */
+    uint32_t norm_tail_max;   /* 0 = the other inputs (j >= norm_dim) have the m-bit range
+                                 too; else each must lie in [1, norm_tail_max] (a weight),
+                                 with norm_tail_max * n < 2^(b-1) */
 } fl_secagg_config;
 
 /* Fills cfg with the documented defaults (num_clients and dim are 0 = unset). cfg NULL is
