@@ -1,11 +1,13 @@
-/* The round the secagg_norm_proof fuzz target and its seed generator share: n = 3 clients
+/* The rounds the secagg_norm_proof fuzz target and its seed generator share: n = 3 clients
  * on the complete graph, d = 4 words of 32 bits, norm proofs with m = 6 bits per coordinate
- * and sum_{j < 3} z_j^2 <= 100. That is 4 * 6 + 7 = 31 proven bits, so one verification is
- * a few milliseconds and the fuzzer spends its time in the parser and the verifier, not in
- * a large proof. A seed only verifies under exactly this config and round id, so both sides
- * take them from here.
+ * and sum_{j < 3} z_j^2 <= 100; in variant 1 the last coordinate is a weight in [1, 20]
+ * (norm_tail_max). That is 31 (35) proven bits, so one verification is a few milliseconds
+ * and the fuzzer spends its time in the parser and the verifier, not in a large proof. A
+ * seed only verifies under exactly its config and round id, so both sides take them from
+ * here.
  *
- * Input framing: byte 0 = the sender's index (mod NF_N); the rest is the message. */
+ * Input framing: byte 0 = variant (bit 7) | the sender's index (bits 0-6, mod NF_N); the rest
+ * is the message. */
 #ifndef FL_FUZZ_SECAGG_NORM_H
 #define FL_FUZZ_SECAGG_NORM_H
 
@@ -19,7 +21,9 @@
 #define NF_D 4
 #define NF_ROUND 0x4E0F3A11ull
 
-static inline void nf_config(fl_secagg_config *cfg) {
+#define NF_VARIANTS 2
+
+static inline void nf_config(fl_secagg_config *cfg, int variant) {
     fl_secagg_config_init(cfg);
     cfg->num_clients = NF_N;
     cfg->dim = NF_D;
@@ -29,9 +33,11 @@ static inline void nf_config(fl_secagg_config *cfg) {
     cfg->norm_bits = 6;
     cfg->norm_dim = 3;
     cfg->norm_bound2 = 100;
+    cfg->norm_tail_max = variant ? 20 : 0;
 }
 
-/* Client i's input, centred: {i, -1, 2, 5}; the first three square to at most 9 <= 100. */
+/* Client i's input, centred: {i, -1, 2, 5}; the first three square to at most 9 <= 100, the
+ * last is also a weight in [1, 20]. */
 static inline void nf_input(uint32_t x[NF_D], uint32_t i) {
     x[0] = i;
     x[1] = (uint32_t)-1; /* -1 mod 2^32 */
@@ -43,6 +49,7 @@ static inline void nf_input(uint32_t x[NF_D], uint32_t i) {
  * ciphertexts, and its MASKED_INPUT reply (proof inside) is kept undelivered. */
 struct nf {
     fl_secagg_config cfg;
+    int variant; /* nf_config's */
     fl_secagg_server *srv;
     fl_secagg_client *cl[NF_N];
     uint8_t *reply[NF_N]; /* MASKED_INPUT of client i, reply_len[i] bytes */
@@ -58,10 +65,11 @@ static inline void nf_free(struct nf *f) {
     memset(f, 0, sizeof(*f));
 }
 
-/* Builds the round up to MASKED_INPUT. Returns 0, or -1 (then nf_free it). */
-static inline int nf_setup(struct nf *f) {
+/* Builds the round of `variant` up to MASKED_INPUT. Returns 0, or -1 (then nf_free it). */
+static inline int nf_setup(struct nf *f, int variant) {
     memset(f, 0, sizeof(*f));
-    nf_config(&f->cfg);
+    nf_config(&f->cfg, variant);
+    f->variant = variant;
     uint8_t seed[32] = {0x4e};
     if (fl_secagg_server_create(&f->srv, &f->cfg, NF_ROUND, seed, NULL) != FL_OK)
         return -1;

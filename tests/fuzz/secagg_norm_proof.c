@@ -9,7 +9,8 @@
  *  - once it accepted, the round is run to the end: it must finish with the exact sum, or
  *    fail the final link check (masked words other than the proven ones). A wrong sum that
  *    passes is a soundness bug.
- * An accepted input consumes the cached round; the next one builds a fresh round. */
+ * An accepted input consumes the cached round; the next one builds a fresh round. Byte 0
+ * picks the config variant (plain ranges, or a weight coordinate) and the sender. */
 #include <sodium.h>
 #include <stdint.h>
 #include <string.h>
@@ -18,8 +19,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct nf nf_slot;
-static int nf_ready;
+static struct nf nf_slot[NF_VARIANTS];
+static int nf_ready[NF_VARIANTS];
 
 static int ticket_is_zero(const fl_secagg_norm_ticket *t) {
     static const fl_secagg_norm_ticket zero;
@@ -29,11 +30,12 @@ static int ticket_is_zero(const fl_secagg_norm_ticket *t) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1)
         return 0;
-    uint32_t from = data[0] % NF_N;
+    int variant = data[0] >> 7;
+    uint32_t from = (uint32_t)(data[0] & 0x7f) % NF_N;
     const uint8_t *msg = data + 1;
     size_t len = size - 1;
     fl_secagg_config cfg;
-    nf_config(&cfg);
+    nf_config(&cfg, variant);
 
     fl_secagg_norm_ticket t;
     memset(&t, 0xA5, sizeof(t)); /* the call must overwrite it whatever happens */
@@ -55,14 +57,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
     }
 
-    if (!nf_ready) {
-        if (nf_setup(&nf_slot) != 0) {
-            nf_free(&nf_slot);
+    struct nf *f = &nf_slot[variant];
+    if (!nf_ready[variant]) {
+        if (nf_setup(f, variant) != 0) {
+            nf_free(f);
             return 0;
         }
-        nf_ready = 1;
+        nf_ready[variant] = 1;
     }
-    struct nf *f = &nf_slot;
     uint32_t pending = fl_secagg_server_pending(f->srv);
     fl_status sst = fl_secagg_server_receive_checked(f->srv, from, msg, len, &t);
     if ((st == FL_OK) != (sst == FL_OK))
@@ -76,6 +78,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (nf_finish(f, from) < 0)
         __builtin_trap();
     nf_free(f);
-    nf_ready = 0;
+    nf_ready[variant] = 0;
     return 0;
 }
