@@ -131,6 +131,19 @@ fl_status fl__sa_norm_link(const fl_secagg_config *cfg, const uint32_t *sum,
     return fl__err_set(err, FL_ERR_UNSUPPORTED, "norm proofs need libsodium");
 }
 
+int fl__sa_norm_link_part(uint8_t out[32], const fl_secagg_config *c, const uint32_t *sum,
+                          size_t lo, size_t hi) {
+    (void)out, (void)c, (void)sum, (void)lo, (void)hi;
+    return -1;
+}
+
+fl_status fl__sa_norm_link_check(const fl_secagg_config *c, const uint32_t *sum,
+                                 const uint8_t part[32], const uint8_t vsum[32],
+                                 struct fl__err *err) {
+    (void)c, (void)sum, (void)part, (void)vsum;
+    return fl__err_set(err, FL_ERR_UNSUPPORTED, "norm proofs need libsodium");
+}
+
 #else
 
 #include <sodium.h>
@@ -660,12 +673,29 @@ int fl__sa_norm_fold(uint8_t acc[32], const uint8_t *proof) {
 }
 
 /* After unmasking: H^R prod_j G_j^{s_j} must equal the product of the folded commitments,
- * where s_j is the centred sum and R the sum of the clients' rho, rebuilt from the limbs. */
-fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
-                           const uint8_t vsum[32], struct fl__err *err) {
+ * where s_j is the centred sum and R the sum of the clients' rho, rebuilt from the limbs.
+ * The product over j is cut into parts (the server's mask jobs compute one each). */
+int fl__sa_norm_link_part(uint8_t out[32], const fl_secagg_config *c, const uint32_t *sum,
+                          size_t lo, size_t hi) {
+    uint32_t mask = fl__sa_bitmask(c->bits);
+    uint8_t s1[32], P[32], Gj[32];
+    int bad = 0;
+    memset(out, 0, 32);
+    for (size_t j = lo; j < hi && j < c->dim; j++) {
+        sc_from_i64(s1, centred(sum[j] & mask, c->bits));
+        gen(Gj, "Gj", (uint32_t)j);
+        pmul(P, s1, Gj);
+        bad |= padd(out, out, P);
+    }
+    return bad;
+}
+
+fl_status fl__sa_norm_link_check(const fl_secagg_config *c, const uint32_t *sum,
+                                 const uint8_t part[32], const uint8_t vsum[32],
+                                 struct fl__err *err) {
     uint32_t mask = fl__sa_bitmask(c->bits), w = np_limb_bits(c);
     size_t nl = fl__sa_norm_limbs(c);
-    uint8_t R[32], s1[32], s2[32], P[32], Gj[32], T[32];
+    uint8_t R[32], s1[32], s2[32], T[32];
     memset(R, 0, 32);
     for (size_t k = 0; k < nl; k++) {
         sc_from_u64(s1, sum[c->dim + k] & mask);
@@ -674,21 +704,22 @@ fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
         crypto_core_ristretto255_scalar_mul(s1, s1, s2);
         crypto_core_ristretto255_scalar_add(R, R, s1);
     }
-    int bad = 0;
     bmul(T, R);
-    for (size_t j = 0; j < c->dim; j++) {
-        sc_from_i64(s1, centred(sum[j] & mask, c->bits));
-        gen(Gj, "Gj", (uint32_t)j);
-        pmul(P, s1, Gj);
-        bad |= padd(T, T, P);
-    }
-    if (bad)
+    if (padd(T, T, part) != 0)
         return fl__err_set(err, FL_ERR_CRYPTO, "norm link: a group operation failed");
     if (memcmp(T, vsum, 32) != 0)
         return fl__err_set(err, FL_ERR_PROTOCOL,
                            "norm link: the sum is not the sum of the proven inputs (a client "
                            "masked another vector than the one it proved)");
     return FL_OK;
+}
+
+fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
+                           const uint8_t vsum[32], struct fl__err *err) {
+    uint8_t part[32];
+    if (fl__sa_norm_link_part(part, c, sum, 0, c->dim) != 0)
+        return fl__err_set(err, FL_ERR_CRYPTO, "norm link: a group operation failed");
+    return fl__sa_norm_link_check(c, sum, part, vsum, err);
 }
 
 #endif

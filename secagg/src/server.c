@@ -787,6 +787,8 @@ struct um_work {
     int *signs;                  /* (first[ntodo]) sign of each mask's removal */
     atomic_uchar *state;         /* (nareas) JOB_* of each job of the batch */
     struct um_result *res;       /* (nareas) outcome of each job of the batch */
+    uint8_t (*link)[32];         /* (nareas) norm proofs: each mask job's part of the link
+                                    check's sum over its slice */
     atomic_size_t failed;        /* lowest failed job of the batch, or UM_NO_FAILURE */
     size_t bytes;                /* of this allocation (the struct is at its start) */
 };
@@ -943,6 +945,10 @@ static void um_masks_job(fl_secagg_server *s, struct um_work *w, size_t j) {
     uint32_t mask = fl__sa_bitmask(s->cfg.bits);
     for (size_t i = lo; i < hi; i++)
         s->acc[i] &= mask;
+    /* Norm proofs: the slice's part of the link check, while the slice is in cache. */
+    if (fl__sa_norm_proof_bytes(&s->cfg) &&
+        fl__sa_norm_link_part(w->link[j], &s->cfg, s->acc, lo, hi) != 0)
+        um_job_fail(w, j, FL_ERR_CRYPTO, "norm link: a group operation failed");
 }
 
 /* Opens batch `stage` with nj jobs. */
@@ -991,7 +997,8 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
     size_t o_signs = um_align(o_seeds + nseeds * 32);
     size_t o_state = um_align(o_signs + nseeds * sizeof(int));
     size_t o_res = um_align(o_state + na * sizeof(atomic_uchar));
-    size_t bytes = o_res + na * sizeof(struct um_result);
+    size_t o_link = um_align(o_res + na * sizeof(struct um_result));
+    size_t bytes = o_link + na * 32;
     uint8_t *p = fl__alloc(&s->alloc, bytes);
     if (!p)
         return fl__err_set(&s->err, FL_ERR_NOMEM, "unmask: out of memory");
@@ -1015,6 +1022,7 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
     w->signs = (int *)(void *)(p + o_signs);
     w->state = (atomic_uchar *)(void *)(p + o_state);
     w->res = (struct um_result *)(void *)(p + o_res);
+    w->link = (uint8_t(*)[32])(void *)(p + o_link);
     /* Clients, seed slots and cost weights (a rebuilt secret = 1). */
     uint32_t i = 0, o = 0;
     uint64_t total = 0;
@@ -1128,15 +1136,27 @@ fl_status fl_secagg_server_unmask_next(fl_secagg_server *s, size_t *njobs) {
         fl__err_clear(&s->err);
         return FL_OK;
     }
+    if (fl__sa_norm_proof_bytes(&s->cfg)) {
+        /* The mask jobs' parts of the link sum, then the check itself. */
+        uint8_t part[32];
+        memset(part, 0, sizeof(part));
+        int bad = 0;
+        for (size_t j = 0; j < w->njobs; j++)
+            bad |= fl__sa_norm_fold(part, w->link[j]);
+        fl_status st = bad ? fl__err_set(&s->err, FL_ERR_CRYPTO,
+                                         "norm link: a group operation failed")
+                           : fl__sa_norm_link_check(&s->cfg, s->acc, part, s->vsum, &s->err);
+        if (st != FL_OK) {
+            char m[FL__ERRMSG_MAX];
+            snprintf(m, sizeof(m), "%s", fl__err_msg(&s->err));
+            um_release(s);
+            free_sh(s);
+            *njobs = 0;
+            return server_fail(s, st, m);
+        }
+    }
     um_release(s);
     free_sh(s);
-    if (fl__sa_norm_proof_bytes(&s->cfg) &&
-        fl__sa_norm_link(&s->cfg, s->acc, s->vsum, &s->err) != FL_OK) {
-        char m[FL__ERRMSG_MAX];
-        snprintf(m, sizeof(m), "%s", fl__err_msg(&s->err));
-        *njobs = 0;
-        return server_fail(s, FL_ERR_PROTOCOL, m);
-    }
     s->count = count_flag(s, C_U3);
     s->phase = FL_SECAGG_PHASE_DONE;
     s->pending = 0;

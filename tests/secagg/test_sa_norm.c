@@ -369,6 +369,40 @@ static void test_inconsistent_masked_input_fails_round(void **state) {
     }
 }
 
+/* The link check cut into parts (as the server's mask jobs compute it) equals the whole. */
+static void test_link_parts(void **state) {
+    (void)state;
+    fl_secagg_config cfg;
+    fl_secagg_config_init(&cfg);
+    cfg.num_clients = N;
+    cfg.dim = 40;
+    cfg.norm_bits = M;
+    assert_int_equal(fl_secagg_config_resolve(&cfg, NULL, 0), FL_OK);
+    size_t vl = fl__sa_vec_len(&cfg);
+    uint32_t sum[64];
+    uint64_t seed = 5;
+    for (size_t j = 0; j < vl; j++)
+        sum[j] = (uint32_t)sa_rng_next(&seed);
+    uint8_t whole[32], a[32], b[32], c[32], acc[32] = {0};
+    assert_int_equal(fl__sa_norm_link_part(whole, &cfg, sum, 0, vl), 0);
+    assert_int_equal(fl__sa_norm_link_part(a, &cfg, sum, 0, 16), 0);
+    assert_int_equal(fl__sa_norm_link_part(b, &cfg, sum, 16, 32), 0);
+    assert_int_equal(fl__sa_norm_link_part(c, &cfg, sum, 32, vl), 0); /* limbs ignored */
+    assert_int_equal(fl__sa_norm_fold(acc, a), 0);
+    assert_int_equal(fl__sa_norm_fold(acc, b), 0);
+    assert_int_equal(fl__sa_norm_fold(acc, c), 0);
+    assert_memory_equal(acc, whole, 32);
+    /* And the check accepts exactly the commitment sum it should. */
+    uint8_t vsum[32];
+    memcpy(vsum, whole, 32);
+    fl_status st = fl__sa_norm_link_check(&cfg, sum, whole, vsum, NULL);
+    /* vsum lacks H^R, so it fails unless R = 0 mod l. */
+    assert_int_equal(st, FL_ERR_PROTOCOL);
+    for (size_t k = cfg.dim; k < vl; k++)
+        sum[k] = 0; /* R = 0 */
+    assert_int_equal(fl__sa_norm_link_check(&cfg, sum, whole, vsum, NULL), FL_OK);
+}
+
 /* The ticket API: checked off the server, and a ticket for other bytes is not trusted. */
 static void test_ticket(void **state) {
     (void)state;
@@ -403,6 +437,7 @@ int main(void) {
         cmocka_unit_test(test_looser_bound_refused),
         cmocka_unit_test(test_bad_proof_drops_client),
         cmocka_unit_test(test_inconsistent_masked_input_fails_round),
+        cmocka_unit_test(test_link_parts),
         cmocka_unit_test(test_ticket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
