@@ -196,6 +196,13 @@ static void pmul(uint8_t out[32], const uint8_t s[32], const uint8_t P[32]) {
         memset(out, 0, 32);
 }
 
+/* pmul for a secret scalar: no branch on the result (libsodium already leaves the identity's
+ * all-zero encoding in out when it returns -1). */
+static void pmul_ct(uint8_t out[32], const uint8_t s[32], const uint8_t P[32]) {
+    int rc = crypto_scalarmult_ristretto255(out, s, P);
+    (void)rc;
+}
+
 static void bmul(uint8_t out[32], const uint8_t s[32]) {
     if (crypto_scalarmult_ristretto255_base(out, s) != 0)
         memset(out, 0, 32);
@@ -405,7 +412,7 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     for (size_t j = 0; j < L.d; j++) {
         sc_from_i64(C[j].z, centred(x[j], c->bits));
         gen(Gj, "Gj", (uint32_t)j);
-        pmul(P, C[j].z, Gj);
+        pmul_ct(P, C[j].z, Gj);
         bad |= padd(proof + L.V, proof + L.V, P);
     }
     /* Bit commitments D_jk = G^beta H^r_jk, with r_j = sum_k 2^k r_jk; Q_j = G^{z_j} H^{r_j}
@@ -420,7 +427,7 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
             bad |= commit_bits(X, &B[i0], L.kt, (uint64_t)(z - 1), C[j].r, NULL, G);
         else
             bad |= commit_bits(X, &B[i0], L.m, (uint64_t)(z - lo), C[j].r, NULL, G);
-        pmul(C[j].Q, C[j].z, G);
+        pmul_ct(C[j].Q, C[j].z, G);
         bmul(P, C[j].r);
         bad |= padd(C[j].Q, C[j].Q, P);
         if (is_tail(&L, j)) {
@@ -434,7 +441,7 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     bmul(proof + L.S, tau);
     memcpy(sigma, tau, 32);
     for (size_t j = 0; j < L.nd; j++) {
-        pmul(P, C[j].z, C[j].Q);
+        pmul_ct(P, C[j].z, C[j].Q);
         bad |= padd(proof + L.S, proof + L.S, P);
         crypto_core_ristretto255_scalar_mul(s1, C[j].z, C[j].r);
         crypto_core_ristretto255_scalar_add(sigma, sigma, s1);
@@ -461,7 +468,7 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
         crypto_core_ristretto255_scalar_random(b->zs);
         bmul(Ar, b->t);
         bmul(As, b->zs);
-        pmul(P, b->es, Xs);
+        pmul_ct(P, b->es, Xs);
         bad |= psub(As, As, P);
         memcpy(s1, Ar, 32); /* A0 */
         cmov(s1, As, 32, b->beta);
@@ -474,7 +481,7 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     for (size_t j = 0; j < L.d; j++) {
         crypto_core_ristretto255_scalar_random(C[j].a);
         crypto_core_ristretto255_scalar_random(C[j].b);
-        pmul(T, C[j].a, G);
+        pmul_ct(T, C[j].a, G);
         bmul(P, C[j].b);
         bad |= padd(T, T, P);
         crypto_hash_sha512_update(&h, T, 32);
@@ -483,14 +490,14 @@ fl_status fl__sa_norm_prove(uint8_t *proof, uint32_t *limbs, const fl_secagg_con
     bmul(T, cc);
     for (size_t j = 0; j < L.d; j++) {
         gen(Gj, "Gj", (uint32_t)j);
-        pmul(P, C[j].a, Gj);
+        pmul_ct(P, C[j].a, Gj);
         bad |= padd(T, T, P);
     }
     crypto_hash_sha512_update(&h, T, 32);
     crypto_core_ristretto255_scalar_random(ff);
     bmul(T, ff);
     for (size_t j = 0; j < L.nd; j++) {
-        pmul(P, C[j].a, C[j].Q);
+        pmul_ct(P, C[j].a, C[j].Q);
         bad |= padd(T, T, P);
     }
     crypto_hash_sha512_update(&h, T, 32);

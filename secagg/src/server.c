@@ -502,15 +502,32 @@ fl_status fl_secagg_server_receive(fl_secagg_server *s, uint32_t from, const uin
     return receive(s, from, msg, len, 0);
 }
 
-/* The digest a ticket names: SHA-256 of the whole message. */
-static int ticket_digest(uint8_t out[32], const struct fl__sa_crypto *cr, const uint8_t *msg,
-                         size_t len) {
-    return cr->sha256(out, msg, len);
+/* The digest a ticket names: SHA-256 over a domain tag, the config's norm parameters, the
+ * round, the sender and SHA-256 of the whole message; a ticket made under another bound (or
+ * for other bytes) does not match. */
+static int ticket_digest(uint8_t out[32], const struct fl__sa_crypto *cr,
+                         const fl_secagg_config *c, uint64_t round_id, uint32_t from,
+                         const uint8_t *msg, size_t len) {
+    static const char tag[] = "flotilla-secagg-norm-ticket-v1";
+    uint8_t buf[sizeof(tag) - 1 + 4 * 7 + 8 + 8 + 32];
+    size_t o = sizeof(tag) - 1;
+    memcpy(buf, tag, o);
+    const uint32_t v[7] = {c->num_clients, c->bits, c->dim, c->norm_bits, c->norm_dim,
+                           c->norm_tail_max, from};
+    for (int i = 0; i < 7; i++, o += 4)
+        fl__put_u32le(buf + o, v[i]);
+    fl__put_u64le(buf + o, c->norm_bound2);
+    fl__put_u64le(buf + o + 8, round_id);
+    o += 16;
+    if (cr->sha256(buf + o, msg, len) != 0)
+        return -1;
+    return cr->sha256(out, buf, o + 32);
 }
 
 fl_status fl_secagg_norm_check(fl_secagg_norm_ticket *ticket, const fl_secagg_config *cfg,
                                uint64_t round_id, uint32_t from, const uint8_t *msg,
-                               size_t len, char *errmsg, size_t errmsg_len) {
+                               size_t len, const fl_allocator *alloc, char *errmsg,
+                               size_t errmsg_len) {
     struct fl__err err;
     fl__err_clear(&err);
     fl_secagg_config c;
@@ -533,8 +550,8 @@ fl_status fl_secagg_norm_check(fl_secagg_norm_ticket *ticket, const fl_secagg_co
         st = fl__err_set(&err, FL_ERR_FORMAT, "MASKED_INPUT: %zu bytes, expected %zu", r.left,
                          words + pb);
     if (st == FL_OK)
-        st = fl__sa_norm_verify(&c, round_id, from, r.p + words, pb, NULL, &err);
-    if (st == FL_OK && ticket_digest(ticket->digest, cr, msg, len) != 0)
+        st = fl__sa_norm_verify(&c, round_id, from, r.p + words, pb, alloc, &err);
+    if (st == FL_OK && ticket_digest(ticket->digest, cr, &c, round_id, from, msg, len) != 0)
         st = fl__err_set(&err, FL_ERR_CRYPTO, "norm_check: hash failed");
     if (st == FL_OK) {
         ticket->round_id = round_id;
@@ -554,7 +571,8 @@ fl_status fl_secagg_server_receive_checked(fl_secagg_server *s, uint32_t from,
     uint8_t dig[32];
     /* A ticket for other bytes (or none) means the proof is checked here, as receive does. */
     int ok = ticket->valid == 1 && ticket->round_id == s->round_id && ticket->client == from &&
-             ticket_digest(dig, s->crypto, msg, len) == 0 && memcmp(dig, ticket->digest, 32) == 0;
+             ticket_digest(dig, s->crypto, &s->cfg, s->round_id, from, msg, len) == 0 &&
+             memcmp(dig, ticket->digest, 32) == 0;
     return receive(s, from, msg, len, ok);
 }
 

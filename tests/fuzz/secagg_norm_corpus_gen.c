@@ -69,7 +69,8 @@ static int check(const char *dir) {
             fl_secagg_norm_ticket t;
             snprintf(em, sizeof(em), "missing or misframed");
             if (n < 1 || buf[0] != (uint8_t)(i | (unsigned)v << 7) ||
-                fl_secagg_norm_check(&t, &cfg, NF_ROUND, i, buf + 1, n - 1, em, sizeof(em))) {
+                fl_secagg_norm_check(&t, &cfg, NF_ROUND, i, buf + 1, n - 1, NULL, em,
+                                     sizeof(em))) {
                 fprintf(stderr, "%s: %s; rewrite the corpus with fuzz_gen_secagg_norm_proof DIR\n",
                         path, em);
                 bad = 1;
@@ -93,7 +94,7 @@ static int write_variant(const char *out, int v, const char *pre) {
     for (uint32_t i = 0; i < NF_N; i++) {
         fl_secagg_norm_ticket t;
         char em[256];
-        if (fl_secagg_norm_check(&t, &f.cfg, NF_ROUND, i, f.reply[i], f.reply_len[i], em,
+        if (fl_secagg_norm_check(&t, &f.cfg, NF_ROUND, i, f.reply[i], f.reply_len[i], NULL, em,
                                  sizeof(em)) != FL_OK) {
             fprintf(stderr, "variant %d, client %u: its own masked input fails the check: %s\n", v,
                     i, em);

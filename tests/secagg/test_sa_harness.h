@@ -45,6 +45,9 @@ struct sa_opts {
     int use_tickets;             /* masked inputs go through fl_secagg_norm_check and
                                     fl_secagg_server_receive_checked */
     const fl_secagg_config *server_cfg; /* set by sa_run for use_tickets */
+    const fl_secagg_config *client_cfg; /* client 0's config, NULL = cfg */
+    const fl_secagg_config *ticket_cfg; /* config the tickets are made with, NULL = the
+                                    server's */
 };
 
 struct sa_result {
@@ -103,7 +106,8 @@ static inline fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct
         uint64_t rid = 0;
         for (int i = 0; i < 8; i++)
             rid |= (uint64_t)buf[4 + i] << (8 * i);
-        (void)fl_secagg_norm_check(&t, o->server_cfg, rid, from, buf, len, NULL, 0);
+        (void)fl_secagg_norm_check(&t, o->ticket_cfg ? o->ticket_cfg : o->server_cfg, rid, from,
+                                   buf, len, o->alloc, NULL, 0);
         st = fl_secagg_server_receive_checked(srv, from, buf, len, &t);
     } else {
         st = fl_secagg_server_receive(srv, from, buf, len);
@@ -143,7 +147,9 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     for (uint32_t i = 0; i < n; i++) {
         if (o->client_context)
             memcpy(ccfg.context, o->client_context[i], FL_SECAGG_CONTEXT_BYTES);
-        assert_int_equal(fl_secagg_client_create(&cl[i], &ccfg, round_id, i,
+        fl_secagg_config c0 = o->client_cfg && i == 0 ? *o->client_cfg : ccfg;
+        c0.backend = ccfg.backend;
+        assert_int_equal(fl_secagg_client_create(&cl[i], &c0, round_id, i,
                                                  cfg.active ? &I.ids[i] : NULL, o->alloc),
                          FL_OK);
         for (uint32_t j = 0; j < d; j++)

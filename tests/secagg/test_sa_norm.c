@@ -82,6 +82,29 @@ static void test_tail_range(void **state) {
     fl_secagg_client_destroy(c);
 }
 
+/* A ticket made under another config (a looser weight range with the same proof size) is
+ * not trusted: the server checks the proof itself and refuses it. */
+static void test_ticket_other_config(void **state) {
+    (void)state;
+    struct sa_opts o;
+    norm_opts(&o, N);
+    o.cfg.norm_tail_max = 100;
+    fl_secagg_config loose = o.cfg;
+    loose.norm_tail_max = 120; /* 7 bits per side either way */
+    uint32_t x[N * D];
+    honest_inputs(x, N, 23);
+    x[ND] = 110;
+    o.inputs = x;
+    o.use_tickets = 1;
+    o.client_cfg = &loose;
+    o.ticket_cfg = &loose;
+    struct sa_result r;
+    sa_run(&o, &r);
+    assert_int_equal(r.st, FL_OK);
+    assert_true(r.sum_ok);
+    assert_int_equal(r.count, N - 1); /* client 0's masked input was refused */
+}
+
 static void test_sparse_with_dropouts(void **state) {
     (void)state;
     const uint32_t n = 10;
@@ -413,15 +436,15 @@ static void test_ticket(void **state) {
     fl_secagg_norm_ticket tk;
     char em[200];
     uint8_t msg[64] = {0};
-    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 0, msg, sizeof(msg), em, sizeof(em)),
+    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 0, msg, sizeof(msg), NULL, em, sizeof(em)),
                      FL_ERR_MISUSE); /* no norm proofs in this config */
     assert_int_equal(tk.valid, 0u);
-    assert_int_equal(fl_secagg_norm_check(NULL, &cfg, 1, 0, msg, sizeof(msg), NULL, 0),
+    assert_int_equal(fl_secagg_norm_check(NULL, &cfg, 1, 0, msg, sizeof(msg), NULL, NULL, 0),
                      FL_ERR_MISUSE);
     cfg.norm_bits = M;
-    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 0, msg, sizeof(msg), em, sizeof(em)),
+    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 0, msg, sizeof(msg), NULL, em, sizeof(em)),
                      FL_ERR_FORMAT);
-    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 9, msg, sizeof(msg), em, sizeof(em)),
+    assert_int_equal(fl_secagg_norm_check(&tk, &cfg, 1, 9, msg, sizeof(msg), NULL, em, sizeof(em)),
                      FL_ERR_PROTOCOL);
     assert_int_equal(fl_secagg_server_receive_checked(NULL, 0, msg, 1, &tk), FL_ERR_MISUSE);
 }
@@ -430,6 +453,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_round),
         cmocka_unit_test(test_tail_range),
+        cmocka_unit_test(test_ticket_other_config),
         cmocka_unit_test(test_sparse_with_dropouts),
         cmocka_unit_test(test_prover_refuses),
         cmocka_unit_test(test_config),

@@ -97,7 +97,9 @@ typedef struct fl_secagg_config {
      * [-2^(b-1), 2^(b-1)), has every z_j in [-2^(m-1), 2^(m-1)) and sum_{j < norm_dim} z_j^2
      * <= norm_bound2; the server refuses a masked input whose proof fails and, after
      * unmasking, fails the round (FL_ERR_PROTOCOL) unless the sum is the sum of proven
-     * inputs. Costs grow with d * m (docs/secagg.md); libsodium builds only. */
+     * inputs, so one client moves the first norm_dim coordinates of the sum by at most
+     * sqrt(norm_bound2) in L2 and the others by their range. Costs grow with d * m
+     * (docs/secagg.md); libsodium builds only. */
     uint32_t norm_bits;       /* m: 0 = off (default); else 2..b - ceil(log2 n) */
     uint32_t norm_dim;        /* the first norm_dim inputs are in the L2 bound (0..d) */
     uint64_t norm_bound2;     /* bound on their sum of squares */
@@ -225,33 +227,37 @@ FL_API fl_status fl_secagg_server_receive(fl_secagg_server *srv, uint32_t from,
                                           const uint8_t *msg, size_t len);
 
 /* ---- norm proofs: checking a masked input off the server's thread ----
- * fl_secagg_server_receive checks a MASKED_INPUT's norm proof itself, which costs about a
- * millisecond per proven bit (d * norm_bits of them). A transport that serialises calls on
- * the server (a lock) can check the proof first, on any thread, with fl_secagg_norm_check,
- * then hand the message and the ticket to fl_secagg_server_receive_checked under its lock,
- * which then only hashes the message. */
+ * fl_secagg_server_receive checks a MASKED_INPUT's norm proof itself, which costs about
+ * 0.3 ms per proven bit here (about d * norm_bits of them; docs/secagg.md). A transport that
+ * serialises calls on the server (a lock) can check the proof first, on any thread, with
+ * fl_secagg_norm_check, then hand the message and the ticket to
+ * fl_secagg_server_receive_checked under its lock, which then only hashes the message. A
+ * ticket is trusted as the caller's own statement: it binds the message, round, sender and
+ * the config's norm parameters, not a secret. */
 
 typedef struct fl_secagg_norm_ticket {
-    uint8_t digest[32]; /* SHA-256 of the message whose proof verified */
+    uint8_t digest[32]; /* SHA-256 binding the message, round, sender and norm parameters */
     uint64_t round_id;  /* the round and client it was checked for */
     uint32_t client;
     uint32_t valid;     /* 1 once the proof verified */
 } fl_secagg_norm_ticket;
 
 /* Checks the header, length and norm proof of client `from`'s MASKED_INPUT message for a
- * round with config cfg (thread-safe, touches no server). *ticket is zeroed, then filled on
- * FL_OK. Returns FL_OK; FL_ERR_MISUSE (NULL, bad config, or a config without norm proofs);
+ * round with config cfg (thread-safe, touches no server; work memory through alloc, NULL =
+ * libc). *ticket is zeroed, then filled on FL_OK. Returns FL_OK; FL_ERR_MISUSE (NULL, bad
+ * config, or a config without norm proofs);
  * FL_ERR_FORMAT / FL_ERR_TOO_LARGE / FL_ERR_STATE / FL_ERR_PROTOCOL (the message is not that
  * client's masked input for that round); FL_ERR_CRYPTO (the proof does not verify);
  * FL_ERR_NOMEM. errmsg as in fl_secagg_config_resolve. */
 FL_API fl_status fl_secagg_norm_check(fl_secagg_norm_ticket *ticket,
                                       const fl_secagg_config *cfg, uint64_t round_id,
                                       uint32_t from, const uint8_t *msg, size_t len,
-                                      char *errmsg, size_t errmsg_len);
+                                      const fl_allocator *alloc, char *errmsg,
+                                      size_t errmsg_len);
 
-/* fl_secagg_server_receive, except that a MASKED_INPUT whose bytes, round and sender match a
- * valid ticket is not checked again. With a ticket that does not match, the proof is
- * checked here. FL_ERR_MISUSE on a NULL argument; otherwise as fl_secagg_server_receive. */
+/* fl_secagg_server_receive, except that a MASKED_INPUT whose bytes, round, sender and norm
+ * parameters match a valid ticket is not checked again. With a ticket that does not match,
+ * the proof is checked here. FL_ERR_MISUSE on a NULL argument; otherwise as fl_secagg_server_receive. */
 FL_API fl_status fl_secagg_server_receive_checked(fl_secagg_server *srv, uint32_t from,
                                                   const uint8_t *msg, size_t len,
                                                   const fl_secagg_norm_ticket *ticket);

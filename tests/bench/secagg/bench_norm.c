@@ -169,7 +169,7 @@ static int run_round(const fl_secagg_config *cfg, uint64_t round_id, const uint3
             fl_secagg_norm_ticket tk;
             char em[256];
             double tv = now_s();
-            st = fl_secagg_norm_check(&tk, cfg, round_id, i, masked[i], masked_len[i], em,
+            st = fl_secagg_norm_check(&tk, cfg, round_id, i, masked[i], masked_len[i], NULL, em,
                                       sizeof(em));
             r->verify += now_s() - tv;
             if (st != FL_OK) {
