@@ -103,11 +103,11 @@ static int write_variant(const char *out, int v, const char *pre) {
         valid_name(name, sizeof(name), v, i);
         bad |= put(out, name, (uint8_t)(fr | i), f.reply[i], f.reply_len[i]);
     }
-    /* Variants of client 1's message. Body: 13 masked words (4 inputs + 9 limbs of rho), then
-     * the proof: V | S | nb bit commitments | e | nb x (e0 z0 z1) | za (d) | zb (d) | zc | zf,
-     * nb read back from the length. */
+    /* Variants of client 1's message. Body: NF_D + 9 masked words (the inputs, then 9 limbs of
+     * rho), then the proof: V | S | nb bit commitments | e | nb x (e0 z0 z1) | za (d) |
+     * zb (d) | zc | zf, nb read back from the length. */
     const uint8_t *m = f.reply[1];
-    size_t ml = f.reply_len[1], h = FL_SECAGG_HEADER_BYTES, words = 13 * 4;
+    size_t ml = f.reply_len[1], h = FL_SECAGG_HEADER_BYTES, words = (NF_D + 9) * 4;
     size_t proof = h + words, fixed = 5 * 32 + 2 * NF_D * 32;
     if (ml < proof + fixed || (ml - proof - fixed) % 128 != 0) {
         fprintf(stderr, "MASKED_INPUT is %zu bytes: the layout above is out of date\n", ml);
