@@ -1106,7 +1106,9 @@ static bool norm_precheck(fl_coord *co, struct fl__coord_req *rq, struct fl__coo
     scratch.retry_after_s = -1;
     fl__coord_lock(co);
     struct fl__coord_participant *pt = fl__coord_participant_of(rq, &scratch, ca, rid, &p, &r);
-    if (pt && r->sa && r->sa_cfg.norm_bits) {
+    /* Not for a device whose masked input is in already: the locked path answers the replay
+     * (200) or the conflict (409) without anyone paying for a verification. */
+    if (pt && r->sa && r->sa_cfg.norm_bits && !(pt->posted & (1u << FL__PH_MASKED))) {
         cfg = r->sa_cfg;
         index = pt->index;
         norm = true;

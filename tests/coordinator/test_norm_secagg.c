@@ -133,6 +133,12 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
                     w[b] = (uint8_t)(v >> (8 * b));
             }
         struct resp r = post_phase(f, &c[i], rid, "masked", msg, out_len[i]);
+        if (attack == HONEST && i == 1 && r.status == 202) {
+            /* A replay is answered from the record, without a second verification. */
+            struct resp again = post_phase(f, &c[i], rid, "masked", msg, out_len[i]);
+            assert_int_equal(again.status, 200);
+            resp_free(&again);
+        }
         free(msg);
         if ((attack == FORGED || attack == FORGED_WEIGHT) && i == 0) {
             assert_int_equal(r.status, 400);
