@@ -95,15 +95,7 @@ static fl_status collect_tensors(fl_coord *co, struct fl__coord_round_params *rp
 static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char *why,
                              size_t why_len) {
     uint64_t wmax = rp->weight_examples ? (uint64_t)rp->weight_cap : 1;
-    fl_dp_central_params cp;
-    fl_dp_central_info info;
-    fl_dp_central_params_init(&cp);
-    cp.clip = rp->clip * (double)wmax;
-    cp.granularity = rp->granularity;
-    cp.beta = rp->beta;
-    double b2 = -1.0;
-    if (fl_dp_central_info_get(&info, &cp, rp->dim) == FL_OK)
-        b2 = floor(info.l2_bound * info.l2_bound + 0.5);
+    double b2 = fl__coord_norm_bound2(rp, wmax);
     if (!(b2 >= 0.0 && b2 < 4e18)) {
         snprintf(why, why_len, "no norm bound for clip %g x weight %llu at granularity %g",
                  rp->clip, (unsigned long long)wmax, rp->granularity);

@@ -537,6 +537,11 @@ void fl__coord_auth_cache_clear(fl_coord *co);
 
 /* ---- rounds (round.c) ---- */
 
+/* floor(B^2 + 1/2), B the l2_bound of fl_dp_central_info for clip = w * clip_norm: the norm
+ * bound an honest device's encoder meets (docs/protocol.md section 5.1: ||q||^2 <= floor(B^2)
+ * after conditional rounding), for plain updates and norm proofs alike; -1 on bad params. */
+double fl__coord_norm_bound2(const struct fl__coord_round_params *rp, uint64_t w);
+
 /* Body cap of a secagg post / update for round rid (takes the lock). */
 size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *phase);
 /* Fills r->rp for a new round of p from its config and model (lock held). Sets a reason

@@ -710,10 +710,7 @@ static uint64_t words_over(const uint8_t *b, size_t vec_len, size_t wb, uint64_t
     return bad;
 }
 
-/* floor(B^2) for the norm bound of a plain update with weight w: B is the l2_bound of
- * fl_dp_central_info for clip = w * clip_norm, which an honest device's encoder guarantees
- * (docs/protocol.md section 5.1: ||q||^2 <= floor(B^2) after conditional rounding). */
-static double plain_bound2(const struct fl__coord_round_params *rp, uint64_t w) {
+double fl__coord_norm_bound2(const struct fl__coord_round_params *rp, uint64_t w) {
     fl_dp_central_params cp;
     fl_dp_central_info info;
     fl_dp_central_params_init(&cp);
@@ -721,8 +718,13 @@ static double plain_bound2(const struct fl__coord_round_params *rp, uint64_t w) 
     cp.granularity = rp->granularity;
     cp.beta = rp->beta;
     if (fl_dp_central_info_get(&info, &cp, rp->dim) != FL_OK)
-        return 0.0; /* params were validated at round start; clip everything if not */
+        return -1.0;
     return floor(info.l2_bound * info.l2_bound + 0.5);
+}
+
+static double plain_bound2(const struct fl__coord_round_params *rp, uint64_t w) {
+    double b2 = fl__coord_norm_bound2(rp, w);
+    return b2 < 0.0 ? 0.0 : b2; /* params were validated at round start; clip all if not */
 }
 
 /* Centred value of word i of a plain update body (the first dim words are signed integers

@@ -381,6 +381,19 @@ int64_t db_int(struct fx *f, const char *q) {
     return v;
 }
 
+double metric_value(struct fx *f, const char *series) {
+    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    char key[256];
+    snprintf(key, sizeof(key), "\n%s ", series);
+    const char *p = strstr(r.body, key);
+    if (!p)
+        fail_msg("no series %s in /metrics", series);
+    double v = strtod(p + strlen(key), NULL);
+    resp_free(&r);
+    return v;
+}
+
 /* ---- population, model ---- */
 
 float base_w(int j) { return 0.25f * (float)(j % 7) - 0.5f; }

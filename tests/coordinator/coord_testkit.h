@@ -99,6 +99,9 @@ void assert_error(const struct resp *r, long status, const char *code);
 
 /* First column of the first row of a query on the fixture's database (-1: no row). */
 int64_t db_int(struct fx *f, const char *q);
+/* Value of one series in GET /metrics: its name with labels, e.g.
+ * "flotilla_auth_cache_total{result=\"hit\"}" (asserts that it is there). */
+double metric_value(struct fx *f, const char *series);
 
 /* ---- stand-in devices ---- */
 

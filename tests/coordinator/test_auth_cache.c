@@ -7,15 +7,6 @@
 
 enum { CLIENTS = 800 }; /* > 3/4 of 1024: one growth */
 
-static double metric(struct fx *f, const char *line_start) {
-    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    const char *s = strstr(r.body, line_start);
-    assert_non_null(s);
-    double v = strtod(s + strlen(line_start), NULL);
-    resp_free(&r);
-    return v;
-}
 
 static void test_cache_grows(void **state) {
     struct fx *f = *state;
@@ -44,9 +35,9 @@ static void test_cache_grows(void **state) {
         json_decref(j);
         resp_free(&r);
     }
-    const char *hit = "flotilla_auth_cache_total{result=\"hit\"} ";
-    const char *miss = "flotilla_auth_cache_total{result=\"miss\"} ";
-    double h0 = metric(f, hit), m0 = metric(f, miss);
+    const char *hit = "flotilla_auth_cache_total{result=\"hit\"}";
+    const char *miss = "flotilla_auth_cache_total{result=\"miss\"}";
+    double h0 = metric_value(f, hit), m0 = metric_value(f, miss);
     /* Every client once (a miss each, the table grows on the way), then again (hits). */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < CLIENTS; i++) {
@@ -54,8 +45,8 @@ static void test_cache_grows(void **state) {
             assert_int_equal(r.status, 200);
             resp_free(&r);
         }
-    assert_true(metric(f, miss) - m0 == CLIENTS);
-    assert_true(metric(f, hit) - h0 == CLIENTS);
+    assert_true(metric_value(f, miss) - m0 == CLIENTS);
+    assert_true(metric_value(f, hit) - h0 == CLIENTS);
     /* A cached id with another secret. */
     char bad[128];
     snprintf(bad, sizeof(bad), "%s", tok[0]);

@@ -14,14 +14,7 @@
 enum { N = 3 };
 
 static double epsilon_spent(struct fx *f) {
-    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    const char *key = "flotilla_privacy_epsilon_spent{population=\"dp\"} ";
-    const char *s = strstr(r.body, key);
-    assert_non_null(s);
-    double v = strtod(s + strlen(key), NULL);
-    resp_free(&r);
-    return v;
+    return metric_value(f, "flotilla_privacy_epsilon_spent{population=\"dp\"}");
 }
 
 static void run_round(struct fx *f, struct tc *c) {

@@ -83,13 +83,7 @@ static long post_update(struct fx *f, struct tc *c, int64_t rid) {
 
 /* flotilla_updates_clipped_total from /metrics. */
 static long clipped_total(struct fx *f) {
-    struct resp r = http_req(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    const char *p = strstr(r.body, "\nflotilla_updates_clipped_total ");
-    assert_non_null(p);
-    long v = strtol(p + strlen("\nflotilla_updates_clipped_total "), NULL, 10);
-    resp_free(&r);
-    return v;
+    return (long)metric_value(f, "flotilla_updates_clipped_total");
 }
 
 static int64_t centred(uint64_t x, uint32_t bits) {

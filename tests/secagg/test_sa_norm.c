@@ -25,6 +25,16 @@ static void honest_inputs(uint32_t *x, uint32_t n, uint64_t seed) {
     }
 }
 
+/* The config of the single-proof tests: N clients, D inputs, the first ND bounded. */
+static void norm_cfg(fl_secagg_config *cfg) {
+    fl_secagg_config_init(cfg);
+    cfg->num_clients = N;
+    cfg->dim = D;
+    cfg->norm_bits = M;
+    cfg->norm_dim = ND;
+    cfg->norm_bound2 = B2;
+}
+
 static void norm_opts(struct sa_opts *o, uint32_t n) {
     sa_opts_init(o, n, D, n - 1, 0);
     o->cfg.norm_bits = M;
@@ -130,12 +140,7 @@ static void test_sparse_with_dropouts(void **state) {
 static void test_prover_refuses(void **state) {
     (void)state;
     fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = N;
-    cfg.dim = D;
-    cfg.norm_bits = M;
-    cfg.norm_dim = ND;
-    cfg.norm_bound2 = B2;
+    norm_cfg(&cfg);
     fl_secagg_client *c = NULL;
     assert_int_equal(fl_secagg_client_create(&c, &cfg, 1, 0, NULL, NULL), FL_OK);
     uint32_t x[D] = {word(20), word(20), word(20), word(20), word(21), 1};
@@ -229,12 +234,7 @@ static fl_status verify(const struct pf *p, const fl_secagg_config *cfg, uint64_
 static void test_proof_tamper(void **state) {
     (void)state;
     fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = N;
-    cfg.dim = D;
-    cfg.norm_bits = M;
-    cfg.norm_dim = ND;
-    cfg.norm_bound2 = B2;
+    norm_cfg(&cfg);
     uint32_t x[D] = {word(-7), word(3), word(0), word(19), word(-1), 40};
     struct pf p;
     make_proof(&p, &cfg, x);
