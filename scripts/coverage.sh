@@ -61,8 +61,10 @@ mkdir -p "$out"
 # gcov runs in parallel; --exclude-unreachable-branches drops branches gcc marks as never
 # taken by construction (e.g. in assert expansions), not real decisions. The search path is
 # the build directory: gcovr's default (the root) would also read the .gcda files of every
-# other coverage build in the tree and merge or reject them.
-"$gcovr" -r "$root" --object-directory "$build" -j "$jobs" \
+# other coverage build in the tree and merge or reject them. A source compiled twice with
+# different preprocessor branches (secagg's normproof.c: the libsodium build and the SDK's
+# mbedTLS-only profile) defines a function on two lines: keep both.
+"$gcovr" -r "$root" --object-directory "$build" -j "$jobs" --merge-mode-functions=separate \
     --filter "$root/(core|storage|secagg|dp|coordinator|client-sdk|datacenter)/" \
     --exclude-directories "$build/CMakeFiles" --gcov-ignore-errors=source_not_found \
     --gcov-ignore-errors=no_working_dir_found \
