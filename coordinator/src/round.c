@@ -327,11 +327,12 @@ size_t fl__coord_round_body_cap(fl_coord *co, const char *rid_text, const char *
         if (k == FL__PH_SHARE)
             cap = 256 * kk + 4096;
         else if (k == FL__PH_MASKED)
-            /* Norm proofs: 64 limbs at most, 128 bytes per proven bit (up to 64 for the
-             * bound), 64 per coordinate and 160 (docs/secagg.md "Norm proofs"). */
+            /* Norm proofs: 64 limbs at most, 128 bytes per proven bit (m per coordinate,
+             * plus up to 64 for the weight's range and 64 for the bound), 64 per coordinate
+             * and 160 (docs/secagg.md "Norm proofs"). */
             cap = 8 * r->rp.vec_len + 4096 +
                   (r->rp.norm_bits ? 4 * 64 + 160 + 64 * r->rp.vec_len +
-                                         128 * (r->rp.vec_len * r->rp.norm_bits + 64)
+                                         128 * (r->rp.vec_len * r->rp.norm_bits + 128)
                                    : 0);
         else if (k == FL__PH_UNMASK)
             cap = 128 * (kk + 1) + 4096;
