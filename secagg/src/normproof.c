@@ -125,12 +125,6 @@ int fl__sa_norm_fold(uint8_t acc[32], const uint8_t *proof) {
     return -1;
 }
 
-fl_status fl__sa_norm_link(const fl_secagg_config *cfg, const uint32_t *sum,
-                           const uint8_t vsum[32], struct fl__err *err) {
-    (void)cfg, (void)sum, (void)vsum;
-    return fl__err_set(err, FL_ERR_UNSUPPORTED, "norm proofs need libsodium");
-}
-
 int fl__sa_norm_link_part(uint8_t out[32], const fl_secagg_config *c, const uint32_t *sum,
                           size_t lo, size_t hi) {
     (void)out, (void)c, (void)sum, (void)lo, (void)hi;
@@ -719,14 +713,6 @@ fl_status fl__sa_norm_link_check(const fl_secagg_config *c, const uint32_t *sum,
                            "norm link: the sum is not the sum of the proven inputs (a client "
                            "masked another vector than the one it proved)");
     return FL_OK;
-}
-
-fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
-                           const uint8_t vsum[32], struct fl__err *err) {
-    uint8_t part[32];
-    if (fl__sa_norm_link_part(part, c, sum, 0, c->dim) != 0)
-        return fl__err_set(err, FL_ERR_CRYPTO, "norm link: a group operation failed");
-    return fl__sa_norm_link_check(c, sum, part, vsum, err);
 }
 
 #endif

@@ -153,12 +153,10 @@ fl_status fl__sa_norm_verify(const fl_secagg_config *c, uint64_t round_id, uint3
                              struct fl__err *err);
 /* acc += the proof's commitment V (acc starts as 32 zero bytes, the identity). 0 or -1. */
 int fl__sa_norm_fold(uint8_t acc[32], const uint8_t *proof);
-/* Checks the unmasked sum (fl__sa_vec_len words) against the folded commitments:
- * FL_OK or FL_ERR_PROTOCOL (FL_ERR_CRYPTO if a group operation fails). In two steps for
- * parallel callers: out = the part of prod_j G_j^{s_j} over lo <= j < hi (and j < d; 0 or
- * -1), then the check with the parts folded together. */
-fl_status fl__sa_norm_link(const fl_secagg_config *c, const uint32_t *sum,
-                           const uint8_t vsum[32], struct fl__err *err);
+/* Checks the unmasked sum (fl__sa_vec_len words) against the folded commitments, in two
+ * steps for parallel callers: out = the part of prod_j G_j^{s_j} over lo <= j < hi (and
+ * j < d; 0 or -1), then the check with the parts folded together: FL_OK or FL_ERR_PROTOCOL
+ * (FL_ERR_CRYPTO if a group operation fails). */
 int fl__sa_norm_link_part(uint8_t out[32], const fl_secagg_config *c, const uint32_t *sum,
                           size_t lo, size_t hi);
 fl_status fl__sa_norm_link_check(const fl_secagg_config *c, const uint32_t *sum,
