@@ -9,6 +9,8 @@ pkg_check_modules(MHD IMPORTED_TARGET libmicrohttpd)
 pkg_check_modules(CURL IMPORTED_TARGET libcurl)
 pkg_check_modules(ZLIB IMPORTED_TARGET zlib)
 pkg_check_modules(OPENBLAS IMPORTED_TARGET openblas)
+# libgcrypt: secagg's mask PRG on CPUs with VAES (docs/secagg.md, Crypto backends).
+pkg_check_modules(GCRYPT IMPORTED_TARGET libgcrypt)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 
 # Debian's mbedTLS 2.28 ships neither a .pc file nor a CMake config.

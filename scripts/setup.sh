@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config clang llvm
-  libsodium-dev libssl-dev openssl libmbedtls-dev
+  libsodium-dev libssl-dev openssl libmbedtls-dev libgcrypt20-dev
   libsqlite3-dev sqlite3 libmicrohttpd-dev libjansson-dev zlib1g-dev
   libcurl4-openssl-dev libcmocka-dev libopenblas-dev libopenblas0-serial
   openmpi-bin libopenmpi-dev

@@ -20,7 +20,7 @@
 #define FL__SA_SEED_BYTES 32      /* PRG seed (mask seeds, self-mask b_u) */
 
 enum fl__sa_backend_id {
-    FL__SA_BACKEND_SODIUM = 0,    /* libsodium + OpenSSL (AES-CTR PRG via EVP) */
+    FL__SA_BACKEND_SODIUM = 0,    /* libsodium + OpenSSL (AES-CTR PRG via EVP or libgcrypt) */
     FL__SA_BACKEND_MBEDTLS = 1    /* mbedTLS 2.28 alone */
 };
 
@@ -82,6 +82,15 @@ const struct fl__sa_crypto *fl__sa_crypto_get(enum fl__sa_backend_id id);
  *  - prg accepts any n; prg(n) is a prefix of prg(m) for n <= m. */
 extern const struct fl__sa_crypto fl__sa_crypto_sodium;
 extern const struct fl__sa_crypto fl__sa_crypto_mbedtls;
+
+/* The sodium backend's two implementations of prg (same contract, same keystream; defined
+ * only in builds with that backend). prg uses libgcrypt's where libgcrypt was built in and
+ * reports VAES, OpenSSL's otherwise; fl__sa_prg_impl names the one in use ("libgcrypt" or
+ * "openssl"). fl__sa_prg_gcrypt fails in builds without libgcrypt. For tests and
+ * bench_prg. */
+int fl__sa_prg_openssl(uint8_t *out, size_t n, const uint8_t seed[32]);
+int fl__sa_prg_gcrypt(uint8_t *out, size_t n, const uint8_t seed[32]);
+const char *fl__sa_prg_impl(void);
 
 /* ---- Shamir secret sharing over the prime field p = 2^256 + 297 ----
  * Secrets are 32 bytes (an integer < 2^256 < p, big-endian); a share is (x, y) with x a

@@ -1,5 +1,6 @@
 /* secagg crypto backend: libsodium for X25519, SHA-256, HMAC (HKDF), ChaCha20-Poly1305 and
- * Ed25519; OpenSSL EVP for the AES-128-CTR mask PRG (AES-NI, multi-block pipelining).
+ * Ed25519; OpenSSL EVP for the AES-128-CTR mask PRG (AES-NI, multi-block pipelining), or
+ * libgcrypt's AES-128-CTR where the CPU has VAES (same keystream, about twice as fast).
  *
  * Every function follows crypto.h: 0 on success, -1 on failure with no further detail.
  * sodium_init() must have run before use; fl__sa_crypto_get() does it. */
@@ -10,6 +11,9 @@
 
 #include <openssl/evp.h>
 #include <sodium.h>
+#if defined(FL_HAVE_GCRYPT)
+#include <gcrypt.h>
+#endif
 
 #include "crypto.h"
 #include "flotilla/common.h"
@@ -182,10 +186,10 @@ static int sodium_ed25519_verify(const uint8_t sig[64], const uint8_t *msg, size
     return crypto_sign_ed25519_verify_detached(sig, msg ? msg : empty, len, pk) == 0 ? 0 : -1;
 }
 
-/* ---- mask PRG: AES-128-CTR keystream through OpenSSL EVP ---- */
+/* ---- mask PRG: AES-128-CTR keystream, OpenSSL EVP or libgcrypt ---- */
 
-/* Zero plaintext fed to EVP in chunks: CTR over zeros is the keystream itself. 16 KiB keeps
- * the source in L1/L2 and amortises the per-call EVP overhead. */
+/* Zero plaintext fed in chunks: CTR over zeros is the keystream itself. 16 KiB keeps the
+ * source in L1/L2 and amortises the per-call overhead. */
 #define FL__SA_PRG_CHUNK 16384
 static const uint8_t fl__sa_prg_zeros[FL__SA_PRG_CHUNK];
 
@@ -212,7 +216,7 @@ static const EVP_CIPHER *sodium_prg_cipher(void) {
 }
 #endif
 
-static int sodium_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
+int fl__sa_prg_openssl(uint8_t *out, size_t n, const uint8_t seed[32]) {
     int rc = -1;
     if (!seed || (!out && n))
         return -1;
@@ -241,6 +245,79 @@ out_free:
     EVP_CIPHER_CTX_free(ctx); /* EVP_CIPHER_CTX_free cleanses the expanded key */
     return rc;
 }
+
+#if defined(FL_HAVE_GCRYPT)
+/* libgcrypt 1.10 runs AES-CTR 16 blocks at a time with VAES/AVX2 where the CPU has VAES;
+ * OpenSSL 3.0 has no VAES path for CTR (8 blocks with AES-NI), so there libgcrypt is about
+ * twice as fast (bench_prg). Elsewhere both use AES-NI and OpenSSL stays the PRG.
+ * gcry_check_version is the initialisation libgcrypt asks of a library that uses it. */
+static pthread_once_t fl__sa_gcry_once = PTHREAD_ONCE_INIT;
+static int fl__sa_gcry_ready; /* 1: usable; set once under fl__sa_gcry_once */
+static int fl__sa_gcry_vaes;  /* 1: libgcrypt reports VAES */
+
+static void sodium_gcry_init(void) {
+    if (!gcry_check_version("1.8.0"))
+        return;
+    fl__sa_gcry_ready = 1;
+    char *hw = gcry_get_config(0, "hwflist");
+    fl__sa_gcry_vaes = hw && strstr(hw, "vaes") != NULL;
+    gcry_free(hw);
+}
+
+static int sodium_gcry_ready(void) {
+    return pthread_once(&fl__sa_gcry_once, sodium_gcry_init) == 0 && fl__sa_gcry_ready;
+}
+
+int fl__sa_prg_gcrypt(uint8_t *out, size_t n, const uint8_t seed[32]) {
+    if (!seed || (!out && n))
+        return -1;
+    if (n == 0)
+        return 0;
+    if (!sodium_gcry_ready())
+        return -1;
+    gcry_cipher_hd_t h;
+    if (gcry_cipher_open(&h, GCRY_CIPHER_AES128, GCRY_CIPHER_MODE_CTR, 0) != 0)
+        return -1;
+    int rc = -1;
+    /* libgcrypt's CTR increments the whole 16-byte counter big-endian, as OpenSSL's. */
+    if (gcry_cipher_setkey(h, seed, 16) != 0 || gcry_cipher_setctr(h, seed + 16, 16) != 0)
+        goto out;
+    for (size_t done = 0; done < n;) {
+        size_t take = n - done < FL__SA_PRG_CHUNK ? n - done : FL__SA_PRG_CHUNK;
+        if (gcry_cipher_encrypt(h, out + done, take, fl__sa_prg_zeros, take) != 0)
+            goto out;
+        done += take;
+    }
+    rc = 0;
+out:
+    if (rc != 0)
+        fl_memzero(out, n);
+    gcry_cipher_close(h); /* wipes the handle, key schedule included */
+    return rc;
+}
+
+const char *fl__sa_prg_impl(void) {
+    return sodium_gcry_ready() && fl__sa_gcry_vaes ? "libgcrypt" : "openssl";
+}
+
+static int sodium_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
+    /* Same keystream either way, so a failing libgcrypt call may fall back. */
+    if (sodium_gcry_ready() && fl__sa_gcry_vaes && fl__sa_prg_gcrypt(out, n, seed) == 0)
+        return 0;
+    return fl__sa_prg_openssl(out, n, seed);
+}
+#else
+int fl__sa_prg_gcrypt(uint8_t *out, size_t n, const uint8_t seed[32]) {
+    (void)out, (void)n, (void)seed;
+    return -1;
+}
+
+const char *fl__sa_prg_impl(void) { return "openssl"; }
+
+static int sodium_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
+    return fl__sa_prg_openssl(out, n, seed);
+}
+#endif
 
 /* ---- table ---- */
 

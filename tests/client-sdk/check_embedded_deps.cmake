@@ -1,9 +1,9 @@
 # cmake -DREADELF=readelf -DNM=nm -DSTRIP=strip -DLIB=libflotilla_client_embedded.so -P this
 #
 # The embedded profile's promise: the shared library needs no libsodium, OpenSSL (libcrypto,
-# libssl), libcurl or GnuTLS, neither as a NEEDED entry nor through an undefined symbol of
-# theirs (sodium_*, crypto_* and randombytes_* of libsodium, EVP_* / OPENSSL_* of OpenSSL,
-# curl_*, gnutls_*); and it does run on mbedTLS (libmbedcrypto NEEDED, mbedtls_* used).
+# libssl), libgcrypt, libcurl or GnuTLS, neither as a NEEDED entry nor through an undefined
+# symbol of theirs (sodium_*, crypto_* and randombytes_* of libsodium, EVP_* / OPENSSL_* of
+# OpenSSL, gcry_*, curl_*, gnutls_*); and it does run on mbedTLS (libmbedcrypto NEEDED, mbedtls_* used).
 # Prints the NEEDED list and the stripped size. Run against the normal SDK it must fail
 # (client_embedded_deps_selfcheck, WILL_FAIL), so the checks are known to bite.
 foreach(v READELF NM LIB)
@@ -26,7 +26,7 @@ string(REPLACE "\n" ";" lines "${dyn}")
 foreach(line IN LISTS lines)
   if(line MATCHES "\\(NEEDED\\).*\\[([^]]+)\\]")
     list(APPEND needed ${CMAKE_MATCH_1})
-    if(CMAKE_MATCH_1 MATCHES "^lib(sodium|crypto|ssl|curl|gnutls)[.-]")
+    if(CMAKE_MATCH_1 MATCHES "^lib(sodium|crypto|ssl|gcrypt|curl|gnutls)[.-]")
       list(APPEND bad "NEEDED ${CMAKE_MATCH_1}")
     endif()
   endif()
@@ -36,7 +36,7 @@ set(mbed 0)
 foreach(line IN LISTS lines)
   if(line MATCHES "^ *[Uw] ([^ @]+)")
     set(sym ${CMAKE_MATCH_1})
-    if(sym MATCHES "^(sodium_|crypto_|randombytes_|EVP_|OPENSSL_|ERR_|curl_|gnutls_)")
+    if(sym MATCHES "^(sodium_|crypto_|randombytes_|EVP_|OPENSSL_|ERR_|gcry_|curl_|gnutls_)")
       list(APPEND bad "undefined ${sym}")
     elseif(sym MATCHES "^mbedtls_")
       math(EXPR mbed "${mbed} + 1")

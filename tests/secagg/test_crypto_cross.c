@@ -53,6 +53,53 @@ static void test_prg_same_stream(void **state) {
     free(y);
 }
 
+/* Within the sodium backend: OpenSSL's and libgcrypt's AES-CTR give the same keystream,
+ * across 64- and 128-bit counter carries and every chunk boundary, and prg() equals both. */
+static void test_prg_impls_same_stream(void **state) {
+    struct pair *p = *state;
+#if !defined(FL_HAVE_GCRYPT)
+    print_message("libgcrypt not built: skipped\n");
+    skip();
+#endif
+    static const size_t sizes[] = {1, 16, 17, 255, 16383, 16384, 16385, 65536, 100003, 1u << 20};
+    static const uint8_t carries[][16] = {
+        {0},                                                              /* random */
+        {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,                  /* 2^128 wrap */
+         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf0},
+        {0x12, 0x34, 0, 0, 0, 0, 0, 0x07,                                 /* 2^64 carry */
+         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe},
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xfd},     /* 2^32 carry */
+    };
+    uint8_t seed[32];
+    uint8_t *x = malloc(1u << 20), *y = malloc(1u << 20), *z = malloc(1u << 20);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_non_null(z);
+    for (size_t c = 0; c < sizeof(carries) / sizeof(carries[0]); c++) {
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            assert_int_equal(p->a->random(seed, sizeof(seed)), 0);
+            if (c > 0)
+                memcpy(seed + 16, carries[c], 16);
+            memset(x, 1, sizes[i]);
+            memset(y, 2, sizes[i]);
+            memset(z, 3, sizes[i]);
+            assert_int_equal(fl__sa_prg_openssl(x, sizes[i], seed), 0);
+            assert_int_equal(fl__sa_prg_gcrypt(y, sizes[i], seed), 0);
+            assert_int_equal(p->a->prg(z, sizes[i], seed), 0);
+            assert_memory_equal(x, y, sizes[i]);
+            assert_memory_equal(x, z, sizes[i]);
+        }
+    }
+    /* Argument checks are the same on both. */
+    assert_int_equal(fl__sa_prg_gcrypt(NULL, 5, seed), -1);
+    assert_int_equal(fl__sa_prg_gcrypt(x, 5, NULL), -1);
+    assert_int_equal(fl__sa_prg_gcrypt(NULL, 0, seed), 0);
+    print_message("prg() runs on %s\n", fl__sa_prg_impl());
+    free(x);
+    free(y);
+    free(z);
+}
+
 static void test_x25519_agree(void **state) {
     struct pair *p = *state;
     NEED_BOTH(p);
@@ -136,6 +183,7 @@ static void test_hkdf_sha256_agree(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prg_same_stream),
+        cmocka_unit_test(test_prg_impls_same_stream),
         cmocka_unit_test(test_x25519_agree),
         cmocka_unit_test(test_aead_interop),
         cmocka_unit_test(test_hkdf_sha256_agree),

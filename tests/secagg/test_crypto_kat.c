@@ -496,6 +496,37 @@ static void test_kat_aead(void **s) { (void)s; kat_run_file("chacha20poly1305.tx
 static void test_kat_ed25519(void **s) { (void)s; kat_run_file("ed25519.txt", 7); }
 static void test_kat_ed25519_edge(void **s) { (void)s; kat_run_file("ed25519_edge.txt", 49); }
 static void test_kat_prg(void **s) { (void)s; kat_run_file("prg_aes128ctr.txt", 12); }
+/* The sodium backend's prg picks OpenSSL's or libgcrypt's AES-CTR by CPU; each must pass
+ * the vectors on its own, whichever this machine picks. */
+static void test_kat_prg_impls(void **s) {
+    (void)s;
+    const struct fl__sa_crypto *base = fl__sa_crypto_get(FL__SA_BACKEND_SODIUM);
+    assert_non_null(base);
+    struct fl__sa_crypto t[2] = {*base, *base};
+    t[0].prg = fl__sa_prg_openssl;
+    t[0].name = "prg-impl/openssl";
+    t[1].prg = fl__sa_prg_gcrypt;
+    t[1].name = "prg-impl/libgcrypt";
+    size_t impls = 1;
+#if defined(FL_HAVE_GCRYPT)
+    impls = 2;
+#else
+    uint8_t seed[32] = {0}, out[16];
+    assert_int_equal(fl__sa_prg_gcrypt(out, sizeof(out), seed), -1);
+    assert_string_equal(fl__sa_prg_impl(), "openssl");
+#endif
+    struct kat_file kf;
+    kat_load(&kf, "prg_aes128ctr.txt");
+    assert_true(kf.count >= 12);
+    for (size_t k = 0; k < impls; k++) {
+        for (size_t i = 0; i < kf.count; i++)
+            kat_prg(&t[k], &kf.recs[i]);
+        print_message("prg_aes128ctr.txt: %zu records on %s\n", kf.count, t[k].name);
+    }
+    print_message("the sodium backend's prg runs on %s\n", fl__sa_prg_impl());
+    kat_free(&kf);
+}
+
 static void test_kat_shamir(void **s) { (void)s; kat_run_file("shamir.txt", 17); }
 
 int main(void) {
@@ -504,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_kat_hkdf),    cmocka_unit_test(test_kat_aead),
         cmocka_unit_test(test_kat_ed25519), cmocka_unit_test(test_kat_ed25519_edge),
         cmocka_unit_test(test_kat_prg),
+        cmocka_unit_test(test_kat_prg_impls),
         cmocka_unit_test(test_kat_shamir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* bench_prg: throughput of the secagg mask PRG (crypto.h prg(): AES-128-CTR keystream) on
- * every built backend, against a reference measured in the same run:
+ * every built backend, and the sodium backend's two implementations of it (OpenSSL EVP and
+ * libgcrypt, which prg() picks between), against a reference measured in the same run:
  *   - OpenSSL EVP aes-128-ctr driven directly, one context, in-place 16 KiB updates (what
  *     `openssl speed -evp aes-128-ctr -bytes 16384` measures), and optionally
  *   - the `openssl speed` command itself (--openssl-speed), parsed from its output;
@@ -106,6 +107,14 @@ static int run_prg(struct job *j, uint8_t *buf, size_t size) {
 
 /* Reference: one long-lived EVP context, in-place updates in 16 KiB pieces (as openssl
  * speed does); no per-call context setup, so this is an upper bound for prg(). */
+static int run_prg_openssl(struct job *j, uint8_t *buf, size_t size) {
+    return fl__sa_prg_openssl(buf, size, j->seed);
+}
+
+static int run_prg_gcrypt(struct job *j, uint8_t *buf, size_t size) {
+    return fl__sa_prg_gcrypt(buf, size, j->seed);
+}
+
 static int run_evp_ref(struct job *j, uint8_t *buf, size_t size) {
     for (size_t off = 0; off < size; off += 16384) {
         int take = (int)(size - off < 16384 ? size - off : 16384), outl = 0;
@@ -239,6 +248,7 @@ int main(int argc, char **argv) {
 
     char name[64];
     int rc = 0;
+    int have_gcrypt = fl__sa_prg_gcrypt(buf, 16, j.seed) == 0;
     for (int rep = 0; rep < reps; rep++)
     for (size_t i = 0; i < n_sizes && rc == 0; i++) {
         rc |= measure("openssl-evp-reference", run_evp_ref, &j, buf, sizes[i], min_time);
@@ -249,6 +259,9 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof(name), "prg/%s", be[b]->name);
             rc |= measure(name, run_prg, &j, buf, sizes[i], min_time);
         }
+        rc |= measure("prg-impl/openssl", run_prg_openssl, &j, buf, sizes[i], min_time);
+        if (have_gcrypt)
+            rc |= measure("prg-impl/libgcrypt", run_prg_gcrypt, &j, buf, sizes[i], min_time);
         rc |= measure("chacha20-ietf/libsodium", run_chacha20, &j, buf, sizes[i], min_time);
     }
     double cli_mbps = -1;
@@ -270,8 +283,9 @@ int main(int argc, char **argv) {
 
     if (json) {
         printf("{\"bench\":\"prg\",\"clock\":\"%s\",\"min_time_s\":%.3f,\"reps\":%d,"
-               "\"mbedtls_aesni\":%d,",
-               bench_clock == CLOCK_MONOTONIC ? "wall" : "thread-cpu", min_time, reps, aesni);
+               "\"mbedtls_aesni\":%d,\"sodium_prg_impl\":\"%s\",",
+               bench_clock == CLOCK_MONOTONIC ? "wall" : "thread-cpu", min_time, reps, aesni,
+               fl__sa_prg_impl());
         if (cli_mbps > 0)
             printf("\"openssl_speed_cli_MBps\":%.1f,", cli_mbps);
         else
@@ -292,6 +306,7 @@ int main(int argc, char **argv) {
     } else {
         printf("mbedTLS AES-NI in use: %s\n",
                aesni < 0 ? "n/a" : (aesni ? "yes" : "no (software AES)"));
+        printf("sodium backend's prg() runs on: %s\n", fl__sa_prg_impl());
         if (cli_mbps > 0)
             printf("openssl speed -evp aes-128-ctr -bytes 16384: %.1f MB/s\n", cli_mbps);
         printf("%-28s %10s %12s %10s%s\n", "impl", "size", "MB/s", "vs EVP",
