@@ -195,6 +195,14 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
         info.secagg_n = (int64_t)r->n;
         info.secagg_k = r->rp.degree;
         info.secagg_t = r->rp.threshold;
+        /* The bound the server enforced, as the task's secagg.norm_proof states it. */
+        if (r->rp.norm_bits) {
+            info.norm_proof_enabled = 1;
+            info.norm_bits = r->rp.norm_bits;
+            info.norm_bound2 = r->rp.norm_bound2;
+            info.norm_dim = (uint32_t)r->rp.dim;
+            info.norm_weight_max = r->rp.norm_weight_max;
+        }
     }
     double delta = 0, total = 0;
     if (r->rp.dp != FL__DP_NONE) {

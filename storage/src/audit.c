@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -561,13 +562,21 @@ static int printable(const char *s, size_t max) {
     return 1;
 }
 
-static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info *in) {
-    if (!in)
+/* Copies the caller's info into *out (a struct of this version: fields added after the
+ * caller's struct_size are zero) and checks it. */
+static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info *info,
+                                  fl_store_audit_round_info *out) {
+    if (!info)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info is NULL");
-    if (in->struct_size != sizeof(*in))
+    /* 0.2 callers end before the norm-proof fields: read no further than they wrote. */
+    if (info->struct_size != sizeof(*info) &&
+        info->struct_size != offsetof(fl_store_audit_round_info, norm_proof_enabled))
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->struct_size is not "
                            "sizeof(fl_store_audit_round_info)");
+    memset(out, 0, sizeof(*out));
+    memcpy(out, info, info->struct_size);
+    const fl_store_audit_round_info *in = out;
     if (in->round_id <= 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info->round_id must be positive");
     for (int i = 0; i < FL_STORE_AUDIT_PHASES; i++)
@@ -578,6 +587,29 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
                                in->secagg_n < in->secagg_k || in->secagg_n > INT64_MAX / 8))
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->secagg_n/k/t must satisfy 1 <= t <= k <= n");
+    if (in->norm_proof_enabled) {
+        /* The same ranges the verifier applies to secagg.norm_proof (audit_rules.c). */
+        if (!in->secagg_enabled)
+            return fl__err_set(&st->err, FL_ERR_MISUSE,
+                               "info->norm_proof_enabled needs secagg_enabled (norm proofs are "
+                               "part of secure aggregation)");
+        if (in->norm_bits < 2 || in->norm_bits > 32)
+            return fl__err_set(&st->err, FL_ERR_MISUSE, "info->norm_bits: %u not in 2..32",
+                               in->norm_bits);
+        if (in->norm_bound2 < 1 || in->norm_bound2 > (uint64_t)INT64_MAX)
+            return fl__err_set(&st->err, FL_ERR_MISUSE,
+                               "info->norm_bound2: %llu not in 1..2^63-1 (a log integer)",
+                               (unsigned long long)in->norm_bound2);
+        if (in->norm_dim < 1)
+            return fl__err_set(&st->err, FL_ERR_MISUSE, "info->norm_dim must be >= 1");
+        if (in->norm_weight_max < 1)
+            return fl__err_set(&st->err, FL_ERR_MISUSE, "info->norm_weight_max must be >= 1");
+    } else if (in->norm_bits || in->norm_bound2 || in->norm_dim || in->norm_weight_max) {
+        /* Values without the flag would be dropped from the log silently. */
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "info->norm_bits/norm_bound2/norm_dim/norm_weight_max: set without "
+                           "norm_proof_enabled");
+    }
     if (fl__store_audit_fixed_ceil(in->epsilon_total, 1e9) < 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info->epsilon_total must be finite and >= 0");
     if (fl__store_audit_fixed_ceil(in->delta, 1e18) < 0 || !(in->delta < 1))
@@ -722,6 +754,24 @@ static fl_status read_regions(struct fl__store_audit_stmts *c, const fl_store_au
     return r;
 }
 
+/* The round's secagg object: {n, k, t}, with norm_proof {bits, bound2, dim, weight_max}
+ * when its inputs carried norm proofs (only then: other entries keep their 0.2 bytes), or
+ * null without secure aggregation. NULL when out of memory. */
+static json_t *secagg_object(const fl_store_audit_round_info *in) {
+    static const char *const ks[] = {"n", "k", "t"};
+    static const char *const kn[] = {"bits", "bound2", "dim", "weight_max"};
+    if (!in->secagg_enabled)
+        return json_null();
+    int64_t sv[3] = {in->secagg_n, in->secagg_k, in->secagg_t};
+    int64_t nv[4] = {in->norm_bits, (int64_t)in->norm_bound2, in->norm_dim, in->norm_weight_max};
+    json_t *o = int_object(ks, sv, 3);
+    if (o && in->norm_proof_enabled && put(o, "norm_proof", int_object(kn, nv, 4))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* Builds the round entry (everything but seq, v, time). */
 static fl_status build_round(struct fl__store_audit_stmts *c, const fl_store_audit_round_info *in,
                              const struct round_row *rr, const struct fl__store_audit_pop *pop,
@@ -750,10 +800,8 @@ static fl_status build_round(struct fl__store_audit_stmts *c, const fl_store_aud
     static const char *const kd[] = {"advertise", "share", "masked", "consistency", "unmask"};
     static const char *const kp[] = {"epsilon_spent_e9", "epsilon_total_e9", "delta_e18",
                                      "budget_epsilon_e9", "budget_delta_e18"};
-    static const char *const ks[] = {"n", "k", "t"};
     int64_t pv[5] = {spent, total, fl__store_audit_fixed_ceil(in->delta, 1e18), pop->budget_eps_e9,
                      pop->budget_delta_e18};
-    int64_t sv[3] = {in->secagg_n, in->secagg_k, in->secagg_t};
     char sha[65];
     fl__store_audit_hex(sha, in->task_config_sha256 ? in->task_config_sha256 : rr->config_sha, 32);
     const char *outcome = rr->state == FL_STORE_ROUND_COMPLETED ? "completed" : "abandoned";
@@ -769,9 +817,9 @@ static fl_status build_round(struct fl__store_audit_stmts *c, const fl_store_aud
         put(e, "task_config_sha256", json_string(sha)) ||
         put(e, "counts", int_object(kc, rr->counts, 4)) ||
         put(e, "dropped_by_phase", int_object(kd, in->dropped_by_phase, 5)) ||
-        put(e, "secagg", in->secagg_enabled ? int_object(ks, sv, 3) : json_null()) ||
-        put_ref(e, "dp", dp) || put(e, "privacy", int_object(kp, pv, 5)) ||
-        put_ref(e, "regions", regions) || put(e, "started_at", json_integer(rr->started)) ||
+        put(e, "secagg", secagg_object(in)) || put_ref(e, "dp", dp) ||
+        put(e, "privacy", int_object(kp, pv, 5)) || put_ref(e, "regions", regions) ||
+        put(e, "started_at", json_integer(rr->started)) ||
         put(e, "ended_at", json_integer(rr->ended)) ||
         put(e, "coordinator",
             json_string(in->coordinator_version ? in->coordinator_version : fl_version_string()));
@@ -790,9 +838,11 @@ fl_status fl_store_audit_append_round(fl_store *st, int64_t *seq_out,
     fl_status r = fl__store_enter(st, "audit_append_round");
     if (r != FL_OK)
         return r;
-    r = check_round_info(st, info);
+    fl_store_audit_round_info in; /* info at this version's size */
+    r = check_round_info(st, info, &in);
     if (r != FL_OK)
         return r;
+    info = &in;
     struct fl__store_audit_stmts c = {st, {0}};
     struct fl__store_audit_pop pop;
     struct round_row rr;

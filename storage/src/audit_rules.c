@@ -385,6 +385,23 @@ static int region_allowed(const json_t *allowed, const char *region) {
     return 0;
 }
 
+/* A round's secagg.norm_proof (added in 0.3): the ranges fl_store_audit_append_round
+ * accepts. Failures are named "secagg.norm_proof: ...", since "bits" alone says little. */
+static int check_norm_proof(struct ck *c, const json_t *np) {
+    static const char *const kn[] = {"bits", "bound2", "dim", "weight_max"};
+    int64_t x;
+    if (keys_exact(c, np, "secagg.norm_proof", kn, 4))
+        return -1;
+    if (get_int(c, np, "bits", 2, 32, &x) || get_int(c, np, "bound2", 1, INT64_MAX, &x) ||
+        get_int(c, np, "dim", 1, UINT32_MAX, &x) ||
+        get_int(c, np, "weight_max", 1, UINT32_MAX, &x)) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", c->why);
+        return bad(c, "secagg.norm_proof: %s", why);
+    }
+    return 0;
+}
+
 static int check_round(struct ck *c, const json_t *e, const struct fl__store_audit_pop *pop,
                        int *budget) {
     static const char *const k[] = {"coordinator",
@@ -411,6 +428,7 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     static const char *const kc[] = {"checked_in", "completed", "dropped", "selected"};
     static const char *const kd[] = {"advertise", "consistency", "masked", "share", "unmask"};
     static const char *const ks[] = {"k", "n", "t"};
+    static const char *const ksn[] = {"k", "n", "norm_proof", "t"};
     static const char *const kdp[] = {"clip_norm_e9", "mechanism", "noise_multiplier_e9",
                                       "sampling_rate_e9", "steps"};
     static const char *const kp[] = {"budget_delta_e18", "budget_epsilon_e9", "delta_e18",
@@ -466,8 +484,12 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     o = json_object_get(e, "secagg");
     if (!is_type(o, JSON_NULL)) {
         int64_t n, kk, t;
-        if (keys_exact(c, o, "secagg", ks, 3) || get_int(c, o, "n", 1, INT64_MAX / 8, &n) ||
-            get_int(c, o, "k", 1, INT64_MAX / 8, &kk) || get_int(c, o, "t", 1, INT64_MAX / 8, &t))
+        /* {k, n, t}, or with norm proofs {k, n, norm_proof, t} (json_object_get of a
+         * missing or non-object secagg is NULL: keys_exact then names the fault) */
+        const json_t *np = json_object_get(o, "norm_proof");
+        if (keys_exact(c, o, "secagg", np ? ksn : ks, np ? 4 : 3) ||
+            get_int(c, o, "n", 1, INT64_MAX / 8, &n) || get_int(c, o, "k", 1, INT64_MAX / 8, &kk) ||
+            get_int(c, o, "t", 1, INT64_MAX / 8, &t) || (np && check_norm_proof(c, np)))
             return -1;
         if (!(t <= kk && kk <= n))
             return bad(c, "secagg: needs t <= k <= n, got t=%" PRId64 " k=%" PRId64 " n=%" PRId64,

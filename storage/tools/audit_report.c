@@ -379,8 +379,13 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
         if (strcmp(type, "round") != 0)
             continue;
         const json_t *sa = json_object_get(e, "secagg");
-        char sec[64] = "off";
-        if (json_is_object(sa))
+        const json_t *nproof = json_object_get(sa, "norm_proof");
+        char sec[160] = "off";
+        if (json_is_object(nproof))
+            snprintf(sec, sizeof(sec), "%lld/%lld/%lld, norm&sup2; &le; %lld (%lld bits)",
+                     tool_int(sa, "n"), tool_int(sa, "k"), tool_int(sa, "t"),
+                     tool_int(nproof, "bound2"), tool_int(nproof, "bits"));
+        else if (json_is_object(sa))
             snprintf(sec, sizeof(sec), "%lld/%lld/%lld", tool_int(sa, "n"), tool_int(sa, "k"),
                      tool_int(sa, "t"));
         tool_fmt_time(t, tool_int(e, "ended_at"));

@@ -65,6 +65,13 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
                     tool_int(sa, "n"), tool_int(sa, "k"), tool_int(sa, "t"));
         else
             fprintf(out, "      secure aggregation: off\n");
+        const json_t *np = json_object_get(sa, "norm_proof");
+        if (json_is_object(np))
+            fprintf(out,
+                    "      norm proofs: squared L2 norm of the first %lld coordinates <= %lld "
+                    "(lattice units^2), coordinates in %lld bits, weight in 1..%lld\n",
+                    tool_int(np, "dim"), tool_int(np, "bound2"), tool_int(np, "bits"),
+                    tool_int(np, "weight_max"));
         const json_t *dp = json_object_get(e, "dp");
         tool_fmt_e9(a, tool_int(dp, "clip_norm_e9"));
         tool_fmt_e9(b, tool_int(dp, "noise_multiplier_e9"));
@@ -201,6 +208,7 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
         const json_t *e = json_array_get(tb->entries, i);
         char buf[64], t[32], regions[1024] = "", detail[200] = "";
         const char *type = tool_str(e, "type");
+        const json_t *sa = json_object_get(e, "secagg");
         int round = strcmp(type, "round") == 0;
         snprintf(buf, sizeof(buf), "%zu", i);
         csv_field(out, buf, 0);
@@ -259,8 +267,16 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
             char a[40];
             tool_fmt_e9(a, tool_int(e, "privacy.epsilon_requested_e9"));
             snprintf(detail, sizeof(detail), "requested epsilon total %s", a);
-        } else if (strcmp(type, "model_registered") == 0)
+        } else if (strcmp(type, "model_registered") == 0) {
             snprintf(detail, sizeof(detail), "model %lld", tool_int(e, "model.version"));
+        } else if (round && json_is_object(json_object_get(sa, "norm_proof"))) {
+            /* not a column of its own: the 0.2 column layout stays as it was */
+            const json_t *np = json_object_get(sa, "norm_proof");
+            snprintf(detail, sizeof(detail),
+                     "norm proof: bits %lld, bound2 %lld, dim %lld, weight_max %lld",
+                     tool_int(np, "bits"), tool_int(np, "bound2"), tool_int(np, "dim"),
+                     tool_int(np, "weight_max"));
+        }
         csv_field(out, detail, 1);
     }
     return 0;

@@ -7,11 +7,14 @@
  *    dropped, and the model is exactly the average of the honest devices;
  *  - with an honest proof but the boosted vector masked: the unmasked sum does not match the
  *    proven commitments, and the round is abandoned with that reason (no model change).
- * Either way it moves the aggregate by less than an honest device can (clip/n). */
+ * Either way it moves the aggregate by less than an honest device can (clip/n). The audit
+ * log's round entry records the bound each round enforced (secagg.norm_proof), and a secagg
+ * round without proofs has none. */
 #include <math.h>
 
 #include "coord_testkit.h"
 #include "flotilla/secagg.h"
+#include "flotilla/storage.h"
 
 typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                              uint32_t count, const float *delta, size_t dim);
@@ -173,6 +176,52 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
     return round_status(f, &c[1], rid);
 }
 
+/* The "round" entry of population `name` in the admin bundle (which must verify offline),
+ * as the auditor reads it; the caller frees it. */
+static json_t *audit_round_entry(struct fx *f, const char *name) {
+    struct resp r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    fl_store_audit_bundle *b = NULL;
+    fl_store_audit_verdict v;
+    assert_int_equal(fl_store_audit_bundle_open(&b, r.body, r.len, NULL), FL_OK);
+    if (fl_store_audit_bundle_verify(b, NULL, &v) != FL_OK)
+        fail_msg("bundle: %s", v.message);
+    json_t *found = NULL;
+    for (size_t i = 0; i < fl_store_audit_bundle_entry_count(b); i++) {
+        size_t len = 0;
+        const char *line = fl_store_audit_bundle_entry(b, i, &len);
+        json_t *e = json_loadb(line, len, 0, NULL);
+        assert_non_null(e);
+        if (strcmp(json_string_value(json_object_get(e, "type")), "round") == 0 &&
+            strcmp(json_string_value(json_object_get(e, "population")), name) == 0) {
+            assert_null(found); /* one round per population here */
+            found = e;
+        } else {
+            json_decref(e);
+        }
+    }
+    fl_store_audit_bundle_close(b);
+    resp_free(&r);
+    if (!found)
+        fail_msg("no round entry for population %s", name);
+    return found;
+}
+
+/* The entry's secagg.norm_proof is exactly the bound the task gave the devices. */
+static void check_audit_bound(struct fx *f, const char *name, const struct task *t) {
+    json_t *e = audit_round_entry(f, name);
+    json_t *sa = json_object_get(e, "secagg");
+    assert_int_equal(json_object_size(sa), 4); /* k, n, norm_proof, t */
+    json_t *np = json_object_get(sa, "norm_proof");
+    assert_int_equal(json_object_size(np), 4);
+    assert_int_equal(json_integer_value(json_object_get(np, "bits")), t->norm_bits);
+    assert_int_equal(json_integer_value(json_object_get(np, "bound2")), t->norm_bound2);
+    assert_int_equal(json_integer_value(json_object_get(np, "dim")), t->norm_dim);
+    assert_int_equal(json_integer_value(json_object_get(np, "weight_max")), t->norm_weight_max);
+    assert_int_equal(json_integer_value(json_object_get(sa, "n")), t->n);
+    json_decref(e);
+}
+
 static void check_model(struct fx *f, struct tc *c, const char *name, int64_t version) {
     float w[D], b[2], want[D], base[D];
     for (int j = 0; j < D; j++)
@@ -195,6 +244,7 @@ static void test_honest(void **state) {
     assert_int_equal(h.calls, 1);
     assert_int_equal(h.count, N);
     check_model(f, c, "honest", version);
+    check_audit_bound(f, "honest", &c[0].task);
     clients_free(c, N);
 }
 
@@ -228,6 +278,8 @@ static void test_forged_weight_dropped(void **state) {
     json_decref(st);
     assert_int_equal(h.calls, 1);
     assert_int_equal(h.count, N - 1);
+    /* the logged weight range is the round's (1..weight_cap), not the forger's */
+    check_audit_bound(f, "fweight", &c[1].task);
     clients_free(c, N);
 }
 
@@ -252,8 +304,37 @@ static void test_boosted_mask_abandons(void **state) {
         assert_int_equal(db_int(f, q), 0);
         if (central) /* an abandoned round spends no privacy budget */
             assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 0);
+        /* the abandoned round's entry still says which bound was enforced */
+        check_audit_bound(f, name, &c[1].task);
         clients_free(c, N);
     }
+}
+
+/* A secagg round without norm proofs: its audit entry's secagg is {k, n, t} as before. */
+static void test_plain_secagg_audit(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {"plain", N, 3, true, 0, "none", NULL, NULL, 1e6, 32, NULL};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    assert_int_equal(c[0].task.norm_bits, 0);
+    json_t *out = run_secagg(f, c, N, rid);
+    assert_non_null(out);
+    json_decref(out);
+    json_t *e = audit_round_entry(f, "plain");
+    assert_string_equal(json_string_value(json_object_get(e, "outcome")), "completed");
+    json_t *sa = json_object_get(e, "secagg");
+    assert_int_equal(json_object_size(sa), 3);
+    assert_null(json_object_get(sa, "norm_proof"));
+    assert_int_equal(json_integer_value(json_object_get(sa, "n")), N);
+    json_decref(e);
+    clients_free(c, N);
 }
 
 /* Configuration: refused with distributed DP, without secure aggregation, or not a boolean. */
@@ -281,6 +362,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_forged_proof_dropped, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_forged_weight_dropped, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_boosted_mask_abandons, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_plain_secagg_audit, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_config_refusals, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

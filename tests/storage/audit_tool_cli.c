@@ -84,6 +84,18 @@ static char *slurp(const char *name) {
 static char path_all[300], path_forged[300], path_junk[300], path_odd[300], path_rule[300],
     vkey[256], vkey_other[256];
 
+/* The first round's norm proofs (shown by show, export and report). */
+static const fl_store_audit_round_info *with_norm_proof(fl_store_audit_round_info *info,
+                                                        void *user) {
+    (void)user;
+    info->norm_proof_enabled = 1;
+    info->norm_bits = 17;
+    info->norm_bound2 = 65536;
+    info->norm_dim = 1000;
+    info->norm_weight_max = 64;
+    return info;
+}
+
 /* A log with every entry type, exported to dir/all.jsonl. */
 static void make_bundles(void) {
     struct audit_fx f;
@@ -93,7 +105,9 @@ static void make_bundles(void) {
     int64_t odd = 0;
     STORE_OK(st, fl_store_population_create(st, &odd, "r&d <eu>, \"q\"", "{}", 2.0, 1e-6, "[]"));
     STORE_OK(st, fl_store_audit_append_population(st, NULL, odd));
+    f.edit = with_norm_proof;
     STORE_OK(st, audit_fx_round(&f, 1, 0.5, NULL));
+    f.edit = NULL;
     /* A completed round without secure aggregation or DP. */
     int64_t rid = 0;
     fl_store_model_ref ref;
@@ -290,6 +304,8 @@ static void test_show(void **state) {
     EXPECT_IN("out", "population_created  population \"r&d <eu>, \"q\"\"");
     EXPECT_IN("out", "current model is now version");
     EXPECT_IN("out", "secure aggregation: off");
+    EXPECT_IN("out", "norm proofs: squared L2 norm of the first 1000 coordinates <= 65536 "
+                     "(lattice units^2), coordinates in 17 bits, weight in 1..64");
     EXPECT_IN("out", "regions: (none)");
     EXPECT_IN("out", ": abandoned, - .. ");
     EXPECT_IN("out", "budget epsilon 8, delta 1e-06; allowed regions [\"EU\",\"UK\"]");
@@ -319,12 +335,15 @@ static void test_export_and_report(void **state) {
     RUN(0, "export", path_all, "--format", "csv", "-o", csv, "--key", vkey);
     EXPECT_IN("all.csv", ",\"r&d <eu>, \"\"q\"\"\",");
     EXPECT_IN("all.csv", "requested epsilon total 9");
+    EXPECT_IN("all.csv", ",\"norm proof: bits 17, bound2 65536, dim 1000, weight_max 64\"\r\n");
     EXPECT_IN("all.csv", "deleted ");
     RUN(0, "report", path_all, "-o", html, "--key", vkey);
     EXPECT_IN("all.html", "r&amp;d &lt;eu&gt;, &quot;q&quot;");
     EXPECT_IN("all.html", "class=\"verdict ok\"");
     EXPECT_IN("all.html", "budget epsilon 8, config sha256 <code>");
     EXPECT_IN("all.html", "No rounds with region counts.");
+    EXPECT_IN("all.html", "<td>4/3/1, norm&sup2; &le; 65536 (17 bits)</td>");
+    EXPECT_IN("all.html", "<td>off</td>");
     RUN(1, "report", path_junk, "-o", html);
     EXPECT_IN("all.html", "class=\"verdict bad\"");
     RUN(1, "report", path_odd, "-o", html);

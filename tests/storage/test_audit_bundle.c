@@ -190,6 +190,91 @@ static void test_rule_breaks_named(void **state) {
     audit_fx_teardown(&f);
 }
 
+/* Rounds 2, 4 and 6 with norm proofs (the fixture's edit hook). */
+static const fl_store_audit_round_info *norm_every_other(fl_store_audit_round_info *info,
+                                                         void *user) {
+    int *i = user;
+    if (++*i % 2 == 0) {
+        info->norm_proof_enabled = 1;
+        info->norm_bits = 17;
+        info->norm_bound2 = 65536;
+        info->norm_dim = 100;
+        info->norm_weight_max = 5;
+    }
+    return info;
+}
+
+/* A signed bundle whose norm_proof objects were doctored: the verifier names the entry and
+ * the field; an honest one (with and without proofs) verifies. */
+static void test_norm_proof_forged(void **state) {
+    (void)state;
+    struct audit_fx f;
+    int count = 0;
+    audit_fx_setup(&f, 3);
+    f.edit = norm_every_other;
+    f.edit_user = &count;
+    for (int i = 0; i < 6; i++)
+        STORE_OK(f.st, audit_fx_round(&f, 0, 1.0, NULL));
+    char *e[8];
+    for (int i = 0; i < 8; i++) {
+        fl_store_audit_entry *x = NULL;
+        STORE_OK(f.st, fl_store_audit_entry_get(f.st, &x, i));
+        e[i] = strdup(x->json);
+        fl_store_free(f.st, x);
+        /* entries 3, 5, 7 are rounds 2, 4, 6 */
+        assert_int_equal(strstr(e[i], "\"norm_proof\":{\"bits\":17,\"bound2\":65536,\"dim\":100,"
+                                      "\"weight_max\":5}") != NULL,
+                         i >= 3 && i % 2 == 1);
+    }
+    size_t len = 0;
+    fl_store_audit_verdict v;
+    uint8_t *b = resign(&f, e, 8, &len);
+    if (check(b, len, NULL, &v) != FL_OK)
+        fail_msg("honest: %s", v.message);
+    free(b);
+    struct {
+        int entry;
+        const char *from, *to, *why;
+    } cases[] = {
+        {3, "\"bound2\":65536", "\"bound2\":0",
+         "secagg.norm_proof: \"bound2\" = 0 is out of range"},
+        {5, "\"bits\":17", "\"bits\":40", "secagg.norm_proof: \"bits\" = 40 is out of range"},
+        {7, "\"dim\":100,", "", "secagg.norm_proof lacks field \"dim\""},
+        {7, "\"weight_max\":5}", "\"weight_max\":5,\"zeta\":1}",
+         "secagg.norm_proof has unknown field \"zeta\""},
+        {3, "{\"bits\":17,\"bound2\":65536,\"dim\":100,\"weight_max\":5}", "null",
+         "secagg.norm_proof is not an object"},
+        /* a proof object slipped into a plain round's secagg, with a bad range */
+        {4, "\"n\":3,\"t\"",
+         "\"n\":3,\"norm_proof\":{\"bits\":1,\"bound2\":1,\"dim\":1,"
+         "\"weight_max\":1},\"t\"",
+         "secagg.norm_proof: \"bits\" = 1 is out of range"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char *orig = e[cases[k].entry];
+        char *hit = strstr(orig, cases[k].from);
+        assert_non_null(hit);
+        size_t fl_ = strlen(cases[k].from), tl = strlen(cases[k].to);
+        char *mod = malloc(strlen(orig) + tl + 1);
+        memcpy(mod, orig, (size_t)(hit - orig));
+        memcpy(mod + (hit - orig), cases[k].to, tl);
+        memcpy(mod + (hit - orig) + tl, hit + fl_, strlen(hit + fl_) + 1);
+        e[cases[k].entry] = mod;
+        b = resign(&f, e, 8, &len);
+        if (check(b, len, NULL, &v) == FL_OK)
+            fail_msg("case %zu verified", k);
+        assert_int_equal(v.bad_entry, cases[k].entry);
+        if (!strstr(v.message, cases[k].why))
+            fail_msg("case %zu: message '%s' lacks '%s'", k, v.message, cases[k].why);
+        free(b);
+        free(mod);
+        e[cases[k].entry] = orig;
+    }
+    for (int i = 0; i < 8; i++)
+        free(e[i]);
+    audit_fx_teardown(&f);
+}
+
 static void test_malformed(void **state) {
     (void)state;
     fl_store_audit_verdict v;
@@ -261,6 +346,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_byte),
         cmocka_unit_test(test_rule_breaks_named),
+        cmocka_unit_test(test_norm_proof_forged),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_oom_verify),
     };

@@ -55,7 +55,7 @@ struct world {
 
 /* One coordinator-style round commit; returns the first failure (rolled back). Even
  * rounds complete with regions counted from the participants, odd ones are abandoned
- * with the regions given by the caller. */
+ * with the regions given by the caller (round 3 also with norm proofs). */
 static fl_status world_round(struct world *w, int i) {
     fl_store *st = w->f.st;
     int64_t rid = 0, version = 0;
@@ -111,6 +111,13 @@ static fl_status world_round(struct world *w, int i) {
         info.secagg_n = 4;
         info.secagg_k = 3;
         info.secagg_t = 2;
+        if (i == 3) {
+            info.norm_proof_enabled = 1;
+            info.norm_bits = 17;
+            info.norm_bound2 = 65536;
+            info.norm_dim = 16;
+            info.norm_weight_max = 1;
+        }
     }
     int64_t seq = -1;
     if (r == FL_OK)
@@ -251,6 +258,10 @@ static fl_status op_round_abandoned(struct world *w, int i) {
     (void)i;
     return world_round(w, 1);
 }
+static fl_status op_round_norm_proof(struct world *w, int i) {
+    (void)i;
+    return world_round(w, 3);
+}
 static fl_status op_refusal(struct world *w, int i) {
     (void)i;
     fl_status r = fl_store_audit_append_refusal(w->f.st, NULL, w->f.pop, w->round_no + 1, 100.0,
@@ -377,6 +388,7 @@ static const struct {
     {"append_model", op_model},
     {"append_round (completed)", op_round_completed},
     {"append_round (abandoned)", op_round_abandoned},
+    {"append_round (norm proof)", op_round_norm_proof},
     {"append_refusal", op_refusal},
     {"client_erase", op_erase},
     {"retention_sweep", op_retention},

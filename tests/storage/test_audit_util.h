@@ -21,6 +21,10 @@ struct audit_fx {
     int64_t now;   /* fake clock, Unix ms */
     int n_clients; /* enrolled clients c000.. */
     char msg[256]; /* errmsg of the last failed audit_fx_round */
+    /* NULL, or called on the round info audit_fx_round built; it returns the info to append
+     * (info itself, or a copy it owns, e.g. one of an older struct_size). */
+    const fl_store_audit_round_info *(*edit)(fl_store_audit_round_info *info, void *user);
+    void *edit_user;
 };
 
 static inline int64_t audit_fx_clock(void *user) {
@@ -129,7 +133,8 @@ static inline fl_status audit_fx_round(struct audit_fx *f, int dropped, double e
     info.epsilon_total = f->eps_total + eps_step;
     info.delta = 1e-7;
     info.coordinator_version = "test-1.0";
-    fl_status r = fl_store_audit_append_round(st, seq, &info);
+    fl_status r =
+        fl_store_audit_append_round(st, seq, f->edit ? f->edit(&info, f->edit_user) : &info);
     if (r == FL_OK) {
         STORE_OK(st, fl_store_commit(st));
         f->model = ref.version;

@@ -576,10 +576,23 @@ typedef struct fl_store_audit_round_info {
                                          * the round's participants (clients table) */
     size_t n_regions;                   /* entries in regions */
     const char *coordinator_version;    /* 1..64 printable ASCII; NULL = fl_version_string() */
+    /* Added in 0.3: the round's zero-knowledge norm proofs (docs/secagg.md "Norm proofs"),
+     * logged as secagg.norm_proof so an auditor sees the bound the server enforced. A
+     * struct_size of offsetof(fl_store_audit_round_info, norm_proof_enabled) is still
+     * accepted and means no proofs. Only with secagg_enabled; when norm_proof_enabled is 0
+     * the four values below must be 0. */
+    int norm_proof_enabled;             /* 1 if every masked input carried a norm proof */
+    uint32_t norm_bits;                 /* m: each coordinate proven in m bits, 2..32 */
+    uint64_t norm_bound2;               /* bound on a device's sum of squares over the first
+                                         * norm_dim coordinates (lattice units^2),
+                                         * 1..INT64_MAX */
+    uint32_t norm_dim;                  /* coordinates in the L2 bound, >= 1 */
+    uint32_t norm_weight_max;           /* the weight coordinate is proven in 1..this, >= 1 */
 } fl_store_audit_round_info;
 
-/* Fills info with defaults: no secagg, no dropouts, epsilon_total 0, delta 0, regions from
- * participants, task config hash from the store. NULL is a no-op. Thread-safe. */
+/* Fills info with defaults: no secagg, no norm proofs, no dropouts, epsilon_total 0, delta
+ * 0, regions from participants, task config hash from the store. NULL is a no-op.
+ * Thread-safe. */
 FL_API void fl_store_audit_round_info_init(fl_store_audit_round_info *info);
 
 /* Appends a "population_created" entry for population_id (name, budget, allowed regions
