@@ -381,7 +381,7 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
         const json_t *sa = json_object_get(e, "secagg");
         const json_t *nproof = json_object_get(sa, "norm_proof");
         char sec[160] = "off";
-        if (json_is_object(nproof))
+        if (json_object_size(nproof) > 0) /* 0 for NULL or a non-object too */
             snprintf(sec, sizeof(sec), "%lld/%lld/%lld, norm&sup2; &le; %lld (%lld bits)",
                      tool_int(sa, "n"), tool_int(sa, "k"), tool_int(sa, "t"),
                      tool_int(nproof, "bound2"), tool_int(nproof, "bits"));

@@ -66,7 +66,7 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
         else
             fprintf(out, "      secure aggregation: off\n");
         const json_t *np = json_object_get(sa, "norm_proof");
-        if (json_is_object(np))
+        if (json_object_size(np) > 0) /* 0 for NULL or a non-object too */
             fprintf(out,
                     "      norm proofs: squared L2 norm of the first %lld coordinates <= %lld "
                     "(lattice units^2), coordinates in %lld bits, weight in 1..%lld\n",
@@ -269,7 +269,7 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
             snprintf(detail, sizeof(detail), "requested epsilon total %s", a);
         } else if (strcmp(type, "model_registered") == 0) {
             snprintf(detail, sizeof(detail), "model %lld", tool_int(e, "model.version"));
-        } else if (round && json_is_object(json_object_get(sa, "norm_proof"))) {
+        } else if (round && json_object_size(json_object_get(sa, "norm_proof")) > 0) {
             /* not a column of its own: the 0.2 column layout stays as it was */
             const json_t *np = json_object_get(sa, "norm_proof");
             snprintf(detail, sizeof(detail),
