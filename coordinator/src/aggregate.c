@@ -96,7 +96,8 @@ static fl_status norm_params(struct fl__coord_round_params *rp, size_t cap, char
                              size_t why_len) {
     uint64_t wmax = rp->weight_examples ? (uint64_t)rp->weight_cap : 1;
     double b2 = fl__coord_norm_bound2(rp, wmax);
-    if (!(b2 >= 0.0 && b2 < 4e18)) {
+    /* B^2 = 0 would admit only zero updates (and the audit log refuses it): not a bound. */
+    if (!(b2 >= 1.0 && b2 < 4e18)) {
         snprintf(why, why_len, "no norm bound for clip %g x weight %llu at granularity %g",
                  rp->clip, (unsigned long long)wmax, rp->granularity);
         return FL_ERR_RANGE;
