@@ -129,6 +129,19 @@ static uint8_t *resign(const struct audit_fx *f, char **entries, size_t n, size_
     return out;
 }
 
+/* A malloc'ed copy of s with the first `from` replaced by `to` (which must occur). */
+static char *replace_first(const char *s, const char *from, const char *to) {
+    const char *hit = strstr(s, from);
+    assert_non_null(hit);
+    size_t fl_ = strlen(from), tl = strlen(to);
+    char *mod = malloc(strlen(s) + tl + 1);
+    assert_non_null(mod);
+    memcpy(mod, s, (size_t)(hit - s));
+    memcpy(mod + (hit - s), to, tl);
+    memcpy(mod + (hit - s) + tl, hit + fl_, strlen(hit + fl_) + 1);
+    return mod;
+}
+
 static void test_rule_breaks_named(void **state) {
     (void)state;
     struct audit_fx f;
@@ -164,13 +177,7 @@ static void test_rule_breaks_named(void **state) {
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         char *orig = e[cases[k].entry];
-        char *hit = strstr(orig, cases[k].from);
-        assert_non_null(hit);
-        size_t fl_ = strlen(cases[k].from), tl = strlen(cases[k].to);
-        char *mod = malloc(strlen(orig) + tl + 1);
-        memcpy(mod, orig, (size_t)(hit - orig));
-        memcpy(mod + (hit - orig), cases[k].to, tl);
-        memcpy(mod + (hit - orig) + tl, hit + fl_, strlen(hit + fl_) + 1);
+        char *mod = replace_first(orig, cases[k].from, cases[k].to);
         e[cases[k].entry] = mod;
         b = resign(&f, e, 8, &len);
         fl_status r = check(b, len, NULL, &v);
@@ -252,13 +259,7 @@ static void test_norm_proof_forged(void **state) {
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         char *orig = e[cases[k].entry];
-        char *hit = strstr(orig, cases[k].from);
-        assert_non_null(hit);
-        size_t fl_ = strlen(cases[k].from), tl = strlen(cases[k].to);
-        char *mod = malloc(strlen(orig) + tl + 1);
-        memcpy(mod, orig, (size_t)(hit - orig));
-        memcpy(mod + (hit - orig), cases[k].to, tl);
-        memcpy(mod + (hit - orig) + tl, hit + fl_, strlen(hit + fl_) + 1);
+        char *mod = replace_first(orig, cases[k].from, cases[k].to);
         e[cases[k].entry] = mod;
         b = resign(&f, e, 8, &len);
         if (check(b, len, NULL, &v) == FL_OK)
