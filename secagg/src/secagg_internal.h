@@ -227,4 +227,10 @@ static inline void fl__sa_bit_set(uint8_t *bm, uint32_t i) {
 }
 static inline size_t fl__sa_bitmap_bytes(uint32_t n) { return ((size_t)n + 7u) / 8u; }
 
+/* The work of srv's final advance, set when it begins (0 before): secrets rebuilt, pairwise
+ * seeds derived (one X25519 agreement and HKDF each) and masks expanded over the sum (self
+ * masks plus those pairwise seeds). For bench_secagg's primitive floor. */
+void fl__sa_server_unmask_work(const fl_secagg_server *srv, uint64_t *secrets,
+                               uint64_t *agreements, uint64_t *masks);
+
 #endif /* FLOTILLA_SECAGG_INTERNAL_H */

@@ -63,6 +63,8 @@ struct fl_secagg_server {
     uint32_t count;                     /* inputs in the sum */
     struct um_work *um;                 /* final advance in progress (unmask_begin until
                                            DONE or failure), else NULL */
+    uint64_t um_secrets, um_agree, um_masks; /* that advance's work, set when it begins
+                                           (fl__sa_server_unmask_work) */
 };
 
 static fl_status server_fail(fl_secagg_server *s, fl_status code, const char *msg) {
@@ -1043,7 +1045,7 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
     w->link = (uint8_t(*)[32])(void *)(p + o_link);
     /* Clients, seed slots and cost weights (a rebuilt secret = 1). */
     uint32_t i = 0, o = 0;
-    uint64_t total = 0;
+    uint64_t total = 0, agree = 0;
     for (uint32_t v = 0; v < s->n; v++) {
         if (!s->cl[v].sh)
             continue;
@@ -1052,8 +1054,12 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
         w->first[i++] = o;
         o += c;
         total += (s->flags[v] & C_U3) ? 1 : 1 + (uint64_t)UM_KA_WEIGHT * c;
+        agree += (s->flags[v] & C_U3) ? 0 : c;
     }
     w->first[ntodo] = o;
+    s->um_secrets = ntodo;
+    s->um_agree = agree;
+    s->um_masks = o;
     /* Job j starts at the first client whose preceding weight reaches total * j / nj. */
     size_t nj = ntodo == 0 ? 1 : (ntodo < na ? ntodo : na);
     uint64_t cum = 0;
@@ -1310,4 +1316,11 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
 out_nomem:
     free_outq(s);
     return fl__err_set(&s->err, FL_ERR_NOMEM, "advance: out of memory");
+}
+
+void fl__sa_server_unmask_work(const fl_secagg_server *srv, uint64_t *secrets,
+                               uint64_t *agreements, uint64_t *masks) {
+    *secrets = srv->um_secrets;
+    *agreements = srv->um_agree;
+    *masks = srv->um_masks;
 }

@@ -19,7 +19,17 @@
  *
  * Dropped clients (fraction F) leave after sending their shares and before their masked
  * input: the costly case for the server, which must rebuild their masking keys and remove
- * the pairwise masks they share with every surviving neighbour. */
+ * the pairwise masks they share with every surviving neighbour.
+ *
+ * Primitive floor (floor_* in the JSON, floor_x in the table): what the round cannot cost
+ * less than with these primitives, measured in the same server process after the round:
+ * the fold of the masked inputs (as many vectors at the plain sum's own cost per element),
+ * plus the final advance's X25519 agreements (each with its HKDF) and the keystream of its
+ * mask expansions (d words each), the counts taken from the server
+ * (fl__sa_server_unmask_work) and each unit cost timed here (best of 5); with --threads N
+ * the advance's part is divided by N. Removing the masks from the sum, rebuilding secrets,
+ * routing messages and everything else is left out, so a target below floor_x is out of
+ * reach without other primitives or another protocol. */
 
 #include <errno.h>
 #include <math.h>
@@ -35,6 +45,8 @@
 #include <unistd.h>
 
 #include "flotilla/secagg.h"
+#include "crypto.h"
+#include "secagg_internal.h"
 
 /* ---- utilities (the bench is an executable: exiting on I/O failure is fine) ---- */
 
@@ -259,7 +271,52 @@ struct server_stats {
     int match;             /* secagg sum == plain sum */
     uint32_t rejected;     /* messages the server rejected */
     double clock_cost;     /* seconds subtracted from each measured interval */
+    uint64_t secrets;      /* the final advance's work (fl__sa_server_unmask_work) */
+    uint64_t agreements;
+    uint64_t masks;
+    double agree_s;        /* unit costs timed after the round: one X25519 + HKDF */
+    double prg_byte_s;     /* one keystream byte (crypto prg, 64 KiB calls) */
+    double floor_s;        /* the primitive floor (see the top of this file), serial */
+    double floor_span_s;   /* the same with the advance's part over the threads */
 };
+
+/* Unit costs for the floor: the best (smallest) of 5 timings, per call or byte, in thread
+ * CPU seconds; 0 if a call fails. */
+static double unit_agree(const struct fl__sa_crypto *c) {
+    uint8_t sk[32], pk[32], peer_sk[32], peer_pk[32], out[32];
+    if (c->x25519_keypair(pk, sk) || c->x25519_keypair(peer_pk, peer_sk))
+        return 0;
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = thread_cpu();
+        for (uint32_t i = 0; i < 200; i++)
+            if (fl__sa_derive_pair_key(out, c, "mask", sk, peer_pk, 42, i, i + 1, NULL))
+                return 0;
+        double dt = (thread_cpu() - t0) / 200;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+static double unit_prg_byte(const struct fl__sa_crypto *c) {
+    enum { CALL = 65536, CALLS = 256 };
+    uint8_t *buf = malloc(CALL), seed[32] = {7};
+    double best = 1e9;
+    for (int rep = 0; buf && rep < 5; rep++) {
+        double t0 = thread_cpu();
+        for (int i = 0; i < CALLS; i++) {
+            seed[0] = (uint8_t)i;
+            if (c->prg(buf, CALL, seed)) {
+                free(buf);
+                return 0;
+            }
+        }
+        double dt = (thread_cpu() - t0) / ((double)CALL * CALLS);
+        best = dt < best ? dt : best;
+    }
+    free(buf);
+    return best;
+}
 
 static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
     struct server_stats st;
@@ -328,6 +385,7 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
             if (last) {
                 st.t_unmask = dt;
                 st.w_unmask = dw;
+                fl__sa_server_unmask_work(srv, &st.secrets, &st.agreements, &st.masks);
             }
             int32_t rs = (int32_t)s;
             write_all(fd, &rs, 4);
@@ -366,7 +424,17 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    st.maxrss_kb = ru.ru_maxrss;
+    st.maxrss_kb = ru.ru_maxrss; /* before the unit timings below, which allocate */
+    const struct fl__sa_crypto *crypto = fl__sa_backend(cfg->backend);
+    if (crypto && st.plain_count > 0 && d > 0) {
+        st.agree_s = unit_agree(crypto);
+        st.prg_byte_s = unit_prg_byte(crypto);
+        double adv = (double)st.agreements * st.agree_s + (double)st.masks * d * 4.0 * st.prg_byte_s;
+        /* The fold of the masked inputs is the plain sum of as many vectors. */
+        double fold = st.t_plain / st.plain_count * st.count;
+        st.floor_s = fold + adv;
+        st.floor_span_s = fold + adv / (threads > 1 ? threads : 1);
+    }
     write_all(fd, &st, sizeof(st));
     fl_secagg_server_destroy(srv);
     free(plain);
@@ -599,31 +667,39 @@ static void print_json(const struct result *r) {
            "\"server_over_plain_wall\":%.2f,\"unmask_over_plain_wall\":%.2f,"
            "\"server_peak_rss_mb\":%.1f,"
            "\"accumulator_mb\":%.1f,\"client_s\":%.4f,\"client_mask_s\":%.4f,"
-           "\"client_peak_heap_mb\":%.2f,\"clock_cost_us\":%.3f,\"loadavg_1m\":%.2f}\n",
+           "\"client_peak_heap_mb\":%.2f,\"clock_cost_us\":%.3f,\"loadavg_1m\":%.2f,"
+           "\"unmask_secrets\":%llu,\"unmask_agreements\":%llu,\"unmask_masks\":%llu,"
+           "\"agreement_us\":%.2f,\"prg_GBps\":%.2f,\"floor_s\":%.4f,"
+           "\"floor_over_plain\":%.2f,\"floor_span_over_plain\":%.2f}\n",
            r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, v->status,
            v->match ? "true" : "false", v->count, v->t_secagg, v->t_fold, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), ratio(v->t_unmask, v->t_plain),
            v->t_span, ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain), v->w_secagg, v->w_unmask, v->w_plain, ratio(v->w_secagg, v->w_plain),
            ratio(v->w_unmask, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
-           r->t_client[2], r->client_peak / 1048576.0, v->clock_cost * 1e6, r->loadavg);
+           r->t_client[2], r->client_peak / 1048576.0, v->clock_cost * 1e6, r->loadavg,
+           (unsigned long long)v->secrets, (unsigned long long)v->agreements,
+           (unsigned long long)v->masks, v->agree_s * 1e6,
+           v->prg_byte_s > 0 ? 1e-9 / v->prg_byte_s : 0.0, v->floor_s,
+           ratio(v->floor_s, v->t_plain), ratio(v->floor_span_s, v->t_plain));
 }
 
 static void print_header(void) {
-    printf("%6s %8s %5s %4s %4s %3s | %9s %9s %9s %7s | %9s %7s | %9s %9s %7s | %8s %7s |"
+    printf("%6s %8s %5s %4s %4s %3s | %9s %9s %9s %7s | %9s %7s %7s | %9s %9s %7s | %8s %7s |"
            " %9s %9s %8s | %s\n",
            "n", "d", "drop", "k", "t", "thr", "server_s", "unmask_s", "plain_s", "x_plain",
-           "unm_span", "x_span", "srv_wall", "unm_wall", "x_wall", "rss_MB", "acc_MB", "client_s", "mask_s", "cli_MB",
-           "ok");
+           "unm_span", "x_span", "floor_x", "srv_wall", "unm_wall", "x_wall", "rss_MB", "acc_MB",
+           "client_s", "mask_s", "cli_MB", "ok");
 }
 
 static void print_row(const struct result *r) {
     double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
     const struct server_stats *v = &r->srv;
-    printf("%6u %8u %4.0f%% %4u %4u %3u | %9.3f %9.3f %9.3f %7.2f | %9.3f %7.2f |"
+    printf("%6u %8u %4.0f%% %4u %4u %3u | %9.3f %9.3f %9.3f %7.2f | %9.3f %7.2f %7.2f |"
            " %9.3f %9.3f %7.2f | %8.1f %7.1f | %9.4f %9.4f %8.2f | %s\n",
            r->n, r->d, r->drop * 100, v->k, v->t, r->threads, v->t_secagg, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), v->t_span,
-           ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain), v->w_secagg, v->w_unmask,
+           ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain),
+           ratio(v->floor_span_s, v->t_plain), v->w_secagg, v->w_unmask,
            ratio(v->w_secagg, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
            r->t_client[2], r->client_peak / 1048576.0,
            v->status ? "ABORT" : (v->match ? "sum=plain" : "MISMATCH"));
