@@ -10,7 +10,9 @@
  *
  * Times are CPU seconds of the measuring process (server child or client parent; all its
  * threads) unless --wall is given. The server side is also timed in wall-clock seconds
- * (the *_wall figures), and the JSON records the 1-minute load average at the start.
+ * (the *_wall figures), and the JSON records the 1-minute load average at the start and
+ * the server's CPU seconds per phase (server_phases_s: each phase's receives, then the
+ * advance that closes it).
  *
  * --threads N (default 1): the server's final advance runs through
  * fl_secagg_server_unmask_begin/run/next with its jobs spread over N threads that the
@@ -256,6 +258,8 @@ struct server_stats {
     double t_secagg;       /* seconds in server receive + advance */
     double t_unmask;       /* seconds in the final advance (mask removal) */
     double t_fold;         /* seconds in masked-input receives */
+    double t_phase[5][2];  /* seconds per phase (FL_SECAGG_PHASE_ADVERTISE..UNMASK): its
+                              receives [0] and the advance that closes it [1] */
     double t_plain;        /* seconds folding the plain vectors */
     double t_span;         /* critical path of the final advance in CPU seconds (see
                               unmask_threaded; = t_unmask with one thread) */
@@ -351,12 +355,15 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
         }
         read_all(fd, buf, hdr[1]);
         if (cmd == CMD_RECV) {
-            int masked = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_MASKED_INPUT;
+            fl_secagg_phase ph = fl_secagg_server_phase(srv);
+            int masked = ph == FL_SECAGG_PHASE_MASKED_INPUT;
             double w0 = wall_now(), t0 = now_s();
             fl_status s = fl_secagg_server_receive(srv, hdr[0], buf, hdr[1]);
             double dt = since(t0), dw = wall_since(w0);
             st.t_secagg += dt;
             st.w_secagg += dw;
+            if ((unsigned)ph < 5)
+                st.t_phase[ph][0] += dt;
             if (masked) {
                 st.t_fold += dt;
                 st.w_fold += dw;
@@ -371,7 +378,8 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
             st.w_plain += wall_since(w0);
             st.plain_count++;
         } else if (cmd == CMD_ADVANCE) {
-            int last = fl_secagg_server_phase(srv) == FL_SECAGG_PHASE_UNMASK;
+            fl_secagg_phase ph = fl_secagg_server_phase(srv);
+            int last = ph == FL_SECAGG_PHASE_UNMASK;
             double w0 = wall_now(), t0 = now_s(), span = 0, c0 = thread_cpu();
             fl_status s = last && threads > 1 ? unmask_threaded(srv, threads, &span)
                                               : fl_secagg_server_advance(srv);
@@ -380,6 +388,8 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
                 span = thread_cpu() - c0;
             if (last)
                 st.t_span = span;
+            if ((unsigned)ph < 5)
+                st.t_phase[ph][1] += dt;
             st.t_secagg += dt;
             st.w_secagg += dw;
             if (last) {
@@ -670,7 +680,9 @@ static void print_json(const struct result *r) {
            "\"client_peak_heap_mb\":%.2f,\"clock_cost_us\":%.3f,\"loadavg_1m\":%.2f,"
            "\"unmask_secrets\":%llu,\"unmask_agreements\":%llu,\"unmask_masks\":%llu,"
            "\"agreement_us\":%.2f,\"prg_GBps\":%.2f,\"floor_s\":%.4f,"
-           "\"floor_over_plain\":%.2f,\"floor_span_over_plain\":%.2f}\n",
+           "\"floor_over_plain\":%.2f,\"floor_span_over_plain\":%.2f,"
+           "\"server_phases_s\":{\"advertise\":[%.4f,%.4f],\"share\":[%.4f,%.4f],"
+           "\"masked\":[%.4f,%.4f],\"consistency\":[%.4f,%.4f],\"unmask\":[%.4f,%.4f]}}\n",
            r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, v->status,
            v->match ? "true" : "false", v->count, v->t_secagg, v->t_fold, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), ratio(v->t_unmask, v->t_plain),
@@ -680,7 +692,10 @@ static void print_json(const struct result *r) {
            (unsigned long long)v->secrets, (unsigned long long)v->agreements,
            (unsigned long long)v->masks, v->agree_s * 1e6,
            v->prg_byte_s > 0 ? 1e-9 / v->prg_byte_s : 0.0, v->floor_s,
-           ratio(v->floor_s, v->t_plain), ratio(v->floor_span_s, v->t_plain));
+           ratio(v->floor_s, v->t_plain), ratio(v->floor_span_s, v->t_plain),
+           v->t_phase[0][0], v->t_phase[0][1], v->t_phase[1][0], v->t_phase[1][1],
+           v->t_phase[2][0], v->t_phase[2][1], v->t_phase[3][0], v->t_phase[3][1],
+           v->t_phase[4][0], v->t_phase[4][1]);
 }
 
 static void print_header(void) {
