@@ -30,16 +30,14 @@
 #include "flotilla/client.h"
 #include "flotilla/coordinator.h"
 
+#define BENCH_NAME "bench_round_heap"
+#include "bench_util.h"
+
 #define ADMIN "fla_bench-round-heap-admin-token-0123456789"
 #define IN 784
 #define CLASSES 10
 #define EXAMPLES 64
 #define MAX_DEVICES 16
-
-static void die(const char *what, const char *detail) {
-    fprintf(stderr, "bench_round_heap: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    exit(1);
-}
 
 /* ---- fake clock shared by the coordinator and the devices ---- */
 
@@ -171,7 +169,7 @@ static size_t sink(char *p, size_t sz, size_t n, void *u) {
         r->cap = (r->len + k + 1) * 2;
         r->b = realloc(r->b, r->cap);
         if (!r->b)
-            die("out of memory", NULL);
+            bench_die("out of memory", NULL);
     }
     memcpy(r->b + r->len, p, k);
     r->len += k;
@@ -196,7 +194,7 @@ static long admin(unsigned port, const char *path, const char *ctype, const void
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
     if (curl_easy_perform(e) != CURLE_OK)
-        die("admin request failed", path);
+        bench_die("admin request failed", path);
     long code = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(h);
@@ -230,12 +228,6 @@ struct result {
     double seconds;        /* wall time of the round */
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void measure(size_t d_want, int n_dev, const char *privacy, struct result *res) {
     uint32_t hidden = (uint32_t)(((double)d_want - 10) / 795.0 + 0.5);
     if (hidden < 1)
@@ -246,7 +238,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
 
     char dir[] = "/tmp/fl-bench-heap-XXXXXX", db[128];
     if (!mkdtemp(dir))
-        die("mkdtemp failed", NULL);
+        bench_die("mkdtemp failed", NULL);
     snprintf(db, sizeof(db), "%s/coord.db", dir);
     fl_coord_config cc;
     fl_coord_config_init(&cc);
@@ -259,7 +251,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
     fl_coord *co = NULL;
     char err[256];
     if (fl_coord_create(&co, &cc, err, sizeof(err)) != FL_OK || fl_coord_start(co) != FL_OK)
-        die("coordinator start failed", err);
+        bench_die("coordinator start failed", err);
     unsigned port = fl_coord_port(co);
     uint8_t pk[32];
     char kid[17];
@@ -292,23 +284,23 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
              priv);
     long code = admin(port, "/v1/admin/populations", "application/json", pop, strlen(pop), &out);
     if (code != 201)
-        die("create population", out.b);
+        bench_die("create population", out.b);
     char etok[128] = "";
     const char *et = strstr(out.b, "\"enrollment_token\":\"");
     if (!et || sscanf(et + 20, "%127[^\"]", etok) != 1)
-        die("no enrollment token", out.b);
+        bench_die("no enrollment token", out.b);
     uint32_t sizes[3] = {IN, hidden, CLASSES};
     size_t mlen = 0;
     fl_client_model_init(NULL, 0, &mlen, sizes, 3, 1, NULL);
     uint8_t *model = malloc(mlen);
     if (!model || fl_client_model_init(model, mlen, &mlen, sizes, 3, 1, NULL) != FL_OK)
-        die("model_init", NULL);
+        bench_die("model_init", NULL);
     res->model_bytes = mlen;
     if (admin(port, "/v1/admin/populations/heap/models", "application/octet-stream", model, mlen,
               &out) != 201)
-        die("upload model", out.b);
+        bench_die("upload model", out.b);
     if (admin(port, "/v1/admin/populations/heap/start", "application/json", NULL, 0, &out) != 200)
-        die("start population", out.b);
+        bench_die("start population", out.b);
     free(model);
 
     struct device dev[MAX_DEVICES];
@@ -326,7 +318,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
         sc.feature_dim = IN;
         sc.clock = clock_fn;
         if (fl_client_store_open(&v->store, &sc, err, sizeof(err)) != FL_OK)
-            die("store open", err);
+            bench_die("store open", err);
         uint64_t s = (uint64_t)k * 7919 + 1;
         for (int i = 0; i < EXAMPLES; i++) {
             float x[IN];
@@ -335,14 +327,14 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
                 x[j] = (float)(s >> 40) / 16777216.0f;
             }
             if (fl_client_store_add(v->store, x, IN, i % CLASSES) != FL_OK)
-                die("store add", fl_client_store_errmsg(v->store));
+                bench_die("store add", fl_client_store_errmsg(v->store));
         }
         fl_client_curl_config tc;
         fl_client_curl_config_init(&tc);
         tc.allocator = &v->alloc;
         tc.base_url = base;
         if (fl_client_curl_create(&v->curl, &tc, err, sizeof(err)) != FL_OK)
-            die("curl transport", err);
+            bench_die("curl transport", err);
         fl_client_config cfg;
         fl_client_config_init(&cfg);
         cfg.allocator = &v->alloc;
@@ -352,7 +344,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
         cfg.has_coordinator_key = 1;
         cfg.enrollment_token = etok;
         if (fl_client_curl_transport(v->curl, &cfg.transport) != FL_OK)
-            die("curl vtable", NULL);
+            bench_die("curl vtable", NULL);
         cfg.store = v->store;
         cfg.clock = clock_fn;
         cfg.seed = (uint64_t)k + 1;
@@ -360,13 +352,13 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
         cfg.backoff_initial_ms = 100;
         cfg.backoff_max_ms = 2000;
         if (fl_client_create(&v->c, &cfg, err, sizeof(err)) != FL_OK)
-            die("client create", err);
+            bench_die("client create", err);
         fl_client_eligibility e = {sizeof(e), 1, 1, 1, 90};
         fl_client_set_eligibility(v->c, &e);
         v->live_before = v->cnt.live;
     }
 
-    double t0 = now_s();
+    double t0 = bench_wall_s();
     for (int it = 0; it < 4000; it++) {
         int done = 0;
         int64_t earliest = INT64_MAX;
@@ -381,7 +373,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
             if (cs.next_action_ms <= g_now) {
                 fl_status rc = fl_client_step(dev[k].c, &next);
                 if (rc != FL_OK && rc != FL_ERR_AGAIN)
-                    die("step", fl_client_errmsg(dev[k].c));
+                    bench_die("step", fl_client_errmsg(dev[k].c));
             } else {
                 next = cs.next_action_ms;
             }
@@ -394,7 +386,7 @@ static void measure(size_t d_want, int n_dev, const char *privacy, struct result
             g_now = earliest < g_now + 1000 ? earliest : g_now + 1000;
         fl_coord_tick(co);
     }
-    res->seconds = now_s() - t0;
+    res->seconds = bench_wall_s() - t0;
     res->before0 = dev[0].live_before;
     for (int k = 0; k < n_dev; k++) {
         fl_client_stats cs = {.struct_size = sizeof(cs)};
@@ -448,18 +440,18 @@ int main(int argc, char **argv) {
         }
     }
     if (n_dev < 1 || n_dev > MAX_DEVICES)
-        die("--secagg wants 2..16 devices", NULL);
+        bench_die("--secagg wants 2..16 devices", NULL);
     if (strcmp(privacy, "none") && strcmp(privacy, "central") && strcmp(privacy, "distributed"))
-        die("--privacy: none, central or distributed", NULL);
+        bench_die("--privacy: none, central or distributed", NULL);
     if (!strcmp(privacy, "distributed") && n_dev < 2)
-        die("--privacy distributed needs --secagg (2..16 devices)", NULL);
+        bench_die("--privacy distributed needs --secagg (2..16 devices)", NULL);
     if (!nd) {
         ds[nd++] = 10000;
         ds[nd++] = 100000;
         ds[nd++] = 1000000;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || sodium_init() < 0)
-        die("curl/sodium init failed", NULL);
+        bench_die("curl/sodium init failed", NULL);
     int ok = 1;
     if (json)
         printf("{\"bench\":\"client_round_heap\",\"coordinator\":\"real, in-process\","

@@ -21,23 +21,15 @@
 
 #include "flotilla/client.h"
 
+#define BENCH_NAME "bench_train"
+#include "bench_util.h"
+
 #ifdef BENCH_HAVE_OPENBLAS
 void openblas_set_num_threads(int n);
 #endif
 
 #define IN 784
 #define CLASSES 10
-
-static void die(const char *what) {
-    fprintf(stderr, "bench_train: %s\n", what);
-    exit(1);
-}
-
-static double clock_s(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- data ---- */
 
@@ -89,7 +81,7 @@ static size_t load_idx(const char *dir, const char *img, const char *lab, float 
     *x = malloc(n * IN * sizeof(float));
     *y = malloc(n * sizeof(int32_t));
     if (!*x || !*y)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (size_t i = 0; i < n * IN; i++)
         (*x)[i] = ib[16 + i] / 255.0f;
     for (size_t i = 0; i < n; i++)
@@ -101,29 +93,22 @@ out:
 }
 #endif
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* n synthetic examples: a random [0, 1] template per class plus uniform noise. */
 static void synthetic(size_t n, float **x, int32_t **y, uint64_t seed) {
     static float tmpl[CLASSES][IN];
     uint64_t s = seed;
     for (int c = 0; c < CLASSES; c++)
         for (int j = 0; j < IN; j++)
-            tmpl[c][j] = (float)(splitmix(&s) >> 40) / 16777216.0f;
+            tmpl[c][j] = (float)(bench_splitmix64(&s) >> 40) / 16777216.0f;
     *x = malloc(n * IN * sizeof(float));
     *y = malloc(n * sizeof(int32_t));
     if (!*x || !*y)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (size_t i = 0; i < n; i++) {
-        int c = (int)(splitmix(&s) % CLASSES);
+        int c = (int)(bench_splitmix64(&s) % CLASSES);
         (*y)[i] = c;
         for (int j = 0; j < IN; j++) {
-            float noise = (float)(splitmix(&s) >> 40) / 16777216.0f;
+            float noise = (float)(bench_splitmix64(&s) >> 40) / 16777216.0f;
             (*x)[i * IN + j] = 0.5f * tmpl[c][j] + 0.5f * noise;
         }
     }
@@ -169,7 +154,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!batch || !hidden || !epochs || !repeat)
-        die("--batch, --hidden, --epochs and --repeat must be >= 1");
+        bench_die("--batch, --hidden, --epochs and --repeat must be >= 1", NULL);
 #ifdef BENCH_HAVE_OPENBLAS
     openblas_set_num_threads(1);
 #endif
@@ -200,7 +185,7 @@ int main(int argc, char **argv) {
     fl_client_model_init(NULL, 0, &mlen, sizes, 3, 1, NULL);
     uint8_t *model = malloc(mlen);
     if (!model || fl_client_model_init(model, mlen, &mlen, sizes, 3, 1, NULL) != FL_OK)
-        die("model_init failed");
+        bench_die("model_init failed", NULL);
     fl_client_train_params p;
     fl_client_train_params_init(&p);
     p.epochs = epochs;
@@ -215,11 +200,11 @@ int main(int argc, char **argv) {
     for (uint32_t r = 0; r < repeat; r++) {
         fl_client_trainer *tr = NULL;
         if (fl_client_trainer_create(&tr, model, mlen, NULL) != FL_OK)
-            die("trainer_create failed");
-        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            bench_die("trainer_create failed", NULL);
+        double t0 = bench_wall_s(), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         fl_status rc = fl_client_trainer_train(tr, x, y, n, &p, &loss);
-        double dt = clock_s(CLOCK_MONOTONIC) - t0;
-        double dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        double dt = bench_wall_s() - t0;
+        double dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (rc != FL_OK) {
             fprintf(stderr, "bench_train: train: %s\n", fl_client_trainer_errmsg(tr));
             return 1;
@@ -230,7 +215,7 @@ int main(int argc, char **argv) {
             best_cpu = dc;
         if (r + 1 == repeat && nte &&
             fl_client_trainer_evaluate(tr, xte, yte, nte, NULL, &acc) != FL_OK)
-            die("evaluate failed");
+            bench_die("evaluate failed", NULL);
         fl_client_trainer_destroy(tr);
     }
     double sps = (double)epochs * (double)n / best;

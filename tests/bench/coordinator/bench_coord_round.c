@@ -49,6 +49,9 @@
 
 #include "flotilla/secagg.h"
 
+#define BENCH_NAME "bench_coord_round"
+#include "bench_util.h"
+
 #ifndef FL_COORD_EXE
 #define FL_COORD_EXE "flotilla-coordinator"
 #endif
@@ -56,17 +59,6 @@
 extern char **environ;
 
 #define ADMIN "fla_bench-admin-token-0123456789abcdefgh"
-
-static void die(const char *msg) {
-    fprintf(stderr, "bench_coord_round: %s\n", msg);
-    exit(1);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- HTTP (one keep-alive handle) ---- */
 
@@ -131,7 +123,7 @@ static long req(const char *method, const char *path, const char *token, const c
     curl_slist_free_all(h);
     if (rc != CURLE_OK) {
         fprintf(stderr, "%s %s: %s\n", method, path, curl_easy_strerror(rc));
-        die("request failed");
+        bench_die("request failed", NULL);
     }
     long st = 0;
     curl_easy_getinfo(g_curl, CURLINFO_RESPONSE_CODE, &st);
@@ -145,11 +137,11 @@ static json_t *req_json(long want, const char *method, const char *path, const c
     if (st != want) {
         fprintf(stderr, "%s %s: %ld (want %ld): %.300s\n", method, path, st, want,
                 g_body.p ? g_body.p : "");
-        die("unexpected status");
+        bench_die("unexpected status", NULL);
     }
     json_t *j = json_loadb(g_body.p ? g_body.p : "", g_body.n, 0, NULL);
     if (!j)
-        die("answer is not JSON");
+        bench_die("answer is not JSON", NULL);
     return j;
 }
 
@@ -222,9 +214,9 @@ static void cleanup(void) {
 static void start_coordinator(const char *exe, unsigned threads, const char *base) {
     if ((size_t)snprintf(g_dir, sizeof(g_dir), "%s/fl-bench-round-XXXXXX", base) >=
         sizeof(g_dir) - 20)
-        die("--dir: path too long");
+        bench_die("--dir: path too long", NULL);
     if (!mkdtemp(g_dir))
-        die("mkdtemp");
+        bench_die("mkdtemp", NULL);
     uint8_t h[32];
     char hex[65], conf[300], log[300];
     crypto_hash_sha256(h, (const uint8_t *)ADMIN, strlen(ADMIN));
@@ -233,7 +225,7 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
     snprintf(log, sizeof(log), "%s/serve.log", g_dir);
     FILE *f = fopen(conf, "w");
     if (!f)
-        die("config");
+        bench_die("config", NULL);
     fprintf(f,
             "{\"database\":\"%s/coord.db\",\"port\":0,\"threads\":%u,"
             "\"admin_token_sha256\":\"%s\",\"log_level\":\"info\","
@@ -245,7 +237,7 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
     posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char *argv[] = {(char *)exe, "serve", "--config", conf, NULL};
     if (posix_spawn(&g_child, exe, &fa, NULL, argv, environ) != 0)
-        die("cannot start flotilla-coordinator (--exe)");
+        bench_die("cannot start flotilla-coordinator (--exe)", NULL);
     posix_spawn_file_actions_destroy(&fa);
     /* The executable logs "listening on 127.0.0.1:<port>" at info level (60 s at most: a
      * sanitizer build on a loaded machine starts slowly). */
@@ -275,7 +267,7 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
         }
     }
     if (!g_port)
-        die("the coordinator did not report its port");
+        bench_die("the coordinator did not report its port", NULL);
 }
 
 /* ---- concurrent requests (libcurl multi, C connections) ---- */
@@ -310,12 +302,12 @@ static void conns_open(unsigned c) {
     g_multi = curl_multi_init();
     g_conns = calloc(c, sizeof(*g_conns));
     if (!g_multi || !g_conns)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     g_nconns = c;
     for (unsigned k = 0; k < c; k++) {
         CURL *h = curl_easy_init();
         if (!h)
-            die("curl_easy_init");
+            bench_die("curl_easy_init", NULL);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &g_conns[k].b);
         curl_easy_setopt(h, CURLOPT_PRIVATE, &g_conns[k]);
@@ -373,7 +365,7 @@ static void batch_run(unsigned n, prep_fn prep, done_fn done, void *u) {
     struct conn **idle = malloc(g_nconns * sizeof(*idle));
     unsigned nidle = 0;
     if (!idle)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (unsigned k = 0; k < g_nconns; k++)
         idle[nidle++] = &g_conns[g_nconns - 1 - k];
     for (;;) {
@@ -385,14 +377,14 @@ static void batch_run(unsigned n, prep_fn prep, done_fn done, void *u) {
             conn_arm(c, &k);
             c->item = next++;
             if (curl_multi_add_handle(g_multi, c->h) != CURLM_OK)
-                die("curl_multi_add_handle");
+                bench_die("curl_multi_add_handle", NULL);
             active++;
         }
         if (active == 0)
             break;
         int running = 0, q = 0, finished = 0;
         if (curl_multi_perform(g_multi, &running) != CURLM_OK)
-            die("curl_multi_perform");
+            bench_die("curl_multi_perform", NULL);
         CURLMsg *m;
         while ((m = curl_multi_info_read(g_multi, &q)) != NULL) {
             if (m->msg != CURLMSG_DONE)
@@ -401,7 +393,7 @@ static void batch_run(unsigned n, prep_fn prep, done_fn done, void *u) {
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
             if (m->data.result != CURLE_OK) {
                 fprintf(stderr, "request %u: %s\n", c->item, curl_easy_strerror(m->data.result));
-                die("request failed");
+                bench_die("request failed", NULL);
             }
             long st = 0;
             curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &st);
@@ -414,7 +406,7 @@ static void batch_run(unsigned n, prep_fn prep, done_fn done, void *u) {
             finished++;
         }
         if (!finished && active > 0 && curl_multi_poll(g_multi, NULL, 0, 1000, NULL) != CURLM_OK)
-            die("curl_multi_poll");
+            bench_die("curl_multi_poll", NULL);
     }
     free(idle);
 }
@@ -458,11 +450,11 @@ static json_t *expect_json(unsigned i, long want, long st, const struct buf *b, 
     if (st != want) {
         fprintf(stderr, "%s (device %u): %ld (want %ld): %.300s\n", what, i, st, want,
                 b->p ? b->p : "");
-        die("unexpected status");
+        bench_die("unexpected status", NULL);
     }
     json_t *j = json_loadb(b->p ? b->p : "", b->n, 0, NULL);
     if (!j)
-        die("answer is not JSON");
+        bench_die("answer is not JSON", NULL);
     return j;
 }
 
@@ -481,7 +473,7 @@ static void done_checkin(unsigned i, long st, const struct buf *b, void *u) {
     json_t *j = expect_json(i, 200, st, b, "check-in");
     const char *s = json_string_value(json_object_get(j, "status"));
     if (!s || strcmp(s, "selected") != 0)
-        die("a device was not selected");
+        bench_die("a device was not selected", NULL);
     snprintf(r->dv[i].pid, sizeof(r->dv[i].pid), "%s",
              json_string_value(json_object_get(j, "participation_id")));
     r->dv[i].rid = json_integer_value(json_object_get(j, "round_id"));
@@ -505,7 +497,7 @@ static void done_task(unsigned i, long st, const struct buf *b, void *u) {
     r->dv[i].k = (uint32_t)json_integer_value(json_object_get(sa, "neighbors"));
     r->dv[i].t = (uint32_t)json_integer_value(json_object_get(sa, "threshold"));
     if ((size_t)json_integer_value(json_object_get(json_object_get(j, "update"), "length")) != r->L)
-        die("unexpected update length");
+        bench_die("unexpected update length", NULL);
     json_decref(j);
 }
 
@@ -532,7 +524,7 @@ static void done_accepted(unsigned i, long st, const struct buf *b, void *u) {
     (void)u;
     if (st != 202) {
         fprintf(stderr, "upload (device %u): %ld: %.300s\n", i, st, b->p ? b->p : "");
-        die("upload refused");
+        bench_die("upload refused", NULL);
     }
 }
 
@@ -562,18 +554,18 @@ static void done_phase_result(unsigned i, long st, const struct buf *b, void *u)
     if (st != 200) {
         fprintf(stderr, "%s result (device %u): %ld: %.300s\n", k_phases[r->phase], i, st,
                 b->p ? b->p : "");
-        die("phase result");
+        bench_die("phase result", NULL);
     }
     if (r->phase == 3) {
         if (!strstr(b->p ? b->p : "", "\"completed\""))
-            die("round did not complete");
+            bench_die("round did not complete", NULL);
         return;
     }
-    double c0 = now_s();
+    double c0 = bench_wall_s();
     if (fl_secagg_client_handle(r->dv[i].sa, (const uint8_t *)b->p, b->n, &r->dv[i].out,
                                 &r->dv[i].out_len) != FL_OK)
-        die("secagg client handle");
-    r->client_s += now_s() - c0;
+        bench_die("secagg client handle", NULL);
+    r->client_s += bench_wall_s() - c0;
 }
 
 static unsigned parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi) {
@@ -588,18 +580,13 @@ static unsigned parse_uint(const char *flag, const char *v, unsigned lo, unsigne
     return (unsigned)x;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* Median of v[0..n) on a copy: the arrays are printed in round order afterwards. */
 static double median(const double *v, unsigned n) {
     double *s = malloc(n * sizeof(*s));
     if (!s)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     memcpy(s, v, n * sizeof(*s));
-    qsort(s, n, sizeof(*s), cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    double m = bench_median(s, n);
     free(s);
     return m;
 }
@@ -651,7 +638,7 @@ int main(int argc, char **argv) {
     if (g_distinct == 0 || g_distinct > n)
         g_distinct = n;
     if (sodium_init() < 0)
-        die("sodium");
+        bench_die("sodium", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     g_curl = curl_easy_init();
     curl_easy_setopt(g_curl, CURLOPT_WRITEFUNCTION, on_data);
@@ -688,18 +675,18 @@ int main(int argc, char **argv) {
     size_t mlen = 8 + (size_t)hl + d * 4;
     uint8_t *model = calloc(1, mlen);
     if (!model)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (int b = 0; b < 8; b++)
         model[b] = (uint8_t)((uint64_t)hl >> (8 * b));
     memcpy(model + 8, hdr, (size_t)hl);
     if (req("POST", "/v1/admin/populations/bench/models", ADMIN, "application/octet-stream", model,
             mlen, NULL) != 201)
-        die("model upload");
+        bench_die("model upload", NULL);
     free(model);
     json_decref(req_json(200, "POST", "/v1/admin/populations/bench/start", ADMIN, NULL, NULL));
     struct dev *dv = calloc(n, sizeof(*dv));
     if (!dv)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (unsigned i = 0; i < n; i++) {
         j = req_json(201, "POST", "/v1/enroll", etok,
                      "{\"population\":\"bench\",\"region\":\"EU\"}", NULL);
@@ -714,7 +701,7 @@ int main(int argc, char **argv) {
     double *wall_r = calloc(rounds, sizeof(double)), *coord_r = calloc(rounds, sizeof(double));
     double *cpu_r = calloc(rounds, sizeof(double));
     if (!rows || !wall_r || !coord_r || !cpu_r)
-        die("out of memory");
+        bench_die("out of memory", NULL);
     for (unsigned i = 0; i < g_distinct; i++) {
         uint32_t *w = words(rows, stride, i);
         randombytes_buf(w, L * sizeof(uint32_t));
@@ -728,30 +715,30 @@ int main(int argc, char **argv) {
     double phase_wall[6] = {0};
     struct round_ctx rc = {.dv = dv, .rows = rows, .stride = stride, .L = L};
     for (unsigned round = 0; round < rounds; round++) {
-        double rcpu0 = cpu_s(), t0 = now_s(), tp = t0;
+        double rcpu0 = cpu_s(), t0 = bench_wall_s(), tp = t0;
         rc.client_s = 0;
         batch_run(n, prep_checkin, done_checkin, &rc);
         for (unsigned i = 1; i < n; i++)
             if (dv[i].rid != dv[0].rid)
-                die("devices were put in different rounds");
+                bench_die("devices were put in different rounds", NULL);
         batch_run(n, prep_task, done_task, &rc);
-        phase_wall[0] += now_s() - tp;
-        tp = now_s();
+        phase_wall[0] += bench_wall_s() - tp;
+        tp = bench_wall_s();
         if (!secagg) {
             batch_run(n, prep_update, done_accepted, &rc);
-            phase_wall[3] += now_s() - tp;
-            tp = now_s();
+            phase_wall[3] += bench_wall_s() - tp;
+            tp = bench_wall_s();
             char path[160];
             snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=60", (long long)dv[0].rid);
             j = req_json(200, "GET", path, dv[0].tok, NULL, dv[0].pid);
             const char *state = json_string_value(json_object_get(j, "state"));
             if (!state || strcmp(state, "completed") != 0)
-                die("round did not complete");
+                bench_die("round did not complete", NULL);
             json_decref(j);
-            phase_wall[5] += now_s() - tp;
+            phase_wall[5] += bench_wall_s() - tp;
         } else {
             for (unsigned i = 0; i < n; i++) {
-                double c0 = now_s();
+                double c0 = bench_wall_s();
                 fl_secagg_config cfg;
                 fl_secagg_config_init(&cfg);
                 cfg.num_clients = dv[i].n;
@@ -763,22 +750,22 @@ int main(int argc, char **argv) {
                                             NULL) != FL_OK ||
                     fl_secagg_client_set_input(dv[i].sa, words(rows, stride, i), L) != FL_OK ||
                     fl_secagg_client_start(dv[i].sa, &dv[i].out, &dv[i].out_len) != FL_OK)
-                    die("secagg client");
-                rc.client_s += now_s() - c0;
+                    bench_die("secagg client", NULL);
+                rc.client_s += bench_wall_s() - c0;
             }
             for (int ph = 0; ph < 4; ph++) {
                 rc.phase = ph;
                 batch_run(n, prep_phase_post, done_accepted, &rc);
                 batch_run(n, prep_phase_result, done_phase_result, &rc);
-                phase_wall[1 + ph] += now_s() - tp;
-                tp = now_s();
+                phase_wall[1 + ph] += bench_wall_s() - tp;
+                tp = bench_wall_s();
             }
             for (unsigned i = 0; i < n; i++) {
                 fl_secagg_client_destroy(dv[i].sa);
                 dv[i].sa = NULL;
             }
         }
-        wall_r[round] = now_s() - t0;
+        wall_r[round] = bench_wall_s() - t0;
         coord_r[round] = wall_r[round] - rc.client_s;
         cpu_r[round] = cpu_s() - rcpu0;
         total_wall += wall_r[round];

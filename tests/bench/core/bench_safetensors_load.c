@@ -19,21 +19,7 @@
 
 #include "flotilla/tensor.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 /* The reference: open, fstat, malloc, read everything, close, free. Returns a checksum
  * byte so the work cannot be optimised away. */
@@ -134,12 +120,12 @@ int main(int argc, char **argv) {
     fl_safetensors_writer_set_metadata(w, FL_SAFETENSORS_META_ARCH, "bench");
     char path[4096];
     snprintf(path, sizeof(path), "%s/fl_bench_%d.safetensors", dir, (int)getpid());
-    double t0 = now_s();
+    double t0 = bench_wall_s();
     if (fl_safetensors_writer_write_file(w, path) != FL_OK) {
         fprintf(stderr, "write: %s\n", fl_safetensors_writer_errmsg(w));
         return 1;
     }
-    double write_s = now_s() - t0;
+    double write_s = bench_wall_s() - t0;
     fl_safetensors_writer_destroy(w);
     free(blob);
     struct stat sb;
@@ -150,16 +136,17 @@ int main(int argc, char **argv) {
 
     double *rd = calloc((size_t)reps, sizeof(double)), *ld = calloc((size_t)reps, sizeof(double));
     for (int r = 0; r < reps; r++) {
-        double a = now_s();
+        double a = bench_wall_s();
         sink += plain_read(path);
-        double b = now_s();
+        double b = bench_wall_s();
         sink += flotilla_load(path, (size_t)tensors);
-        double c = now_s();
+        double c = bench_wall_s();
         rd[r] = b - a;
         ld[r] = c - b;
     }
     unlink(path);
-    double mr = median(rd, reps), ml = median(ld, reps), ratio = ml / mr;
+    double mr = bench_median(rd, (size_t)reps), ml = bench_median(ld, (size_t)reps);
+    double ratio = ml / mr;
     double mib = (double)sb.st_size / (1024.0 * 1024.0);
     if (json) {
         printf("{\"bench\":\"safetensors_load\",\"file_bytes\":%lld,\"tensors\":%d,\"reps\":%d,"

@@ -17,13 +17,9 @@
 
 #include "flotilla/dp.h"
 
-#define N_ORDERS 64
+#include "bench_util.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define N_ORDERS 64
 
 /* 64 orders: 1.25..8 by 0.25 (28), 9..40 (32), 48, 64, 128, 256. */
 static void bench_orders(double *o) {
@@ -60,14 +56,14 @@ static double run_rounds(long rounds, int distinct, double *eps_out, double *ord
         exit(1);
     }
     fl_dp_event ev;
-    double eps = 0, order = 0, t0 = now_s();
+    double eps = 0, order = 0, t0 = bench_wall_s();
     for (long r = 0; r < rounds; r++) {
         double z = distinct ? 1.1 + 1e-6 * (double)r : 1.1;
         fl_dp_event_gaussian(&ev, 0.01, z, 1);
         check(fl_dp_accountant_compose(acc, &ev), "compose", acc);
         check(fl_dp_accountant_epsilon(acc, &eps, &order, 1e-5), "epsilon", acc);
     }
-    double dt = now_s() - t0;
+    double dt = bench_wall_s() - t0;
     fl_dp_accountant_destroy(acc);
     *eps_out = eps;
     *order_out = order;
@@ -80,7 +76,7 @@ static double trivial_loop(long rounds, double *sink) {
     bench_orders(orders);
     for (size_t i = 0; i < N_ORDERS; i++)
         step[i] = 1e-4 * orders[i];
-    double best = 0, t0 = now_s();
+    double best = 0, t0 = bench_wall_s();
     for (long r = 0; r < rounds; r++) {
         best = 1e300;
         for (size_t i = 0; i < N_ORDERS; i++) {
@@ -92,7 +88,7 @@ static double trivial_loop(long rounds, double *sink) {
         __asm__ volatile("" : : "g"(curve) : "memory"); /* keep the loop */
     }
     *sink = best;
-    return now_s() - t0;
+    return bench_wall_s() - t0;
 }
 
 int main(int argc, char **argv) {

@@ -16,19 +16,9 @@
 
 #include "flotilla/dp.h"
 
+#include "bench_util.h"
+
 #define CHUNK 65536
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_sampler [--sigma S] [--count N] [--rng chacha20|os] "
@@ -91,7 +81,7 @@ int main(int argc, char **argv) {
     st = fl_dp_discrete_gaussian(rng, buf, CHUNK, num, den);
 
     double sum = 0, sumsq = 0;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = bench_wall_s(), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     for (unsigned long long done = 0; done < count && st == FL_OK;) {
         size_t k = count - done < CHUNK ? (size_t)(count - done) : CHUNK;
         st = laplace ? fl_dp_discrete_laplace(rng, buf, k, num, den)
@@ -102,7 +92,7 @@ int main(int argc, char **argv) {
         }
         done += k;
     }
-    double dt = now_s() - t0, dc = cpu_s() - c0;
+    double dt = bench_wall_s() - t0, dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     if (st != FL_OK) {
         fprintf(stderr, "bench_sampler: %s\n", fl_dp_rng_errmsg(rng));
         return 1;

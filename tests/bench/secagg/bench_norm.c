@@ -21,7 +21,6 @@
  * Times are CPU time of this thread unless --wall (the library starts no threads). Exit
  * status 1 if a round fails, a sum is wrong or a client's own proof does not verify. */
 
-#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,22 +30,12 @@
 #include "flotilla/secagg.h"
 #include "secagg_internal.h"
 
-static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
+#include "bench_util.h"
+
+static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID; /* --wall: CLOCK_MONOTONIC */
 
 static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_count(const char *s, long max, long *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno || v < 1 || v > max)
-        return -1;
-    *out = v;
-    return 0;
+    return bench_clock_s(bench_clock);
 }
 
 static double min_pos(double best, double v) {
@@ -232,19 +221,19 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--wall") == 0) {
             bench_clock = CLOCK_MONOTONIC;
         } else if (strcmp(argv[i], "--dim") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 1 << 20, &d) != 0)
+            if (bench_parse_count(argv[++i], 1 << 20, &d) != 0)
                 goto usage;
         } else if (strcmp(argv[i], "--bits-per-coord") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 31, &m) != 0 || m < 2)
+            if (bench_parse_count(argv[++i], 31, &m) != 0 || m < 2)
                 goto usage;
         } else if (strcmp(argv[i], "--clients") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 100000, &n) != 0 || n < 3)
+            if (bench_parse_count(argv[++i], 100000, &n) != 0 || n < 3)
                 goto usage;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 1000, &reps) != 0)
+            if (bench_parse_count(argv[++i], 1000, &reps) != 0)
                 goto usage;
         } else if (strcmp(argv[i], "--norm-dim") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 1 << 20, &nd) != 0)
+            if (bench_parse_count(argv[++i], 1 << 20, &nd) != 0)
                 goto usage;
         } else {
             goto usage;

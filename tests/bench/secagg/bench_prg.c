@@ -12,7 +12,6 @@
  * of thread CPU time (--wall: wall-clock time, and `openssl speed -elapsed`), --reps times
  * (3), interleaved; the best run is reported. Prints a table, or one JSON object. */
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,8 @@
 #endif
 
 #include "crypto.h"
+
+#include "bench_util.h"
 
 #define MAX_SIZES 16
 #define MAX_RESULTS 64
@@ -45,29 +46,7 @@ static size_t n_results;
 static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
 
 static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_size(const char *s, size_t *out) {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno)
-        return -1;
-    if (*end == 'K' || *end == 'k')
-        v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20, end++;
-    else if (*end == 'G' || *end == 'g')
-        v <<= 30, end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if ((*end != '\0' && *end != ',') || v == 0)
-        return -1;
-    *out = (size_t)v;
-    return 0;
+    return bench_clock_s(bench_clock);
 }
 
 /* Records a measurement, keeping the best of repeated runs of the same impl and size (the
@@ -206,7 +185,7 @@ int main(int argc, char **argv) {
             const char *s = argv[++i];
             n_sizes = 0;
             while (*s) {
-                if (n_sizes == MAX_SIZES || parse_size(s, &sizes[n_sizes]) != 0) {
+                if (n_sizes == MAX_SIZES || bench_parse_size(s, &sizes[n_sizes]) != 0) {
                     fprintf(stderr, "bad --size %s\n", argv[i]);
                     return 2;
                 }

@@ -50,6 +50,8 @@
 #include "crypto.h"
 #include "secagg_internal.h"
 
+#include "bench_util.h"
+
 /* ---- utilities (the bench is an executable: exiting on I/O failure is fine) ---- */
 
 /* CPU time of this process by default (the shared 2-core CI box makes wall time noisy);
@@ -58,9 +60,7 @@
 static int use_wall = 0;
 
 static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(use_wall ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return bench_clock_s(use_wall ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID);
 }
 
 /* Cost of one clock read as seen by a measured interval: the median of back-to-back
@@ -70,11 +70,8 @@ static double now_s(void) {
  * interval is corrected by it (clamped at 0). */
 static double clock_cost;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
+/* The two calibrations read their clocks directly (no function pointer), so the timed reads
+ * are the same calls as in the measured intervals. */
 static void calibrate_clock(void) {
     enum { N = 2001 };
     static double d[N];
@@ -82,8 +79,7 @@ static void calibrate_clock(void) {
         double t0 = now_s();
         d[i] = now_s() - t0;
     }
-    qsort(d, N, sizeof(d[0]), cmp_double);
-    clock_cost = d[N / 2];
+    clock_cost = bench_median(d, N);
 }
 
 /* Seconds since t0, less the cost of the clock reads. */
@@ -96,28 +92,22 @@ static double since(double t0) {
  * (a vDSO call, ~20 ns) is calibrated like clock_cost. */
 static double wall_cost;
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void calibrate_wall(void) {
     enum { N = 2001 };
     static double d[N];
     for (int i = 0; i < N; i++) {
-        double t0 = wall_now();
-        d[i] = wall_now() - t0;
+        double t0 = bench_wall_s();
+        d[i] = bench_wall_s() - t0;
     }
-    qsort(d, N, sizeof(d[0]), cmp_double);
-    wall_cost = d[N / 2];
+    wall_cost = bench_median(d, N);
 }
 
 static double wall_since(double t0) {
-    double dt = wall_now() - t0 - wall_cost;
+    double dt = bench_wall_s() - t0 - wall_cost;
     return dt > 0 ? dt : 0;
 }
 
+/* Not bench_die: an I/O failure between the two processes exits 2, with errno's text. */
 static void die(const char *what) {
     fprintf(stderr, "bench_secagg: %s: %s\n", what, strerror(errno));
     exit(2);
@@ -149,19 +139,12 @@ static void read_all(int fd, void *p, size_t n) {
     }
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* Input vector of client i (deterministic, regenerated on demand: never n x d in memory). */
 static void gen_input(uint32_t *x, uint32_t d, uint32_t i, uint32_t bits) {
     uint64_t s = 0xC0FFEEull * (i + 1);
     uint32_t m = bits >= 32 ? 0xFFFFFFFFu : ((1u << bits) - 1u);
     for (uint32_t j = 0; j < d; j++)
-        x[j] = (uint32_t)splitmix(&s) & m;
+        x[j] = (uint32_t)bench_splitmix64(&s) & m;
 }
 
 /* ---- server process ---- */
@@ -192,9 +175,7 @@ enum { CMD_RECV = 'R', CMD_ADVANCE = 'A', CMD_PLAIN = 'P', CMD_END = 'E' };
 #define MAX_THREADS 64
 
 static double thread_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 struct batch {
@@ -357,7 +338,7 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
         if (cmd == CMD_RECV) {
             fl_secagg_phase ph = fl_secagg_server_phase(srv);
             int masked = ph == FL_SECAGG_PHASE_MASKED_INPUT;
-            double w0 = wall_now(), t0 = now_s();
+            double w0 = bench_wall_s(), t0 = now_s();
             fl_status s = fl_secagg_server_receive(srv, hdr[0], buf, hdr[1]);
             double dt = since(t0), dw = wall_since(w0);
             st.t_secagg += dt;
@@ -372,7 +353,7 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
                 st.rejected++;
         } else if (cmd == CMD_PLAIN) {
             /* The insecure baseline: decode the wire bytes and add. */
-            double w0 = wall_now(), t0 = now_s();
+            double w0 = bench_wall_s(), t0 = now_s();
             plain_fold(plain, buf, d);
             st.t_plain += since(t0);
             st.w_plain += wall_since(w0);
@@ -380,7 +361,7 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
         } else if (cmd == CMD_ADVANCE) {
             fl_secagg_phase ph = fl_secagg_server_phase(srv);
             int last = ph == FL_SECAGG_PHASE_UNMASK;
-            double w0 = wall_now(), t0 = now_s(), span = 0, c0 = thread_cpu();
+            double w0 = bench_wall_s(), t0 = now_s(), span = 0, c0 = thread_cpu();
             fl_status s = last && threads > 1 ? unmask_threaded(srv, threads, &span)
                                               : fl_secagg_server_advance(srv);
             double dt = since(t0), dw = wall_since(w0);

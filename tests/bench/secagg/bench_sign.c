@@ -8,7 +8,6 @@
  * thread unless --wall. Exit status 1 if a signature fails to verify or the backends
  * disagree on a public key or signature (Ed25519 is deterministic). */
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,25 +15,15 @@
 
 #include "crypto.h"
 
+#include "bench_util.h"
+
 #define OPS 3
 static const char *const op_names[OPS] = {"keypair", "sign", "verify"};
 
-static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
+static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID; /* --wall: CLOCK_MONOTONIC */
 
 static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_count(const char *s, long max, long *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno || v < 1 || v > max)
-        return -1;
-    *out = v;
-    return 0;
+    return bench_clock_s(bench_clock);
 }
 
 struct backend_run {
@@ -75,13 +64,13 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--wall") == 0) {
             bench_clock = CLOCK_MONOTONIC;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 10000000, &iters) != 0)
+            if (bench_parse_count(argv[++i], 10000000, &iters) != 0)
                 goto usage;
         } else if (strcmp(argv[i], "--msg") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 1 << 24, &mlen) != 0)
+            if (bench_parse_count(argv[++i], 1 << 24, &mlen) != 0)
                 goto usage;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            if (parse_count(argv[++i], 1000, &reps) != 0)
+            if (bench_parse_count(argv[++i], 1000, &reps) != 0)
                 goto usage;
         } else {
             goto usage;

@@ -24,11 +24,7 @@
 
 #include "flotilla/storage.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_util.h"
 
 #define CHECK(st, call)                                                                            \
     do {                                                                                           \
@@ -61,17 +57,10 @@ static long long count_arg(const char *opt, const char *v) {
     return x;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
     long long entries = 1000000, batch = 1000, rounds = 200, proofs = 1000;
-    const char *dir = getenv("TMPDIR");
+    const char *dir = bench_tmpdir();
     int json = 0;
-    if (!dir || !dir[0])
-        dir = "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--json") == 0) {
@@ -165,15 +154,15 @@ int main(int argc, char **argv) {
         info.delta = 1e-7;
         info.regions = &reg;
         info.n_regions = 1;
-        double t0 = now_s();
+        double t0 = bench_wall_s();
         CHECK(st, fl_store_audit_append_round(st, NULL, &info));
-        t_round += now_s() - t0;
+        t_round += bench_wall_s() - t0;
         CHECK(st, fl_store_commit(st));
         model = ref.version;
     }
 
     /* 2. Bulk appends in transactions of batch entries. */
-    double t0 = now_s();
+    double t0 = bench_wall_s();
     for (long long i = 0; i < entries; i++) {
         if (i % batch == 0)
             CHECK(st, fl_store_begin(st));
@@ -181,13 +170,13 @@ int main(int argc, char **argv) {
         if (i % batch == batch - 1 || i == entries - 1)
             CHECK(st, fl_store_commit(st));
     }
-    double t_append = now_s() - t0;
+    double t_append = bench_wall_s() - t0;
 
     /* 3. Checkpoint over everything. */
-    t0 = now_s();
+    t0 = bench_wall_s();
     fl_store_audit_checkpoint *cp = NULL;
     CHECK(st, fl_store_audit_checkpoint_sign(st, &cp, "bench.flotilla/audit", sk));
-    double t_cp = now_s() - t0;
+    double t_cp = bench_wall_s() - t0;
     int64_t size = cp->tree_size;
     uint8_t root[32];
     memcpy(root, cp->root, 32);
@@ -203,26 +192,26 @@ int main(int argc, char **argv) {
         int64_t idx = (int64_t)(((uint64_t)rand() << 31 | (uint64_t)rand()) % (uint64_t)size);
         fl_store_audit_entry *e = NULL;
         CHECK(st, fl_store_audit_entry_get(st, &e, idx));
-        t0 = now_s();
+        t0 = bench_wall_s();
         CHECK(st,
               fl_store_audit_inclusion_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, idx, size));
-        tp[k] = now_s() - t0;
+        tp[k] = bench_wall_s() - t0;
         if (np > max_np)
             max_np = np;
-        t0 = now_s();
+        t0 = bench_wall_s();
         if (fl_store_audit_verify_inclusion(e->leaf_hash, idx, size, proof, np, root) != FL_OK) {
             fprintf(stderr, "bench_audit: inclusion proof %lld does not verify\n", (long long)idx);
             return 1;
         }
-        t_incl_verify += now_s() - t0;
+        t_incl_verify += bench_wall_s() - t0;
         fl_store_free(st, e);
         int64_t m = 1 + (int64_t)((uint64_t)rand() % (uint64_t)size);
-        t0 = now_s();
+        t0 = bench_wall_s();
         CHECK(st,
               fl_store_audit_consistency_proof(st, proof, FL_STORE_AUDIT_PROOF_MAX, &np, m, size));
-        t_cons += now_s() - t0;
+        t_cons += bench_wall_s() - t0;
     }
-    qsort(tp, (size_t)proofs, sizeof(double), cmp_double);
+    qsort(tp, (size_t)proofs, sizeof(double), bench_cmp_double);
     double incl_sum = 0;
     for (long long k = 0; k < proofs; k++)
         incl_sum += tp[k];
@@ -232,14 +221,14 @@ int main(int argc, char **argv) {
     /* 5. Export and offline verification. */
     uint8_t *bundle = NULL;
     size_t blen = 0;
-    t0 = now_s();
+    t0 = bench_wall_s();
     CHECK(st, fl_store_audit_export(st, &bundle, &blen));
-    double t_export = now_s() - t0;
+    double t_export = bench_wall_s() - t0;
     uint8_t *copy = malloc(blen);
     memcpy(copy, bundle, blen);
     fl_store_free(st, bundle);
     fl_store_close(st);
-    t0 = now_s();
+    t0 = bench_wall_s();
     fl_store_audit_bundle *b = NULL;
     fl_store_audit_verdict v;
     if (fl_store_audit_bundle_open(&b, copy, blen, NULL) != FL_OK ||
@@ -247,27 +236,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_audit: bundle does not verify: %s\n", v.message);
         return 1;
     }
-    double t_verify = now_s() - t0;
+    double t_verify = bench_wall_s() - t0;
 
     /* 6. References over the same entry bytes. */
     size_t ne = fl_store_audit_bundle_entry_count(b), entry_bytes = 0;
     uint8_t h[32];
-    t0 = now_s();
+    t0 = bench_wall_s();
     for (size_t i = 0; i < ne; i++) {
         size_t el = 0;
         const char *p = fl_store_audit_bundle_entry(b, i, &el);
         crypto_hash_sha256(h, (const uint8_t *)p, el);
         entry_bytes += el;
     }
-    double t_sha = now_s() - t0;
-    t0 = now_s();
+    double t_sha = bench_wall_s() - t0;
+    t0 = bench_wall_s();
     for (size_t i = 0; i < ne; i++) {
         size_t el = 0;
         const char *p = fl_store_audit_bundle_entry(b, i, &el);
         json_t *j = json_loadb(p, el, 0, NULL);
         json_decref(j);
     }
-    double t_json = now_s() - t0;
+    double t_json = bench_wall_s() - t0;
     sqlite3 *raw = NULL;
     sqlite3_stmt *ins = NULL;
     if (sqlite3_open(rawpath, &raw) != SQLITE_OK ||
@@ -279,7 +268,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_audit: raw sqlite: %s\n", sqlite3_errmsg(raw));
         return 1;
     }
-    t0 = now_s();
+    t0 = bench_wall_s();
     for (size_t i = 0; i < ne; i++) {
         if (i % (size_t)batch == 0)
             sqlite3_exec(raw, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -295,7 +284,7 @@ int main(int argc, char **argv) {
         if (i % (size_t)batch == (size_t)batch - 1 || i == ne - 1)
             sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL);
     }
-    double t_raw = now_s() - t0;
+    double t_raw = bench_wall_s() - t0;
     sqlite3_finalize(ins);
     sqlite3_close(raw);
     fl_store_audit_bundle_close(b);

@@ -23,21 +23,13 @@
 
 #include "flotilla/storage.h"
 
+#define BENCH_NAME "bench_registry"
+#include "bench_util.h"
+
 struct result {
     const char *name; /* measurement */
     double seconds;   /* wall time for all models */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what, const char *detail) {
-    fprintf(stderr, "bench_registry: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    exit(1);
-}
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_registry [--size BYTES] [--count N] [--dir DIR] [--json]\n"
@@ -47,12 +39,13 @@ static void usage(void) {
                     "  --json   print one JSON object instead of a table\n");
 }
 
+/* A plain decimal >= 1 (no K/M/G suffix, unlike bench_parse_size): --size and --count. */
 static size_t parse_size(const char *s, const char *flag) {
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || !end || *end || v == 0)
-        die("bad value for", flag);
+        bench_die("bad value for", flag);
     return (size_t)v;
 }
 
@@ -70,15 +63,13 @@ static void make_model(uint8_t *buf, size_t n, size_t i) {
 
 static void sql_ok(sqlite3 *db, int rc, const char *what) {
     if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW)
-        die(what, sqlite3_errmsg(db));
+        bench_die(what, sqlite3_errmsg(db));
 }
 
 int main(int argc, char **argv) {
     size_t size = 1 << 20, count = 50;
-    const char *dir = getenv("TMPDIR");
+    const char *dir = bench_tmpdir();
     int json = 0;
-    if (!dir || !dir[0])
-        dir = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
             size = parse_size(argv[++i], "--size");
@@ -94,15 +85,15 @@ int main(int argc, char **argv) {
         }
     }
     if (size < 8 || size > 512u * 1024 * 1024)
-        die("--size must be 8..536870912", NULL);
+        bench_die("--size must be 8..536870912", NULL);
 
     char work[512], path[600];
     snprintf(work, sizeof(work), "%s/fl_bench_registry_XXXXXX", dir);
     if (!mkdtemp(work))
-        die("mkdtemp failed", strerror(errno));
+        bench_die("mkdtemp failed", strerror(errno));
     uint8_t *buf = malloc(size), *copy = malloc(size);
     if (!buf || !copy)
-        die("out of memory", NULL);
+        bench_die("out of memory", NULL);
     struct result res[6];
     int nres = 0;
     double t;
@@ -112,10 +103,10 @@ int main(int argc, char **argv) {
     double hash_total = 0;
     for (size_t i = 0; i < count; i++) {
         make_model(buf, size, i);
-        t = now_s();
+        t = bench_wall_s();
         if (EVP_Digest(buf, size, h, NULL, EVP_sha256(), NULL) != 1)
-            die("EVP_Digest failed", NULL);
-        hash_total += now_s() - t;
+            bench_die("EVP_Digest failed", NULL);
+        hash_total += bench_wall_s() - t;
     }
     res[nres++] = (struct result){"sha256", hash_total};
 
@@ -123,21 +114,21 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof(path), "%s/raw.bin", work);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
-        die("open raw.bin", strerror(errno));
+        bench_die("open raw.bin", strerror(errno));
     double raw_total = 0;
     for (size_t i = 0; i < count; i++) {
         make_model(buf, size, i);
-        t = now_s();
+        t = bench_wall_s();
         size_t off = 0;
         while (off < size) {
             ssize_t w = write(fd, buf + off, size - off);
             if (w < 0 && errno != EINTR)
-                die("write", strerror(errno));
+                bench_die("write", strerror(errno));
             off += w > 0 ? (size_t)w : 0;
         }
         if (fsync(fd) != 0)
-            die("fsync", strerror(errno));
-        raw_total += now_s() - t;
+            bench_die("fsync", strerror(errno));
+        raw_total += bench_wall_s() - t;
     }
     close(fd);
     unlink(path);
@@ -161,21 +152,21 @@ int main(int argc, char **argv) {
     double ins_total = 0, sel_total = 0;
     for (size_t i = 0; i < count; i++) {
         make_model(buf, size, i);
-        t = now_s();
+        t = bench_wall_s();
         sqlite3_bind_blob64(ins, 1, buf, size, SQLITE_STATIC);
         sql_ok(db, sqlite3_step(ins), "insert");
         sqlite3_reset(ins);
-        ins_total += now_s() - t;
+        ins_total += bench_wall_s() - t;
     }
     for (size_t i = 0; i < count; i++) {
-        t = now_s();
+        t = bench_wall_s();
         sqlite3_bind_int64(sel, 1, (sqlite3_int64)i + 1);
         sql_ok(db, sqlite3_step(sel), "select");
         if ((size_t)sqlite3_column_bytes(sel, 0) != size)
-            die("select returned the wrong size", NULL);
+            bench_die("select returned the wrong size", NULL);
         memcpy(copy, sqlite3_column_blob(sel, 0), size);
         sqlite3_reset(sel);
-        sel_total += now_s() - t;
+        sel_total += bench_wall_s() - t;
     }
     sqlite3_finalize(ins);
     sqlite3_finalize(sel);
@@ -187,29 +178,29 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof(path), "%s/registry.db", work);
     fl_store *st = NULL;
     if (fl_store_open(&st, path, NULL) != FL_OK)
-        die("fl_store_open", fl_store_errmsg(st));
+        bench_die("fl_store_open", fl_store_errmsg(st));
     int64_t *versions = calloc(count, sizeof(*versions));
     if (!versions)
-        die("out of memory", NULL);
+        bench_die("out of memory", NULL);
     double put_total = 0, get_total = 0;
     int64_t parent = 0;
     for (size_t i = 0; i < count; i++) {
         make_model(buf, size, i);
         fl_store_model_ref ref;
-        t = now_s();
+        t = bench_wall_s();
         if (fl_store_model_put(st, &ref, 0, parent, buf, size, "{\"bench\":true}") != FL_OK)
-            die("fl_store_model_put", fl_store_errmsg(st));
-        put_total += now_s() - t;
+            bench_die("fl_store_model_put", fl_store_errmsg(st));
+        put_total += bench_wall_s() - t;
         versions[i] = parent = ref.version;
     }
     for (size_t i = 0; i < count; i++) {
         fl_store_model *m = NULL;
-        t = now_s();
+        t = bench_wall_s();
         if (fl_store_model_get(st, &m, versions[i]) != FL_OK)
-            die("fl_store_model_get", fl_store_errmsg(st));
+            bench_die("fl_store_model_get", fl_store_errmsg(st));
         memcpy(copy, m->bytes, size); /* same work as the select reference */
         fl_store_free(st, m);
-        get_total += now_s() - t;
+        get_total += bench_wall_s() - t;
     }
     fl_store_close(st);
     res[nres++] = (struct result){"registry_put", put_total};
