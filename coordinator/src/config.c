@@ -123,7 +123,7 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
         BAD(FL_ERR_FORMAT, "'port' must be an integer 0..65535");
     cfg->port = (unsigned)u;
     u = cfg->threads;
-    if (!get_uint(o, "threads", 256, &u))
+    if (!get_uint(o, "threads", 256, &u) || u < 1)
         BAD(FL_ERR_FORMAT, "'threads' must be an integer 1..256");
     cfg->threads = (unsigned)u;
     u = cfg->max_long_poll_s;

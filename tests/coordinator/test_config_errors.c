@@ -53,6 +53,7 @@ static void test_file_field_errors(void **state) {
         {"{\"port\":-1}", FL_ERR_FORMAT, "'port'"},
         {"{\"port\":\"80\"}", FL_ERR_FORMAT, "'port'"},
         {"{\"threads\":257}", FL_ERR_FORMAT, "'threads'"},
+        {"{\"threads\":0}", FL_ERR_FORMAT, "'threads' must be an integer 1..256"},
         {"{\"max_long_poll_s\":61}", FL_ERR_FORMAT, "'max_long_poll_s'"},
         {"{\"database\":7}", FL_ERR_FORMAT, "'database'"},
         {"{\"log_level\":\"loud\"}", FL_ERR_FORMAT, "'log_level'"},
