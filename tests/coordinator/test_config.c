@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fl_test.h"
@@ -307,6 +308,76 @@ static void test_signed_message(void **state) {
                      FL_ERR_MISUSE);
 }
 
+/* examples/coordinator.conf.json loads with every field it shows (an unknown or misspelt one
+ * would be refused), once its /etc and /var paths point at files in the test directory. */
+static void test_example_config(void **state) {
+    (void)state;
+    char p[512];
+    snprintf(p, sizeof(p), "%s/examples/coordinator.conf.json", FL_SOURCE_DIR);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    static char text[8192], out[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof(text) - 1);
+    text[n] = '\0';
+    /* Drop the absolute directories: what is left is relative to the config file. */
+    static const char *const dirs[] = {"/etc/flotilla/", "/var/lib/flotilla/"};
+    size_t o = 0;
+    for (const char *c = text; *c;) {
+        size_t skip = 0;
+        for (size_t d = 0; d < 2 && !skip; d++)
+            if (strncmp(c, dirs[d], strlen(dirs[d])) == 0)
+                skip = strlen(dirs[d]);
+        if (skip) {
+            c += skip;
+            continue;
+        }
+        out[o++] = *c++;
+    }
+    out[o] = '\0';
+    write_file("admin.token", "fla_0123456789abcdefghijklmnop\n");
+    write_file("signing.key", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
+    write_file("pseudonym.key", "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
+    char tls[256];
+    snprintf(tls, sizeof(tls), "%s/tls", g_dir);
+    mkdir(tls, 0700);
+    write_file("tls/cert.pem", "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n");
+    write_file("tls/key.pem", "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n");
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    fl_status st = load(out, &cfg, &doc, err, sizeof(err));
+    if (st != FL_OK)
+        fail_msg("examples/coordinator.conf.json: %s", err);
+    assert_string_equal(cfg.listen_address, "0.0.0.0");
+    assert_int_equal(cfg.port, 8443);
+    assert_int_equal(cfg.threads, 8);
+    assert_int_equal(cfg.max_long_poll_s, 30);
+    assert_int_equal(cfg.shutdown_drain_s, 5);
+    assert_int_equal(cfg.secagg_unmask_threads, 2);
+    assert_int_equal(cfg.has_admin_token, 1);
+    assert_int_equal(cfg.has_signing_key, 1);
+    assert_int_equal(cfg.has_pseudonym_key, 1);
+    assert_int_equal(cfg.pseudonym_key[0], 0xff);
+    assert_non_null(cfg.tls_cert_pem);
+    assert_string_equal(cfg.audit_origin, "flotilla.example.org/coordinator");
+    assert_int_equal(cfg.retention_days, 365);
+    assert_int_equal(cfg.limits.model_bytes, 268435456);
+    assert_int_equal(cfg.limits.connection_memory, 32768);
+    assert_int_equal(cfg.request_deadline_s, 10);
+    assert_int_equal(cfg.request_min_body_rate, 16384);
+    assert_int_equal(cfg.logger.min_level, FL_LOG_INFO);
+    assert_non_null(strstr(cfg.db_path, g_dir));
+    fl_coord_config_doc_free(doc);
+    const char *files[] = {"signing.key", "pseudonym.key", "tls/cert.pem", "tls/key.pem"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", g_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(tls);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof(g_dir), "/tmp/fl-coord-cfg-XXXXXX");
     if (!mkdtemp(g_dir))
@@ -320,6 +391,7 @@ int main(void) {
         cmocka_unit_test(test_secagg_unmask_threads_config),
         cmocka_unit_test(test_shutdown_drain_config),
         cmocka_unit_test(test_signed_message),
+        cmocka_unit_test(test_example_config),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char p[256];
