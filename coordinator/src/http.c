@@ -1024,3 +1024,11 @@ void fl__coord_http_stop(fl_coord *co) {
     watch_destroy(co->watch);
     co->watch = NULL;
 }
+
+void fl__coord_http_closed(const fl_coord *co, uint64_t *deadline, uint64_t *eof) {
+    /* The watch lives from http_start until after the daemon (and so every handler that
+     * could call this) has stopped. */
+    const struct fl__coord_http_watch *w = co->watch;
+    *deadline = w ? (uint64_t)atomic_load(&w->closed_deadline) : 0;
+    *eof = w ? (uint64_t)atomic_load(&w->closed_eof) : 0;
+}

@@ -218,6 +218,15 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
                   "# TYPE flotilla_http_requests_in_flight gauge\n"
                   "flotilla_http_requests_in_flight %d\n",
               atomic_load(&co->inflight));
+    uint64_t closed_deadline = 0, closed_eof = 0;
+    fl__coord_http_closed(co, &closed_deadline, &closed_eof);
+    sb_printf(&b, "# HELP flotilla_http_connections_closed_total Connections shut unanswered: "
+                  "a request past its deadline (limits.request_deadline_s), or a client that "
+                  "closed its side before its request was complete.\n"
+                  "# TYPE flotilla_http_connections_closed_total counter\n"
+                  "flotilla_http_connections_closed_total{reason=\"deadline\"} %llu\n"
+                  "flotilla_http_connections_closed_total{reason=\"eof\"} %llu\n",
+              (unsigned long long)closed_deadline, (unsigned long long)closed_eof);
     sb_printf(&b, "# HELP flotilla_long_polls_waiting Result requests parked now.\n"
                   "# TYPE flotilla_long_polls_waiting gauge\nflotilla_long_polls_waiting %zu\n",
               co->n_waiters);

@@ -594,6 +594,21 @@ static void test_request_deadline(void **state) {
         assert_int_equal(raw_request(f, post, true, 15000, &closed, out, sizeof(out)), 0);
         assert_true(closed);
     }
+    /* /metrics counts the closes: the silent connection, the trickled headers and the
+     * trickled body past their deadline (3), and the early EOFs that the watchdog shut
+     * (0-6 of them: libmicrohttpd closes the others itself first). */
+    struct resp mr = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(mr.status, 200);
+    const char *dl = strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"deadline\"} ");
+    const char *eo = strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"eof\"} ");
+    assert_non_null(dl);
+    assert_non_null(eo);
+    long n_deadline = strtol(strchr(dl, '}') + 2, NULL, 10);
+    long n_eof = strtol(strchr(eo, '}') + 2, NULL, 10);
+    fprintf(stderr, "closed: deadline %ld, eof %ld\n", n_deadline, n_eof);
+    assert_true(n_deadline >= 3);
+    assert_true(n_eof >= 0);
+    resp_free(&mr);
     /* Keep-alive: a second request after 2.2 s of idling (past the deadline) is served. */
     fd = raw_connect(f);
     raw_send(fd, get);
