@@ -430,9 +430,14 @@ void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int 
 }
 
 void setup_devices(struct fx *f, const struct popcfg *pc, struct tc *c, int n) {
+    setup_devices_sel(f, pc, NULL, c, n);
+}
+
+void setup_devices_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
+                       struct tc *c, int n) {
     char **tok = calloc((size_t)n, sizeof(*tok));
     assert_non_null(tok);
-    setup_population(f, pc, tok, n);
+    setup_population_sel(f, pc, sel, tok, n);
     memset(c, 0, (size_t)n * sizeof(*c));
     for (int i = 0; i < n; i++)
         c[i].tok = tok[i];

@@ -178,6 +178,9 @@ struct tc {
 /* setup_population, then c[0..n) zeroed and given the n enrolment tokens (c[i].tok; freed
  * with the devices, e.g. clients_free). */
 void setup_devices(struct fx *f, const struct popcfg *pc, struct tc *c, int n);
+/* The same with the selection extras of setup_population_sel (sel may be NULL). */
+void setup_devices_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
+                       struct tc *c, int n);
 /* Device-side encoding of docs/protocol.md section 5.1 of device i's fixed delta. */
 void encode(struct tc *c, int i);
 /* Checks in n devices, asserting each is selected; *rid receives the round. */

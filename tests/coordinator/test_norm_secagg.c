@@ -81,11 +81,7 @@ static json_t *attacked_round(struct fx *f, const char *name, const char *mode, 
     struct popcfg pc = {name, N,  3,   true, 0, mode, attack == FORGED_WEIGHT ? "examples" : NULL,
                         NULL, 1e6, 32, NULL};
     struct popsel sel = {.norm_proof = true};
-    char *tok[N];
-    setup_population_sel(f, &pc, &sel, tok, N);
-    memset(c, 0, N * sizeof(*c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices_sel(f, &pc, &sel, c, N);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     *rid_out = rid;
@@ -314,12 +310,8 @@ static void test_boosted_mask_abandons(void **state) {
 static void test_plain_secagg_audit(void **state) {
     struct fx *f = *state;
     struct popcfg pc = {"plain", N, 3, true, 0, "none", NULL, NULL, 1e6, 32, NULL};
-    char *tok[N];
-    setup_population(f, &pc, tok, N);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
-    for (int i = 0; i < N; i++)
-        c[i].tok = tok[i];
+    setup_devices(f, &pc, c, N);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
