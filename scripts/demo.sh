@@ -96,6 +96,8 @@ if [ "$dp" = on ]; then
 else
     sim_args+=(--dp none)
 fi
+# OpenBLAS kernels for this CPU (OPENBLAS_CORETYPE; FL_OPENBLAS_CORETYPE=off to opt out).
+. scripts/openblas-coretype.sh
 echo "demo.sh: flotilla-sim ${sim_args[*]} ${sim_extra[*]:-}"
 sim_rc=0
 "$sim" "${sim_args[@]}" "${sim_extra[@]}" || sim_rc=$?

@@ -43,6 +43,10 @@ if [ $do_build = 1 ]; then
         core_bench_safetensors_load flotilla-coordinator fl_client_sdk >/dev/null || exit 1
 fi
 
+# OpenBLAS kernels for this CPU (OPENBLAS_CORETYPE; FL_OPENBLAS_CORETYPE=off to opt out),
+# for every benchmark below.
+. "$root/scripts/openblas-coretype.sh"
+
 # name | time limit (s) | command (run in $root)
 steps=(
 "secagg|300|$B/secagg/bench_secagg --n 100 --d 10000 --drop 0.1"
