@@ -119,14 +119,16 @@ struct fl__sa_combine_job {
     int rc;                            /* out: 0, or -1 as fl__sa_shamir_combine */
 };
 
-/* Scratch bytes per share of the inversion window (two field elements). */
+/* Scratch bytes per share: combine_many needs 120 bytes per job of its window, so a
+ * scratch sized by shares always holds at least as many jobs as shares / 1.5. */
 #define FL__SA_SHAMIR_SCRATCH_PER_SHARE 80
 
 /* Runs m reconstructions with the result of fl__sa_shamir_combine for each job, sharing
- * the field inversions: the Lagrange denominators of all jobs (public, from x only) are
- * inverted in windows of scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE shares (a small
- * stack window if scratch is NULL or smaller), one inversion per window. Constant time in
- * the y values. Never allocates; scratch holds only public values. */
+ * the field inversions: each job's sum is kept as one fraction whose denominator (public,
+ * from x only) is inverted together with those of the other jobs of its window (up to 256
+ * jobs that fit in scratch_len / 120 bytes; a small stack window if scratch is NULL or
+ * smaller), one inversion per window. Constant time in the y values. Never allocates; the
+ * part of scratch it used (secret-dependent numerators among it) is wiped before return. */
 void fl__sa_shamir_combine_many(struct fl__sa_combine_job *jobs, size_t m, void *scratch,
                                 size_t scratch_len);
 

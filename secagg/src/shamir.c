@@ -141,10 +141,33 @@ static void sa_fe_mul(struct sa_fe *out, const struct sa_fe *a, const struct sa_
     sa_fe_reduce_wide(out, t);
 }
 
-/* out = a * m for a public 64-bit multiplier m (a product of two share indices or index
- * differences): 5 limb products instead of 16. */
-static void sa_fe_mul_small(struct sa_fe *out, const struct sa_fe *a, uint64_t m) {
-    uint64_t t[9] = {0};
+/* out = t mod p for t < 2^322 (six limbs): sa_fe_reduce_wide with H = t >> 256 < 2^66, so
+ * c = 297 H has two limbs and L - c + p lies in (0, 2p): one conditional subtraction. */
+static inline void sa_fe_reduce_narrow(struct sa_fe *out, const uint64_t t[6]) {
+    uint64_t r[FL__SA_FE_LIMBS];
+    fl__sa_u128 m = (fl__sa_u128)t[4] * 297u;
+    uint64_t c0 = (uint64_t)m;
+    uint64_t c1 = t[5] * 297u + (uint64_t)(m >> 64); /* t[5] < 4: no overflow */
+    uint64_t borrow = 0, carry = 0;
+    r[0] = sa_sbb(t[0], c0, &borrow);
+    r[1] = sa_sbb(t[1], c1, &borrow);
+    r[2] = sa_sbb(t[2], 0, &borrow);
+    r[3] = sa_sbb(t[3], 0, &borrow);
+    r[4] = (uint64_t)0 - borrow;
+    r[0] = sa_adc(r[0], 297u, &carry); /* + p = + 297 + 2^256 */
+    FL__SA_UNROLL
+    for (int i = 1; i < 4; i++)
+        r[i] = sa_adc(r[i], 0, &carry);
+    r[4] += carry + 1u;
+    sa_fe_cond_sub_p(r);
+    memcpy(out->v, r, sizeof(r));
+}
+
+/* out = a * m + c for a public 64-bit multiplier m (a product of share indices or index
+ * differences) and c < p (NULL: 0): 5 limb products instead of 16, one reduction. */
+static inline void sa_fe_mul_small_add(struct sa_fe *out, const struct sa_fe *a, uint64_t m,
+                                       const struct sa_fe *c) {
+    uint64_t t[6];
     uint64_t carry = 0;
     FL__SA_UNROLL
     for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
@@ -152,8 +175,19 @@ static void sa_fe_mul_small(struct sa_fe *out, const struct sa_fe *a, uint64_t m
         t[i] = (uint64_t)x;
         carry = (uint64_t)(x >> 64);
     }
-    t[FL__SA_FE_LIMBS] = carry;
-    sa_fe_reduce_wide(out, t);
+    t[FL__SA_FE_LIMBS] = carry; /* a m < 2^321 */
+    if (c) {
+        uint64_t k = 0;
+        FL__SA_UNROLL
+        for (int i = 0; i < FL__SA_FE_LIMBS; i++)
+            t[i] = sa_adc(t[i], c->v[i], &k);
+        t[5] += k; /* < 2^321 + 2^257 */
+    }
+    sa_fe_reduce_narrow(out, t);
+}
+
+static inline void sa_fe_mul_small(struct sa_fe *out, const struct sa_fe *a, uint64_t m) {
+    sa_fe_mul_small_add(out, a, m, NULL);
 }
 
 static void sa_fe_add(struct sa_fe *out, const struct sa_fe *a, const struct sa_fe *b) {
@@ -215,11 +249,43 @@ static void sa_fe_store_be(uint8_t *out, size_t len, const struct sa_fe *a) {
     }
 }
 
+static inline uint64_t sa_be64(const uint8_t *p) {
+    uint64_t w = 0;
+    for (int i = 0; i < 8; i++)
+        w = (w << 8) | p[i]; /* gcc and clang turn this into one load and a bswap */
+    return w;
+}
+
+static inline void sa_put_be64(uint8_t *p, uint64_t w) {
+    for (int i = 7; i >= 0; i--, w >>= 8)
+        p[i] = (uint8_t)w;
+}
+
+/* The 33-byte share value y (top byte, then four big-endian limbs): a word at a time, as
+ * sa_fe_load_be / sa_fe_store_be with len 33 do a byte at a time (split runs them n t
+ * times). */
+static inline void sa_fe_load_y(uint64_t r[FL__SA_FE_LIMBS],
+                                const uint8_t y[FL__SA_SHARE_Y_BYTES]) {
+    r[4] = y[0];
+    r[3] = sa_be64(y + 1);
+    r[2] = sa_be64(y + 9);
+    r[1] = sa_be64(y + 17);
+    r[0] = sa_be64(y + 25);
+}
+
+static inline void sa_fe_store_y(uint8_t y[FL__SA_SHARE_Y_BYTES], const struct sa_fe *a) {
+    y[0] = (uint8_t)a->v[4];
+    sa_put_be64(y + 1, a->v[3]);
+    sa_put_be64(y + 9, a->v[2]);
+    sa_put_be64(y + 17, a->v[1]);
+    sa_put_be64(y + 25, a->v[0]);
+}
+
 /* Loads a 33-byte share value; returns 0 if it is < p, -1 otherwise (computed without a
  * value-dependent branch; the caller fails on -1). */
 static int sa_fe_load_share(struct sa_fe *out, const uint8_t y[FL__SA_SHARE_Y_BYTES]) {
     uint64_t borrow = 0;
-    sa_fe_load_be(out->v, y, FL__SA_SHARE_Y_BYTES);
+    sa_fe_load_y(out->v, y);
     for (int i = 0; i < FL__SA_FE_LIMBS; i++) {
         fl__sa_u128 d = (fl__sa_u128)out->v[i] - sa_p[i] - borrow;
         borrow = (uint64_t)(d >> 64) & 1u;
@@ -228,12 +294,8 @@ static int sa_fe_load_share(struct sa_fe *out, const uint8_t y[FL__SA_SHARE_Y_BY
 }
 
 /* Uniform field element from 64 random bytes (bias < 2^-255). */
-static int sa_fe_random(struct sa_fe *out, const struct fl__sa_crypto *crypto) {
-    uint8_t buf[64];
+static void sa_fe_from_random(struct sa_fe *out, const uint8_t buf[64]) {
     uint64_t t[10] = {0};
-    int rc = -1;
-    if (crypto->random(buf, sizeof(buf)) != 0)
-        goto out_wipe;
     for (int i = 0; i < 8; i++) {
         uint64_t w = 0;
         for (int j = 0; j < 8; j++)
@@ -241,11 +303,7 @@ static int sa_fe_random(struct sa_fe *out, const struct fl__sa_crypto *crypto) {
         t[i] = w;
     }
     sa_fe_reduce_wide(out, t);
-    rc = 0;
-out_wipe:
-    fl_memzero(buf, sizeof(buf));
     fl_memzero(t, sizeof(t));
-    return rc;
 }
 
 /* ---- public-index checks ---- */
@@ -275,11 +333,17 @@ static int sa_check_share_xs(const struct fl__sa_share *shares, size_t k) {
 
 /* ---- split and combine ---- */
 
+/* Coefficients drawn per call of crypto->random (one system call for up to 16). */
+#define SA_RAND_BATCH 16
+
 /* Evaluates f(x) = secret + c1 x + ... + c_{t-1} x^{t-1} at every xs[i] by Horner's rule,
- * drawing one coefficient at a time (highest first) so no coefficient array is needed: the
- * running values live in out[i].y. Cost: n*t multiplications by the (small, public) x. */
+ * drawing the coefficients highest first (SA_RAND_BATCH at a time) so no coefficient array
+ * is needed: the running values live in out[i].y. Cost: n*t multiplications by the (small,
+ * public) x. */
 int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, size_t t,
                         const uint8_t secret[32], const struct fl__sa_crypto *crypto) {
+    uint8_t rnd[SA_RAND_BATCH * 64];
+    size_t have = 0, used = 0; /* draws in rnd, and taken (in order, as one stream) */
     struct sa_fe coeff, acc;
     int rc = -1;
 
@@ -295,14 +359,19 @@ int fl__sa_shamir_split(struct fl__sa_share *out, const uint32_t *xs, size_t n, 
     for (size_t j = t; j-- > 0;) {
         if (j == 0) {
             sa_fe_load_be(coeff.v, secret, 32); /* < 2^256 < p: already reduced */
-        } else if (sa_fe_random(&coeff, crypto) != 0) {
-            goto out_wipe;
+        } else {
+            if (used == have) {
+                have = j < SA_RAND_BATCH ? j : SA_RAND_BATCH;
+                used = 0;
+                if (crypto->random(rnd, have * 64) != 0)
+                    goto out_wipe;
+            }
+            sa_fe_from_random(&coeff, rnd + 64 * used++);
         }
         for (size_t i = 0; i < n; i++) {
-            sa_fe_load_be(acc.v, out[i].y, FL__SA_SHARE_Y_BYTES);
-            sa_fe_mul_small(&acc, &acc, out[i].x);
-            sa_fe_add(&acc, &acc, &coeff);
-            sa_fe_store_be(out[i].y, FL__SA_SHARE_Y_BYTES, &acc);
+            sa_fe_load_y(acc.v, out[i].y);
+            sa_fe_mul_small_add(&acc, &acc, out[i].x, &coeff);
+            sa_fe_store_y(out[i].y, &acc);
         }
     }
     rc = 0;
@@ -311,59 +380,99 @@ out_wipe:
         for (size_t i = 0; i < n; i++)
             fl_memzero(out[i].y, sizeof(out[i].y));
     }
+    fl_memzero(rnd, sizeof(rnd));
     fl_memzero(&coeff, sizeof(coeff));
     fl_memzero(&acc, sizeof(acc));
     return rc;
 }
 
-/* ---- combine: Lagrange interpolation at 0, batched inversions ----
+/* ---- combine: Lagrange interpolation at 0, one batched inversion per window ----
  *
  * secret = sum_i y_i L_i(0), L_i(0) = prod_{j != i} x_j / (x_j - x_i) = P / D_i with
- * P = prod_j x_j and D_i = x_i prod_{j != i} (x_j - x_i). The D_i depend only on the public
- * indices and are products of 32-bit integers, so they cost cheap small multiplications; all
- * the D_i of a window of shares (of one or several jobs) are inverted together with
- * Montgomery's trick (prefix products, one Fermat inversion, a backward pass): 3
- * multiplications per share plus one inversion per window instead of one inversion (~260
- * multiplications) per share. Only the sum over y_i touches secrets, with constant-time
- * field operations; every branch depends on x, k or the window position. */
+ * P = prod_j x_j and D_i = x_i prod_{j != i} (x_j - x_i) = s_i |D_i|, s_i = +-1. Both depend
+ * only on the public indices. The sum is kept as one fraction N / Q and each share added
+ * in Horner form:
+ *
+ *     N <- N |D_i| + s_i y_i Q,    Q <- Q |D_i|,
+ *
+ * so a share costs one full multiplication (y_i Q) and the products of N and Q by the
+ * 32-bit factors of |D_i|, gathered into 64-bit words (indices of a 1000-client round are
+ * 10-bit numbers: ~6 factors per word, two small multiplications each). The Q of all the
+ * jobs of a window are inverted together with Montgomery's trick (three multiplications
+ * per job and one Fermat inversion per window); secret = P N / Q. Only N touches secrets,
+ * with constant-time field operations; every branch depends on x, k or the window
+ * position. */
 
-/* Multiplies *d by the public factor f (< 2^32), gathering factors into the 64-bit *pend
- * until the next one would overflow it: one field multiplication per 64 bits of factors
- * (indices of a 1000-client round are 10-bit numbers, so ~6 factors per multiplication). */
-static inline void sa_gather(struct sa_fe *d, uint64_t *pend, uint64_t f) {
-    uint64_t prod;
-    if (__builtin_mul_overflow(*pend, f, &prod)) {
-        sa_fe_mul_small(d, d, *pend);
-        prod = f;
+/* Words of factors applied to N and Q one by one (two small multiplications each); a
+ * |D_i| of more words is built as a field element first and applied with two full
+ * multiplications (~3 small ones each), as wide indices (large n) need. */
+#define SA_DEN_WORDS 6
+
+struct sa_den {
+    uint64_t w[SA_DEN_WORDS];
+    size_t nw;
+    int fe; /* 1: the words so far are folded into d */
+    struct sa_fe d;
+};
+
+static void sa_den_word(struct sa_den *dd, uint64_t word) {
+    if (!dd->fe && dd->nw < SA_DEN_WORDS) {
+        dd->w[dd->nw++] = word;
+        return;
     }
-    *pend = prod;
+    if (!dd->fe) {
+        sa_fe_from_u32(&dd->d, 1);
+        for (size_t i = 0; i < dd->nw; i++)
+            sa_fe_mul_small(&dd->d, &dd->d, dd->w[i]);
+        dd->fe = 1;
+    }
+    sa_fe_mul_small(&dd->d, &dd->d, word);
 }
 
-/* D = x_i * prod_{j != i} (x_j - x_i) mod p, from public indices (distinct, nonzero). */
-static void sa_lagrange_den(struct sa_fe *d, const struct fl__sa_share *sh, size_t k, size_t i) {
-    uint64_t xi = sh[i].x, pend = xi;
+/* n *= |D_i|, q *= |D_i|; returns 1 if D_i < 0 (an odd number of x_j < x_i). Factors
+ * (< 2^32) are gathered into 64-bit words. */
+static int sa_scale_den(struct sa_fe *n, struct sa_fe *q, const struct fl__sa_share *sh, size_t k,
+                        size_t i) {
+    struct sa_den dd;
+    uint64_t xi = sh[i].x, pend = xi, prod;
     int neg = 0;
-    sa_fe_from_u32(d, 1);
+    dd.nw = 0;
+    dd.fe = 0;
     for (size_t j = 0; j < k; j++) {
         if (j == i)
             continue;
-        uint64_t xj = sh[j].x;
+        uint64_t xj = sh[j].x, f = xj > xi ? xj - xi : xi - xj;
         neg ^= xj < xi;
-        sa_gather(d, &pend, xj > xi ? xj - xi : xi - xj);
+        if (__builtin_mul_overflow(pend, f, &prod)) {
+            sa_den_word(&dd, pend);
+            prod = f;
+        }
+        pend = prod;
     }
-    sa_fe_mul_small(d, d, pend);
-    if (neg) {
-        struct sa_fe zero = {{0}};
-        sa_fe_sub(d, &zero, d);
+    sa_den_word(&dd, pend);
+    if (dd.fe) {
+        sa_fe_mul(n, n, &dd.d);
+        sa_fe_mul(q, q, &dd.d);
+    } else {
+        for (size_t w = 0; w < dd.nw; w++) {
+            sa_fe_mul_small(n, n, dd.w[w]);
+            sa_fe_mul_small(q, q, dd.w[w]);
+        }
     }
+    return neg;
 }
 
 /* P = prod_j x_j mod p. */
 static void sa_lagrange_num(struct sa_fe *pr, const struct fl__sa_share *sh, size_t k) {
-    uint64_t pend = 1;
+    uint64_t pend = 1, prod;
     sa_fe_from_u32(pr, 1);
-    for (size_t j = 0; j < k; j++)
-        sa_gather(pr, &pend, sh[j].x);
+    for (size_t j = 0; j < k; j++) {
+        if (__builtin_mul_overflow(pend, (uint64_t)sh[j].x, &prod)) {
+            sa_fe_mul_small(pr, pr, pend);
+            prod = sh[j].x;
+        }
+        pend = prod;
+    }
     sa_fe_mul_small(pr, pr, pend);
 }
 
@@ -382,97 +491,100 @@ static void sa_fe_batch_inv(struct sa_fe *d, struct sa_fe *pre, size_t m) {
     d[0] = inv;
 }
 
-/* Bytes of combine scratch per share of window (see FL__SA_SHAMIR_SCRATCH_PER_SHARE). */
-_Static_assert(2 * sizeof(struct sa_fe) <= FL__SA_SHAMIR_SCRATCH_PER_SHARE,
-               "FL__SA_SHAMIR_SCRATCH_PER_SHARE too small");
+/* The window's three arrays (Q, N, prefix products) take this much per job. */
+#define SA_JOB_SCRATCH (3 * sizeof(struct sa_fe))
+_Static_assert(SA_JOB_SCRATCH <= 2 * FL__SA_SHAMIR_SCRATCH_PER_SHARE,
+               "a scratch of two shares must hold one job");
 
-/* Window on the stack when the caller gives no scratch. */
-#define SA_STACK_WINDOW 32
+/* Window on the stack when the caller gives no scratch (jobs). */
+#define SA_STACK_WINDOW 16
 
-/* Finishes job j: secret = P * acc if every share was < p and the result fits 32 bytes. */
-static void sa_job_finish(struct fl__sa_combine_job *job, struct sa_fe *acc, int bad) {
+/* N / Q for one job: the sum of y_i / D_i. Returns nonzero if a share is >= p. */
+static int sa_job_fraction(const struct fl__sa_combine_job *job, struct sa_fe *n, struct sa_fe *q) {
+    struct sa_fe y, t;
+    int bad = 0;
+    memset(n, 0, sizeof(*n));
+    sa_fe_from_u32(q, 1);
+    for (size_t i = 0; i < job->k; i++) {
+        bad |= sa_fe_load_share(&y, job->shares[i].y);
+        sa_fe_mul(&t, &y, q);
+        int neg = sa_scale_den(n, q, job->shares, job->k, i);
+        if (neg)
+            sa_fe_sub(n, n, &t);
+        else
+            sa_fe_add(n, n, &t);
+    }
+    fl_memzero(&y, sizeof(y));
+    fl_memzero(&t, sizeof(t));
+    return bad;
+}
+
+/* Finishes a job: secret = P N Q^-1 (qinv given) if every share was < p and the result
+ * fits 32 bytes. */
+static void sa_job_finish(struct fl__sa_combine_job *job, struct sa_fe *n, const struct sa_fe *qinv,
+                          int bad) {
     struct sa_fe pr;
     sa_lagrange_num(&pr, job->shares, job->k);
-    sa_fe_mul(acc, acc, &pr);
+    sa_fe_mul(n, n, qinv);
+    sa_fe_mul(n, n, &pr);
     /* A share >= p is malformed; a result >= 2^256 cannot be a 32-byte secret. */
-    if (bad != 0 || acc->v[4] != 0) {
+    if (bad != 0 || n->v[4] != 0) {
         fl_memzero(job->secret, 32);
         job->rc = -1;
     } else {
-        sa_fe_store_be(job->secret, 32, acc);
+        sa_fe_store_be(job->secret, 32, n);
         job->rc = 0;
     }
-    memset(acc, 0, sizeof(*acc));
+    fl_memzero(n, sizeof(*n));
 }
 
 void fl__sa_shamir_combine_many(struct fl__sa_combine_job *jobs, size_t m, void *scratch,
                                 size_t scratch_len) {
-    struct sa_fe stack_den[SA_STACK_WINDOW], stack_pre[SA_STACK_WINDOW];
-    struct sa_fe *den = stack_den, *pre = stack_pre;
+    struct sa_fe stack_area[3 * SA_STACK_WINDOW];
+    struct sa_fe *area = stack_area;
     size_t win = SA_STACK_WINDOW;
-    struct sa_fe acc = {{0}}, y, tmp;
-    int bad = 0;
+    uint8_t bad[256]; /* caps the window: one inversion per 256 jobs is cheap enough */
+    size_t used = 0;
 
-    if (scratch && scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE > SA_STACK_WINDOW) {
-        win = scratch_len / FL__SA_SHAMIR_SCRATCH_PER_SHARE;
-        den = scratch;
-        pre = den + win;
+    if (scratch && scratch_len / SA_JOB_SCRATCH > SA_STACK_WINDOW) {
+        win = scratch_len / SA_JOB_SCRATCH;
+        area = scratch;
     }
-    /* Invalid jobs fail up front and take no part in the windows. */
-    for (size_t j = 0; j < m; j++) {
-        struct fl__sa_combine_job *job = &jobs[j];
-        job->rc = -1;
-        if (!job->secret)
-            continue;
-        if (!job->shares || job->k == 0 || sa_check_share_xs(job->shares, job->k) != 0) {
-            fl_memzero(job->secret, 32);
-            continue;
-        }
-        job->rc = 1; /* pending */
-    }
-    /* Stream the (job, share) pairs in order through windows of `win` denominators; the
-     * window's pairs are consumed in the same order, so one running sum suffices. */
-    size_t j0 = 0, i0 = 0; /* first pair of the current window */
-    while (j0 < m) {
-        if (jobs[j0].rc != 1) {
-            j0++;
-            i0 = 0;
-            continue;
-        }
-        size_t c = 0, j = j0, i = i0;
-        while (j < m && c < win) {
-            if (jobs[j].rc != 1) {
-                j++;
+    if (win > sizeof(bad))
+        win = sizeof(bad);
+    struct sa_fe *den = area, *num = area + win, *pre = area + 2 * win;
+    size_t j = 0;
+    while (j < m) {
+        /* Gather up to win valid jobs; invalid ones fail here and take no part. */
+        size_t c = 0, first = j;
+        for (; j < m && c < win; j++) {
+            struct fl__sa_combine_job *job = &jobs[j];
+            job->rc = -1;
+            if (!job->secret)
+                continue;
+            if (!job->shares || job->k == 0 || sa_check_share_xs(job->shares, job->k) != 0) {
+                fl_memzero(job->secret, 32);
                 continue;
             }
-            sa_lagrange_den(&den[c++], jobs[j].shares, jobs[j].k, i);
-            if (++i == jobs[j].k) {
-                j++;
-                i = 0;
-            }
+            bad[c] = (uint8_t)sa_job_fraction(job, &num[c], &den[c]);
+            job->rc = 1; /* pending */
+            c++;
         }
+        if (c == 0)
+            continue;
+        used = c > used ? c : used;
         sa_fe_batch_inv(den, pre, c);
         c = 0;
-        while (j0 < j || (j0 == j && i0 < i)) {
-            struct fl__sa_combine_job *job = &jobs[j0];
-            if (job->rc != 1) {
-                j0++;
-                continue;
+        for (size_t q = first; q < j; q++)
+            if (jobs[q].rc == 1) {
+                sa_job_finish(&jobs[q], &num[c], &den[c], bad[c]);
+                c++;
             }
-            bad |= sa_fe_load_share(&y, job->shares[i0].y);
-            sa_fe_mul(&tmp, &y, &den[c++]);
-            sa_fe_add(&acc, &acc, &tmp);
-            if (++i0 == job->k) {
-                sa_job_finish(job, &acc, bad);
-                bad = 0;
-                j0++;
-                i0 = 0;
-            }
-        }
     }
-    fl_memzero(&acc, sizeof(acc));
-    fl_memzero(&y, sizeof(y));
-    fl_memzero(&tmp, sizeof(tmp));
+    /* N is secret; Q and the prefixes are not but share the rows. */
+    fl_memzero(den, used * sizeof(struct sa_fe));
+    fl_memzero(num, used * sizeof(struct sa_fe));
+    fl_memzero(pre, used * sizeof(struct sa_fe));
 }
 
 int fl__sa_shamir_combine(uint8_t secret[32], const struct fl__sa_share *shares, size_t k) {

@@ -17,6 +17,7 @@ static long prg_calls, prg_fail_at;       /* fail the prg call number prg_fail_a
 static size_t prg_ones;                   /* bytes of 0xFF written over the start of each
                                              prg output (rejected by the graph sampler) */
 static int sha_fail, random_fail;
+static long random_calls, random_fail_at; /* fail the random call number random_fail_at */
 
 static int faulty_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
     if (++prg_calls == prg_fail_at)
@@ -30,6 +31,8 @@ static int faulty_sha256(uint8_t out[32], const uint8_t *msg, size_t len) {
     return sha_fail ? -1 : real->sha256(out, msg, len);
 }
 static int faulty_random(uint8_t *out, size_t n) {
+    if (++random_calls == random_fail_at)
+        return -1;
     return random_fail ? -1 : real->random(out, n);
 }
 
@@ -52,6 +55,7 @@ static void reset_faults(void) {
     prg_calls = prg_fail_at = 0;
     prg_ones = 0;
     sha_fail = random_fail = 0;
+    random_calls = random_fail_at = 0;
 }
 
 /* Checks that g is H(k, n) over a permutation: k distinct neighbours per client, each
@@ -275,6 +279,26 @@ static void test_shamir_random_faults(void **state) {
         assert_memory_equal(sh[i].y, zero, sizeof(zero)); /* nothing of the secret left */
     }
     random_fail = 0;
+    /* t = 20: 19 coefficients, drawn in two calls (16, then 3); the second one failing
+     * must wipe what the first 16 coefficients already wrote. */
+    {
+        struct fl__sa_share big[24];
+        uint32_t bx[24];
+        for (uint32_t i = 0; i < 24; i++)
+            bx[i] = 3 * i + 1;
+        reset_faults();
+        assert_int_equal(fl__sa_shamir_split(big, bx, 24, 20, secret, &faulty), 0);
+        assert_int_equal(random_calls, 2);
+        reset_faults();
+        random_fail_at = 2;
+        assert_int_equal(fl__sa_shamir_split(big, bx, 24, 20, secret, &faulty), -1);
+        assert_int_equal(random_calls, 2);
+        for (int i = 0; i < 24; i++) {
+            uint8_t zero[FL__SA_SHARE_Y_BYTES] = {0};
+            assert_memory_equal(big[i].y, zero, sizeof(zero));
+        }
+        reset_faults();
+    }
     struct fl__sa_crypto no_random = *real;
     no_random.random = NULL;
     assert_int_equal(fl__sa_shamir_split(sh, xs, 4, 3, secret, &no_random), -1);
