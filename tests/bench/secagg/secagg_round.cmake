@@ -8,7 +8,12 @@ if(TARGET bench_secagg)
   # (10% dropout: some agreements) with the primitive floor computed from them.
   set_tests_properties(secagg_bench_round_smoke PROPERTIES LABELS "secagg;bench" TIMEOUT 120
     PASS_REGULAR_EXPRESSION
-    "\"status\":0,\"sum_matches_plain\":true,.*\"unmask_agreements\":[1-9][0-9]*,\"unmask_masks\":[1-9][0-9]*,.*\"floor_over_plain\":[0-9]")
+    "\"paced\":false,\"status\":0,\"sum_matches_plain\":true,.*\"unmask_agreements\":[1-9][0-9]*,\"unmask_masks\":[1-9][0-9]*,.*\"floor_over_plain\":[0-9]")
+  # One write per message (--paced) instead of a phase's messages in bursts.
+  add_test(NAME secagg_bench_round_smoke_paced
+    COMMAND bench_secagg --n 30 --d 2000 --drop 0.1 --paced --json)
+  set_tests_properties(secagg_bench_round_smoke_paced PROPERTIES LABELS "secagg;bench"
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "\"paced\":true,\"status\":0,\"sum_matches_plain\":true")
   # The final advance on the benchmark's own threads (unmask_begin/run/next).
   target_link_libraries(bench_secagg PRIVATE Threads::Threads)
   add_test(NAME secagg_bench_round_smoke_threads
