@@ -57,6 +57,13 @@ done
 case $build in /*) ;; *) build=$root/$build ;; esac
 case $scale in ''|*[!0-9]*|0) echo "valgrind.sh: -s wants a whole number >= 1" >&2; exit 2 ;; esac
 export FL_TEST_TIME_SCALE=$scale
+# valgrind 3.19 has no AVX-512: OpenBLAS's SkylakeX/Cooperlake kernels (what
+# scripts/openblas-coretype.sh picks on this box) die there with SIGILL. AVX2 is emulated.
+case ${OPENBLAS_CORETYPE:-} in
+    SkylakeX|Cooperlake|SapphireRapids)
+        echo "valgrind.sh: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE -> Haswell (no AVX-512 under valgrind)" >&2
+        export OPENBLAS_CORETYPE=Haswell ;;
+esac
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind not installed" >&2; exit 1; }
 
 if [ "$do_build" = 1 ]; then

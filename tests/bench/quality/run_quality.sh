@@ -36,6 +36,7 @@ done
 sim=$bin/examples/flotilla-sim/flotilla-sim
 [ -x "$sim" ] || { echo "run_quality.sh: build flotilla-sim first ($sim)" >&2; exit 2; }
 mkdir -p "$out"
+. "$root/scripts/openblas-coretype.sh"
 
 common=(--clients 1000 --per-round 100 --alpha 0.5 --model 784-128-10 --secagg on
         --lr 0.05 --local-momentum 0.9 --batch 16 --seed "$seed" --timeout-s 3000)
