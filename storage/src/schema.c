@@ -180,10 +180,20 @@ static const char fl__store_migration_3[] =
     "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;\n"
     "PRAGMA user_version = 3;\n";
 
+/* v4: client revocation (fl_store_client_revoke). A nullable column rather than a table of
+ * its own: the auth path already reads the client's row, so it learns the state in the same
+ * lookup, and erasure and the retention sweep delete it with the row. Old rows read NULL,
+ * so every client of a migrated database stays active. */
+static const char fl__store_migration_4[] =
+    "ALTER TABLE clients ADD COLUMN revoked_at INTEGER\n"
+    "  CHECK (revoked_at IS NULL OR revoked_at > 0);\n"
+    "PRAGMA user_version = 4;\n";
+
 static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
     fl__store_migration_1,
     fl__store_migration_2,
     fl__store_migration_3,
+    fl__store_migration_4,
 };
 
 /* Reads user_version, application_id and the number of schema objects in one statement, so

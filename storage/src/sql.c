@@ -6,7 +6,7 @@
 
 /* Column lists shared by a statement and the row decoder that reads it. */
 #define POP_COLS "id, name, config_json, epsilon, delta, allowed_regions_json, created_at, state"
-#define CLIENT_COLS "client_id, region, population_id, enrolled_at, last_seen"
+#define CLIENT_COLS "client_id, region, population_id, enrolled_at, last_seen, revoked_at"
 #define MODEL_COLS "version, parent, population_id, sha256, metadata_json, created_at, size"
 #define ROUND_COLS                                                                                 \
     "id, population_id, round_number, state, config_json, base_version, result_version, "          \
@@ -47,6 +47,10 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_CLIENT_GET] = "SELECT " CLIENT_COLS " FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_HASH] = "SELECT token_sha256 FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_TOUCH] = "UPDATE clients SET last_seen = ?2 WHERE client_id = ?1",
+    /* ifnull keeps the first revocation time: revoking twice changes nothing. */
+    [FL__STORE_CLIENT_REVOKE] = "UPDATE clients SET revoked_at = ifnull(revoked_at, ?2) "
+                                "WHERE client_id = ?1 RETURNING revoked_at",
+    [FL__STORE_CLIENT_REINSTATE] = "UPDATE clients SET revoked_at = NULL WHERE client_id = ?1",
 
     [FL__STORE_MODEL_FIND_SHA] = "SELECT version FROM models "
                                  "WHERE ifnull(population_id, 0) = ?1 AND sha256 = ?2",

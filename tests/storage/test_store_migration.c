@@ -1,6 +1,7 @@
 #include <stdio.h>
 /* Schema versions: upgrade of a v1 database built here with raw SQL (as the first release
- * wrote it), atomicity of a failing migration, refusal of a newer database, and several
+ * wrote it) and of a v3 one (clients stay active after the revocation column arrives),
+ * atomicity of a failing migration, refusal of a newer database, and several
  * processes opening (and so migrating) one fresh file at once. */
 #include <signal.h>
 #include <sodium.h>
@@ -190,6 +191,72 @@ static void test_upgrade_v1_to_current(void **state) {
     store_tdir_rm(&t);
 }
 
+/* A version-3 file: a fresh store with migration 4 undone by raw SQL (the clients table
+ * loses revoked_at, exactly its v3 shape), holding a client written the way v3 wrote it. */
+static void make_v3_database(const char *path, const char *token, size_t token_len) {
+    fl_store *st = store_open_ok(path, NULL);
+    int64_t pop = 0;
+    STORE_OK(st, fl_store_population_create(st, &pop, "legacy", NULL, 2.5, 1e-7, NULL));
+    STORE_OK(st, fl_store_client_enroll(st, "api-client", token, token_len, "eu", pop));
+    fl_store_close(st);
+    sqlite3 *db = store_raw_open(path);
+    exec_ok(db, "BEGIN");
+    exec_ok(db, "ALTER TABLE clients DROP COLUMN revoked_at");
+    exec_ok(db, "PRAGMA user_version = 3");
+    /* Seven columns, as v3 inserted them. */
+    exec_ok(db, "INSERT INTO clients VALUES (9, 'old-client', zeroblob(32), 'eu', 1, "
+                "1600000000000, 1600000000000)");
+    exec_ok(db, "COMMIT");
+    assert_int_equal(store_raw_int(db, "SELECT count(*) FROM pragma_table_info('clients') "
+                                       "WHERE name = 'revoked_at'"),
+                     0);
+    sqlite3_close(db);
+}
+
+static void test_upgrade_v3_keeps_clients_active(void **state) {
+    (void)state;
+    static const char token[] = "v3-client-token-0123456789";
+    struct store_tdir t;
+    store_tdir_make(&t, "v3.db");
+    make_v3_database(t.path, token, sizeof(token) - 1);
+
+    fl_store *st = store_open_ok(t.path, NULL);
+    sqlite3 *raw = store_raw_open(t.path);
+    assert_int_equal(store_raw_int(raw, "PRAGMA user_version"), FL_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM clients WHERE revoked_at IS NULL"),
+                     2);
+    sqlite3_close(raw);
+    /* Every old client is active and still authenticates... */
+    const char *ids[] = {"api-client", "old-client"};
+    for (int i = 0; i < 2; i++) {
+        fl_store_client *c = NULL;
+        STORE_OK(st, fl_store_client_get(st, &c, ids[i]));
+        assert_int_equal(c->revoked_at, 0);
+        assert_int_equal(c->population_id, 1);
+        fl_store_free(st, c);
+    }
+    STORE_OK(st, fl_store_client_authenticate(st, "api-client", token, sizeof(token) - 1));
+    /* ...and can be revoked and reinstated on the new column. */
+    int64_t at = 0;
+    STORE_OK(st, fl_store_client_revoke(st, &at, "old-client", 1700000000000));
+    assert_int_equal(at, 1700000000000);
+    STORE_OK(st, fl_store_client_reinstate(st, "old-client"));
+    assert_int_equal(fl_store_check(st), FL_OK);
+    fl_store_close(st);
+
+    /* The upgraded file has exactly the schema of a fresh one. */
+    struct store_tdir fresh;
+    store_tdir_make(&fresh, "fresh.db");
+    st = store_open_ok(fresh.path, NULL);
+    fl_store_close(st);
+    char *a = schema_fingerprint(t.path), *b = schema_fingerprint(fresh.path);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    store_tdir_rm(&fresh);
+    store_tdir_rm(&t);
+}
+
 static void test_failed_migration_is_rolled_back(void **state) {
     (void)state;
     struct store_tdir t;
@@ -299,6 +366,7 @@ static void test_concurrent_first_open(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upgrade_v1_to_current),
+        cmocka_unit_test(test_upgrade_v3_keeps_clients_active),
         cmocka_unit_test(test_failed_migration_is_rolled_back),
         cmocka_unit_test(test_newer_database_refused),
         cmocka_unit_test(test_concurrent_first_open),

@@ -40,7 +40,7 @@ extern "C" {
 /* Bytes of a lowercase hex SHA-256 digest including the terminating NUL. */
 #define FL_STORE_SHA256_HEX_BYTES 65
 /* Schema version this library creates and upgrades to (PRAGMA user_version). */
-#define FL_STORE_SCHEMA_VERSION 3
+#define FL_STORE_SCHEMA_VERSION 4
 /* Longest name accepted for populations, tags and client IDs, in bytes. */
 #define FL_STORE_NAME_MAX 128
 /* Longest JSON text accepted in any *_json argument, in bytes. */
@@ -250,6 +250,10 @@ typedef struct fl_store_client {
     int64_t population_id; /* population the client is enrolled in */
     int64_t enrolled_at;   /* Unix ms */
     int64_t last_seen;     /* Unix ms of the last fl_store_client_touch (or enrolment) */
+    /* Added in schema version 4 (client revocation). No struct_size: the store allocates
+     * this struct (fl_store_client_get), so code built against the older layout reads a
+     * prefix of it and is unaffected. */
+    int64_t revoked_at;    /* Unix ms given to fl_store_client_revoke; 0 = active */
 } fl_store_client;
 
 /* Enrols a client.
@@ -264,12 +268,14 @@ FL_API fl_status fl_store_client_enroll(fl_store *st, const char *client_id, con
                                         size_t token_len, const char *region,
                                         int64_t population_id);
 
-/* Reads a client's record into *out (release with fl_store_free). Returns FL_OK;
- * FL_ERR_NOT_FOUND; FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
+/* Reads a client's record into *out (release with fl_store_free), including whether it is
+ * revoked (revoked_at). Returns FL_OK; FL_ERR_NOT_FOUND; FL_ERR_MISUSE; FL_ERR_IO;
+ * FL_ERR_NOMEM; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_get(fl_store *st, fl_store_client **out, const char *client_id);
 
-/* Checks token against the stored hash (constant-time compare). Writes nothing.
- * Returns FL_OK; FL_ERR_AUTH for an unknown ID or a wrong token alike (no oracle);
+/* Checks token against the stored hash (constant-time compare). Writes nothing. Does not
+ * look at revocation: a revoked client with its right token still gets FL_OK here; read
+ * revoked_at with fl_store_client_get to refuse it. Returns FL_OK; FL_ERR_AUTH for an unknown ID or a wrong token alike (no oracle);
  * FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_authenticate(fl_store *st, const char *client_id,
                                               const void *token, size_t token_len);
@@ -277,6 +283,24 @@ FL_API fl_status fl_store_client_authenticate(fl_store *st, const char *client_i
 /* Sets the client's last_seen to now. Returns FL_OK; FL_ERR_NOT_FOUND; FL_ERR_MISUSE;
  * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_touch(fl_store *st, const char *client_id);
+
+/* Revokes client_id: blocks it while keeping its row, token hash and participations (unlike
+ * fl_store_client_erase). The store only records it; the caller (the coordinator's auth
+ * path) refuses a client whose fl_store_client.revoked_at is not 0. Idempotent: revoking a
+ * revoked client keeps the first time. One transaction.
+ *   revoked_at_out  receives the revocation time in effect (revoked_at, or the earlier
+ *                   time of a previous revocation); may be NULL. 0 on failure.
+ *   client_id       an enrolled client.
+ *   revoked_at      Unix ms, > 0, from the caller's clock.
+ * Returns FL_OK; FL_ERR_NOT_FOUND (no such client); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO;
+ * FL_ERR_STATE. */
+FL_API fl_status fl_store_client_revoke(fl_store *st, int64_t *revoked_at_out,
+                                        const char *client_id, int64_t revoked_at);
+
+/* Reinstates client_id: clears its revocation so its token works again. Idempotent on an
+ * active client. One transaction. Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
+ * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_client_reinstate(fl_store *st, const char *client_id);
 
 /* ---- model registry ----
  * Versions are immutable and content-addressed: each holds the exact bytes, their SHA-256,
