@@ -1457,3 +1457,46 @@ int fl__coord_fuzz_checkin(const uint8_t *b, size_t n) {
         json_decref(rep.json);
     return status;
 }
+
+/* POST /v1/admin/clients/{client_id}/revoke and .../reinstate: blocks a client without
+ * erasing it, or unblocks it. Storage records the state (so it survives a restart); the
+ * auth cache mark is flipped under the coordinator lock before the reply, so from then on
+ * every request with the client's token is refused (401 token_revoked) or accepted again.
+ * A revoked client in a forming or running round can send nothing more and drops out of it
+ * like any silent device. The client's records stay; erasure is a separate request. */
+int fl__coord_h_client_revoke(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
+    fl_coord *co = rq->co;
+    if (!fl__coord_auth_admin(rq, rep))
+        return rep->status;
+    const char *cid = rq->seg[3];
+    /* Coordinator-issued ids are 16 lowercase hex digits; nothing else can be enrolled. */
+    bool valid = strlen(cid) == FL__COORD_CLIENT_ID_CHARS;
+    for (size_t i = 0; valid && cid[i]; i++)
+        valid = (cid[i] >= '0' && cid[i] <= '9') || (cid[i] >= 'a' && cid[i] <= 'f');
+    if (!valid)
+        return fl__coord_error(rep, 400, "invalid_parameter", "client_id",
+                               "client id must be 16 lowercase hex characters");
+    bool revoke = rq->route == FL__R_ADMIN_CLIENT_REVOKE;
+    int64_t at = 0;
+    int status;
+    fl__coord_lock(co);
+    fl_status rc = revoke ? fl_store_client_revoke(co->store, &at, cid, fl__coord_now(co))
+                          : fl_store_client_reinstate(co->store, cid);
+    if (rc == FL_ERR_NOT_FOUND) {
+        status = fl__coord_error(rep, 404, "not_found", "client_id", "no such client");
+        goto out_unlock;
+    }
+    if (rc != FL_OK) {
+        status = store_fail(co, rep, rc);
+        goto out_unlock;
+    }
+    fl__coord_auth_cache_set_revoked(co, cid, revoke);
+    fl__log(&co->logger, FL_LOG_INFO, "client %s %s", cid, revoke ? "revoked" : "reinstated");
+    status = fl__coord_json(rep, 200,
+                            json_pack("{s:s, s:s, s:o}", "status", revoke ? "revoked" : "active",
+                                      "client_id", cid, "revoked_at",
+                                      revoke ? json_integer(at) : json_null()));
+out_unlock:
+    fl__coord_unlock(co);
+    return status;
+}

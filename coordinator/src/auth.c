@@ -8,7 +8,10 @@
  * bounded; when it is full it is cleared and refilled from storage on demand.
  *
  * The same entry carries the pacing state of docs/protocol.md section 8: the earliest time
- * the client may check in again (90% of the retry_after_s it was last given). */
+ * the client may check in again (90% of the retry_after_s it was last given), and whether
+ * the client is revoked (POST /v1/admin/clients/{id}/revoke), so a revoked device is
+ * refused from memory too. The revoke handler flips the mark under the coordinator lock,
+ * and a miss fills its entry under that lock, so the two cannot interleave. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,7 @@ struct auth_entry {
     int64_t population_id;
     int64_t pace_until;      /* Unix ms before which a check-in gets 429; 0 = none */
     int64_t pace_retry_s;    /* the retry_after_s that set pace_until */
+    bool revoked;            /* the client is revoked: 401 token_revoked */
 };
 
 struct fl__coord_auth_cache {
@@ -115,6 +119,14 @@ static uint64_t parse_id(const char *hex16) {
     return v ? v : 1; /* id 0 marks empty slots: map the all-zero id onto a probe miss */
 }
 
+/* 401 token_revoked for a client whose right token was presented (a wrong token gets the
+ * plain 401 first, so revocation is no oracle for token guessers). */
+static bool refuse_revoked(fl_coord *co, struct fl__coord_reply *rep) {
+    atomic_fetch_add(&co->metrics.auth_revoked, 1);
+    fl__coord_error(rep, 401, "token_revoked", "Authorization", "the client is revoked");
+    return false;
+}
+
 bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep,
                            struct fl__coord_client_auth *out) {
     fl_coord *co = rq->co;
@@ -139,11 +151,14 @@ bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep
     struct auth_entry *e = slot_of(c, id);
     if (e->id == id) {
         bool ok = fl_memeq_ct(e->tok_hash, h, 32) == 0;
+        bool revoked = e->revoked;
         out->population_id = e->population_id;
         pthread_mutex_unlock(&c->lock);
         atomic_fetch_add(&co->metrics.auth_cache_hits, 1);
         if (!ok)
             fl__coord_error(rep, 401, "unauthorized", "Authorization", "unknown client token");
+        else if (revoked)
+            return refuse_revoked(co, rep);
         return ok;
     }
     pthread_mutex_unlock(&c->lock);
@@ -152,13 +167,32 @@ bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep
     fl__coord_lock(co);
     fl_status rc = fl_store_client_authenticate(co->store, out->client_id, tok, tl);
     fl_store_client *sc = NULL;
+    bool revoked = false;
     if (rc == FL_OK)
         rc = fl_store_client_get(co->store, &sc, out->client_id);
-    if (rc == FL_OK)
+    if (rc == FL_OK) {
         out->population_id = sc->population_id;
-    else if (rc != FL_ERR_AUTH)
+        revoked = sc->revoked_at != 0;
+    } else if (rc != FL_ERR_AUTH) {
         fl__coord_error(rep, 503, "unavailable", NULL, "database: %s", fl_store_errmsg(co->store));
+    }
     fl_store_free(co->store, sc);
+    if (rc == FL_OK) {
+        /* Still under the coordinator lock: a revocation cannot slip in between the read
+         * above and this fill (see fl__coord_auth_cache_set_revoked). */
+        pthread_mutex_lock(&c->lock);
+        grow(co, c);
+        e = slot_of(c, id);
+        if (e->id != id) {
+            memset(e, 0, sizeof(*e));
+            e->id = id;
+            c->used++;
+        }
+        memcpy(e->tok_hash, h, 32);
+        e->population_id = out->population_id;
+        e->revoked = revoked;
+        pthread_mutex_unlock(&c->lock);
+    }
     fl__coord_unlock(co);
     if (rc == FL_ERR_AUTH) {
         fl__coord_error(rep, 401, "unauthorized", "Authorization", "unknown client token");
@@ -168,18 +202,21 @@ bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep
         rep->retry_after_s = 5;
         return false;
     }
-    pthread_mutex_lock(&c->lock);
-    grow(co, c);
-    e = slot_of(c, id);
-    if (e->id != id) {
-        memset(e, 0, sizeof(*e));
-        e->id = id;
-        c->used++;
-    }
-    memcpy(e->tok_hash, h, 32);
-    e->population_id = out->population_id;
-    pthread_mutex_unlock(&c->lock);
+    if (revoked)
+        return refuse_revoked(co, rep);
     return true;
+}
+
+void fl__coord_auth_cache_set_revoked(fl_coord *co, const char *client_id, bool revoked) {
+    uint64_t id = parse_id(client_id);
+    struct fl__coord_auth_cache *c = co->auth;
+    if (!id || !c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    struct auth_entry *e = slot_of(c, id);
+    if (e->id == id)
+        e->revoked = revoked;
+    pthread_mutex_unlock(&c->lock);
 }
 
 bool fl__coord_pace_check(fl_coord *co, const char *client_id, int64_t now,

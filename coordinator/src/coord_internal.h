@@ -52,6 +52,8 @@ enum fl__coord_route {
     FL__R_ADMIN_AUDIT_BUNDLE, /* GET /v1/admin/audit/bundle */
     FL__R_ADMIN_CLIENT_ERASE, /* POST /v1/admin/clients/{id}/erase */
     FL__R_ADMIN_POP_TOKEN,  /* POST /v1/admin/populations/{name}/enrollment-token */
+    FL__R_ADMIN_CLIENT_REVOKE,    /* POST /v1/admin/clients/{id}/revoke */
+    FL__R_ADMIN_CLIENT_REINSTATE, /* POST /v1/admin/clients/{id}/reinstate */
     FL__R_COUNT
 };
 
@@ -94,6 +96,7 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t stale_rejected;   /* buffered updates refused as too stale */
     atomic_uint_fast64_t updates_clipped;  /* plain updates scaled down to the norm bound */
     atomic_uint_fast64_t norm_proofs_refused; /* secagg masked inputs whose norm proof failed */
+    atomic_uint_fast64_t auth_revoked;     /* client requests refused: the client is revoked */
 };
 
 extern const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS];
@@ -520,7 +523,8 @@ struct fl__coord_client_auth {
 
 /* Checks a client bearer token "flc_<16 hex>.<43 chars>": from the in-memory cache, or
  * against storage on a miss (taking the coordinator lock for it). Must be called WITHOUT
- * the coordinator lock. On failure sets a 401/503 reply and returns false. */
+ * the coordinator lock. On failure sets a 401/503 reply and returns false; a revoked
+ * client with its right token gets 401 token_revoked. */
 bool fl__coord_auth_client(struct fl__coord_req *rq, struct fl__coord_reply *rep,
                            struct fl__coord_client_auth *out);
 /* Check-in pacing (docs/protocol.md section 8): false (and a 429 reply) when the client
@@ -534,6 +538,12 @@ void fl__coord_auth_cache_destroy(fl_coord *co);
 /* Forgets every cached client (after an erasure or a retention sweep deleted some), so the
  * next request of a deleted client is checked against storage (401). */
 void fl__coord_auth_cache_clear(fl_coord *co);
+/* Sets the revoked mark of client_id's cache entry, if it has one (after storage committed
+ * the change). Call with the coordinator lock held: a cache miss reads storage and fills
+ * its entry under that lock too, so it cannot put back a stale state. */
+void fl__coord_auth_cache_set_revoked(fl_coord *co, const char *client_id, bool revoked);
+/* POST /v1/admin/clients/{id}/revoke and .../reinstate (api.c). */
+int fl__coord_h_client_revoke(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 
 /* ---- rounds (round.c) ---- */
 

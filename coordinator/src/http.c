@@ -354,7 +354,8 @@ static const char *route_allow(enum fl__coord_route r) {
         return "GET";
     case FL__R_ENROLL: case FL__R_CHECKIN: case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP:
     case FL__R_ADMIN_POP_MODELS: case FL__R_SECAGG_POST: case FL__R_UPDATE:
-    case FL__R_ADMIN_CLIENT_ERASE: case FL__R_ADMIN_POP_TOKEN:
+    case FL__R_ADMIN_CLIENT_ERASE: case FL__R_ADMIN_POP_TOKEN: case FL__R_ADMIN_CLIENT_REVOKE:
+    case FL__R_ADMIN_CLIENT_REINSTATE:
         return "POST";
     case FL__R_ADMIN_POPS:
         return "GET, POST";
@@ -372,7 +373,8 @@ const char *fl__coord_route_name(enum fl__coord_route r) {
         "admin_population_stop", "admin_population_models", "admin_population_rounds",
         "admin_round", "secagg_post", "secagg_result", "update", "status",
         "audit_checkpoint", "audit_inclusion", "audit_consistency", "admin_audit_bundle",
-        "admin_client_erase", "admin_population_enrollment_token"};
+        "admin_client_erase", "admin_population_enrollment_token", "admin_client_revoke",
+        "admin_client_reinstate"};
     return (unsigned)r < FL__R_COUNT ? names[r] : "unknown";
 }
 
@@ -434,6 +436,10 @@ static enum fl__coord_route route_of(struct fl__coord_req *rq, const char *url) 
         return FL__R_ADMIN_AUDIT_BUNDLE;
     if (k == 5 && SEG(1, "admin") && SEG(2, "clients") && SEG(4, "erase"))
         return FL__R_ADMIN_CLIENT_ERASE;
+    if (k == 5 && SEG(1, "admin") && SEG(2, "clients") && SEG(4, "revoke"))
+        return FL__R_ADMIN_CLIENT_REVOKE;
+    if (k == 5 && SEG(1, "admin") && SEG(2, "clients") && SEG(4, "reinstate"))
+        return FL__R_ADMIN_CLIENT_REINSTATE;
     if (k >= 3 && SEG(1, "admin")) {
         if (SEG(2, "populations")) {
             if (k == 3)
@@ -473,6 +479,7 @@ static size_t route_cap(fl_coord *co, const struct fl__coord_req *rq, enum fl__c
     case FL__R_ADMIN_POP_MODELS: return co->limits.model_bytes;
     case FL__R_ADMIN_POP_START: case FL__R_ADMIN_POP_STOP: return 1024;
     case FL__R_ADMIN_CLIENT_ERASE: return 1024;
+    case FL__R_ADMIN_CLIENT_REVOKE: case FL__R_ADMIN_CLIENT_REINSTATE: return 1024;
     case FL__R_ADMIN_POP_TOKEN: return 1024;
     default: return 0;
     }
@@ -549,6 +556,8 @@ static int dispatch(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     case FL__R_AUDIT_CHECKPOINT: case FL__R_AUDIT_INCLUSION: case FL__R_AUDIT_CONSISTENCY:
     case FL__R_ADMIN_AUDIT_BUNDLE: case FL__R_ADMIN_CLIENT_ERASE:
         return fl__coord_h_audit(rq, rep);
+    case FL__R_ADMIN_CLIENT_REVOKE: case FL__R_ADMIN_CLIENT_REINSTATE:
+        return fl__coord_h_client_revoke(rq, rep);
     default:
         return fl__coord_error(rep, 404, "not_found", NULL, "no such endpoint");
     }

@@ -128,6 +128,11 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
                   "flotilla_auth_cache_total{result=\"miss\"} %llu\n",
               (unsigned long long)atomic_load(&m->auth_cache_hits),
               (unsigned long long)atomic_load(&m->auth_cache_misses));
+    sb_printf(&b, "# HELP flotilla_auth_revoked_total Client requests refused because the "
+                  "client is revoked (401 token_revoked).\n"
+                  "# TYPE flotilla_auth_revoked_total counter\n"
+                  "flotilla_auth_revoked_total %llu\n",
+              (unsigned long long)atomic_load(&m->auth_revoked));
     sb_printf(&b, "# HELP flotilla_long_polls_parked_total Result requests suspended.\n"
                   "# TYPE flotilla_long_polls_parked_total counter\n"
                   "flotilla_long_polls_parked_total %llu\n",
