@@ -258,6 +258,7 @@ struct fl_client {
     fl_client_train_fn train_fn;         /* custom trainer or NULL */
     void *train_user;
     double momentum, weight_decay;       /* built-in trainer */
+    int blas_advised;                    /* the OpenBLAS kernel check ran (once per client) */
     uint64_t max_model_bytes;
     uint32_t backoff_initial_ms, backoff_max_ms, request_timeout_ms, long_poll_s;
     int secagg_backend;
@@ -1194,6 +1195,12 @@ static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, vo
                                size_t *vlen, size_t *wb, uint64_t *used, double *loss) {
     struct round *r = &c->r;
     fl_client_trainer *tr = NULL;
+    if (!c->blas_advised) {
+        char adv[256];
+        c->blas_advised = 1;
+        if (fl__client_blas_advice(adv, sizeof(adv)))
+            log_msg(c, FL_LOG_WARN, "%s", adv);
+    }
     fl_status rc = fl_client_trainer_create(&tr, r->model, r->model_len,
                                             fl__client_ext_alloc(&c->alloc));
     if (rc != FL_OK) {

@@ -131,6 +131,12 @@ void fl__client_gemm_tn_acc(float *c, const float *a, const float *b, size_t m, 
 void fl__client_gemm_nn(float *c, const float *a, const float *b, size_t m, size_t n, size_t k);
 /* 1 if CBLAS is used. */
 int fl__client_kernels_blas(void);
+/* 1 and a sentence in buf if OpenBLAS runs pre-AVX2 kernels (core type `core`) on a CPU
+ * with AVX2 + FMA (AVX-512: avx512), naming the OPENBLAS_CORETYPE to set; else 0. */
+int fl__client_blas_advice_for(const char *core, int avx2_fma, int avx512, char *buf,
+                               size_t len);
+/* The same for this process: the loaded OpenBLAS and this CPU (0 without CBLAS or x86). */
+int fl__client_blas_advice(char *buf, size_t len);
 
 /* ---- network description shared by the trainer and the update pipeline ---- */
 struct fl__client_layer {

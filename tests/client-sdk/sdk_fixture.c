@@ -240,7 +240,8 @@ void sfx_example(float *x, int32_t *y, int k, int i) {
 /* ---- devices ---- */
 
 static void dev_log(void *u, fl_log_level lv, const char *msg) {
-    (void)lv;
+    if (lv == FL_LOG_WARN && strstr(msg, "OPENBLAS_CORETYPE="))
+        ((struct sdev *)u)->blas_warnings++;
     if (getenv("FL_TEST_LOG"))
         fprintf(stderr, "  [dev %d] %s\n", ((struct sdev *)u)->k, msg);
 }

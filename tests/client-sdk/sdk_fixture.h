@@ -96,6 +96,7 @@ struct sdev {
     int max_rounds;            /* the driver stops stepping it after this many rounds ended
                                   (completed or given up); 0 = no limit */
     struct sfx_update up;
+    int blas_warnings;         /* WARN lines naming OPENBLAS_CORETYPE */
 };
 
 struct sdev_opts {

@@ -25,6 +25,9 @@
 #include "flotilla/tensor.h"
 #include "sdk_fixture.h"
 
+/* client-sdk/src/blas_advice.c (internal; in the static SDK this test links). */
+int fl__client_blas_advice(char *buf, size_t len);
+
 /* ---- population configs ---- */
 
 struct popspec {
@@ -265,6 +268,10 @@ static void run_basic_norm(const char *mode, bool secagg, bool examples, double 
     bool in[4] = {true, true, true, true};
     check_round(&w, "pop", in, mode, examples, tol);
     assert_all_completed(&w, NULL);
+    /* The OpenBLAS kernel check warns once per client, exactly where it applies here. */
+    int blas_advice = fl__client_blas_advice(NULL, 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(w.d[i].blas_warnings, blas_advice);
     if (examples) /* weights are min(examples, weight_cap = 22) */
         for (int i = 0; i < 4; i++)
             assert_int_equal(w.d[i].up.words[w.d[i].up.len - 1], ex[i] < 22 ? ex[i] : 22);
