@@ -3,7 +3,8 @@
  * token_revoked, whether the token was in the auth cache or not; other clients are
  * unaffected; the client's row stays; revoking twice keeps the first time; reinstate makes
  * the token work again; the state is in storage, so it survives a restart. Only the admin
- * may call either; unknown ids are 404, malformed ones 400. */
+ * may call either; unknown ids are 404, malformed ones 400. A revoked participant of a
+ * running round can send nothing more to it. */
 #include "coord_testkit.h"
 
 #define CHECKIN_BODY                                                                               \
@@ -221,12 +222,42 @@ static void test_revocation_survives_restart(void **state) {
         free(tok[i]);
 }
 
+/* A selected device revoked while its round runs can send nothing more: its task, status
+ * and update requests are refused, while the other participants carry on. */
+static void test_revoked_in_round(void **state) {
+    struct fx *f = *state;
+    struct tc c[3];
+    setup_devices(f, &pc, c, 3);
+    int64_t rid = 0;
+    checkin_all(f, c, 3, &rid);
+    char cid[17], path[128];
+    client_id_of(cid, c[0].tok);
+    revoke_ok(f, cid);
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+    struct resp r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
+    assert_error(&r, 401, "token_revoked");
+    resp_free(&r);
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/status", (long long)rid);
+    r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
+    assert_error(&r, 401, "token_revoked");
+    resp_free(&r);
+    uint8_t body[64];
+    size_t n = plain_update_body(body, rid, c[0].words, 1, 4);
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    r = http_req(f, "POST", path, c[0].tok, "application/octet-stream", body, n, c[0].pid);
+    assert_error(&r, 401, "token_revoked");
+    resp_free(&r);
+    fetch_tasks(f, c + 1, 2, rid); /* the others are unaffected */
+    clients_free(c, 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_revoke_cached_and_reinstate, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revoke_uncached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_admin_only_and_bad_ids, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revocation_survives_restart, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_in_round, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
