@@ -55,7 +55,7 @@ static void die(const char *fmt, ...) {
 struct opts {
     const char *data_dir;
     size_t limit, eval;
-    int steps, ckpt_every, log_every, resume, publish, kill_at;
+    int steps, ckpt_every, ckpt_keep, log_every, resume, publish, kill_at;
     const char *ckpt_dir, *init_file, *out_file, *registry, *from, *tag;
     int64_t population;
     fl_dc_comm_kind comm;
@@ -74,6 +74,7 @@ static void usage(void) {
             "  --bucket-kb N      DP gradient bucket size [1024]\n"
             "  --steps N          optimiser steps to reach (counting resumed ones) [100]\n"
             "  --ckpt DIR --ckpt-every N --resume   sharded checkpoints\n"
+            "  --ckpt-keep K        keep the K newest checkpoints (default 0: all)\n"
             "  --init FILE        start from this safetensors model\n"
             "  --out FILE         write the final model (safetensors)\n"
             "  --registry DB --from VERSION|TAG --population ID --publish --tag TAG\n"
@@ -135,7 +136,7 @@ static void parse(int argc, char **argv, fl_dc_config *cfg, struct opts *o) {
         {"out", 1, 0, 'o'},        {"registry", 1, 0, 'R'}, {"from", 1, 0, 'f'},
         {"population", 1, 0, 'p'}, {"publish", 0, 0, 'P'},  {"tag", 1, 0, 'g'},
         {"eval", 1, 0, 'E'},       {"log-every", 1, 0, 'v'}, {"kill-at", 1, 0, 'K'},
-        {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"ckpt-keep", 1, 0, 'x'},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -171,6 +172,7 @@ static void parse(int argc, char **argv, fl_dc_config *cfg, struct opts *o) {
         case 'S': o->steps = (int)parse_long(optarg, "--steps"); break;
         case 'c': o->ckpt_dir = optarg; break;
         case 'e': o->ckpt_every = (int)parse_long(optarg, "--ckpt-every"); break;
+        case 'x': o->ckpt_keep = (int)parse_long(optarg, "--ckpt-keep"); break;
         case 'r': o->resume = 1; break;
         case 'i': o->init_file = optarg; break;
         case 'o': o->out_file = optarg; break;
@@ -188,6 +190,8 @@ static void parse(int argc, char **argv, fl_dc_config *cfg, struct opts *o) {
     }
     if (optind < argc)
         die("unexpected argument '%s'", argv[optind]);
+    if (o->ckpt_keep < 0)
+        die("--ckpt-keep wants 0 (keep all) or more");
 }
 
 /* Reads a whole file (rank 0) and broadcasts it to every rank. */
@@ -349,8 +353,16 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
         }
-        if (o.ckpt_dir && o.ckpt_every > 0 && s % o.ckpt_every == 0)
+        if (o.ckpt_dir && o.ckpt_every > 0 && s % o.ckpt_every == 0) {
             CHECK(fl_dc_trainer_checkpoint_save(tr, o.ckpt_dir), "writing a checkpoint");
+            if (o.ckpt_keep > 0 && g_rank == 0) {
+                /* A failed prune costs disk, not the job: say so and go on. */
+                char why[256];
+                if (fl_dc_checkpoint_prune(o.ckpt_dir, (unsigned)o.ckpt_keep, NULL, why,
+                                           sizeof(why)) != FL_OK)
+                    fprintf(stderr, "flotilla-train: pruning checkpoints: %s\n", why);
+            }
+        }
         if (o.kill_at > 0 && s == o.kill_at) {
             fflush(stdout);
             raise(SIGKILL); /* simulate a crashed job (tests) */

@@ -9,7 +9,10 @@ trap 'rm -rf "$dir"' EXIT
 run() { "$mpiexec" --oversubscribe -np "$np" "$train" --limit 300 --layers 784,32,10 \
           --batch 32 --steps 10 --ckpt-every 3 --log-every 0 $grid "$@"; }
 
-run --ckpt "$dir/a" --out "$dir/full.safetensors"
+run --ckpt "$dir/a" --ckpt-keep 2 --out "$dir/full.safetensors"
+# retention: checkpoints at steps 3, 6 and 9; the two newest stay
+kept=$(cd "$dir/a" && ls -d step-* | tr '\n' ' ')
+[ "$kept" = "step-00000006 step-00000009 " ] || { echo "FAIL: --ckpt-keep 2 left: $kept"; exit 1; }
 if run --ckpt "$dir/b" --kill-at 7 >"$dir/killed.log" 2>&1; then
   echo "FAIL: the job was not killed"; exit 1
 fi

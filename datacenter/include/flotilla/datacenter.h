@@ -262,6 +262,19 @@ FL_API fl_status fl_dc_trainer_checkpoint_save(fl_dc_trainer *tr, const char *di
  * does not match this job), FL_ERR_IO, FL_ERR_NOMEM. */
 FL_API fl_status fl_dc_trainer_checkpoint_load(fl_dc_trainer *tr, const char *dir);
 
+/* Checkpoint retention: keeps the checkpoint <dir>/latest names and the keep - 1 newest
+ * step directories older than it, and removes the other older ones (their files, then the
+ * directory). Step directories newer than `latest` (a save that died before `latest`
+ * moved) and anything not named step-<digits> are left alone. Not collective: call it on
+ * one rank after fl_dc_trainer_checkpoint_save. *removed (may be NULL) counts the removed
+ * directories. Returns FL_OK, FL_ERR_MISUSE (dir NULL or keep 0), FL_ERR_NOT_FOUND (no
+ * dir or no `latest`), FL_ERR_CORRUPT (`latest` names no step directory), FL_ERR_IO (a
+ * directory could not be removed, e.g. it holds something other than files: the others
+ * are still removed; errmsg names the first), FL_ERR_NOMEM. errmsg (may be NULL) gets the
+ * reason. A crash while it runs leaves `latest` and its checkpoint untouched. */
+FL_API fl_status fl_dc_checkpoint_prune(const char *dir, unsigned keep, unsigned *removed,
+                                        char *errmsg, size_t errmsg_len);
+
 #ifdef __cplusplus
 }
 #endif
