@@ -138,7 +138,8 @@ fl_status fl_dc_checkpoint_prune(const char *dir, unsigned keep, unsigned *remov
     }
     closedir(d);
     if (rc == FL_OK) {
-        qsort(old, n, sizeof(*old), cmp_desc);
+        if (n > 1)
+            qsort(old, n, sizeof(*old), cmp_desc);
         for (size_t i = keep - 1; i < n; i++) {
             char sn[32];
             snprintf(sn, sizeof(sn), "step-%08" PRIu64, old[i]);
