@@ -61,7 +61,32 @@ struct fl__sa_crypto {
      * next 16 bytes (big-endian counter), over an all-zero plaintext: writes n bytes of
      * keystream starting at byte offset 0. Must be fast (the client's hot loop). */
     int (*prg)(uint8_t *out, size_t n, const uint8_t seed[32]);
+
+    /* Optional streaming form of prg (all four members 0/NULL in a table without it): the
+     * key schedule is set up once per seed and kept in caller memory, so the keystream can
+     * be drawn in small (L1-sized) pieces without paying the cipher setup per piece.
+     * ctx points to prg_stream_size (<= FL__SA_PRG_STREAM_MAX) bytes aligned as malloc's,
+     * owned by the caller and never moved while open; a backend whose library keeps its
+     * cipher state behind an opaque handle (OpenSSL EVP, libgcrypt) allocates that handle
+     * in prg_open, which the library's own API forces.
+     *  - prg_open: starts the keystream of prg(., ., seed) at byte 0. On failure it leaves
+     *    ctx wiped and releases what it took (prg_close on it is then a harmless no-op).
+     *  - prg_next: writes the next n bytes of that keystream, continuing exactly where the
+     *    previous call stopped (also in the middle of an AES block): the concatenation of
+     *    all prg_next outputs equals prg(out, total, seed). On failure it wipes out[0..n)
+     *    and returns -1; the stream is then spent (only prg_close may follow).
+     *  - prg_close: releases the stream and wipes ctx (key schedule, counter, buffered
+     *    keystream); must follow every prg_open, successful or not.
+     * One thread at a time per ctx; distinct ctx may be used from different threads. */
+    size_t prg_stream_size;
+    int (*prg_open)(void *ctx, const uint8_t seed[32]);
+    int (*prg_next)(void *ctx, uint8_t *out, size_t n);
+    void (*prg_close)(void *ctx);
 };
+
+/* Upper bound on any backend's prg_stream_size, so callers can size scratch statically
+ * (each backend checks its own size against it at compile time). */
+#define FL__SA_PRG_STREAM_MAX 512
 
 /* Returns the table for a backend, or NULL if it was not built. */
 const struct fl__sa_crypto *fl__sa_crypto_get(enum fl__sa_backend_id id);
@@ -91,6 +116,11 @@ extern const struct fl__sa_crypto fl__sa_crypto_mbedtls;
 int fl__sa_prg_openssl(uint8_t *out, size_t n, const uint8_t seed[32]);
 int fl__sa_prg_gcrypt(uint8_t *out, size_t n, const uint8_t seed[32]);
 const char *fl__sa_prg_impl(void);
+/* The same two implementations of the sodium table's prg_open (its prg_next and prg_close
+ * serve both): prg_open picks as prg does. fl__sa_prg_open_gcrypt fails (ctx wiped) in
+ * builds without libgcrypt. For tests and bench_prg. */
+int fl__sa_prg_open_openssl(void *ctx, const uint8_t seed[32]);
+int fl__sa_prg_open_gcrypt(void *ctx, const uint8_t seed[32]);
 
 /* ---- Shamir secret sharing over the prime field p = 2^256 + 297 ----
  * Secrets are 32 bytes (an integer < 2^256 < p, big-endian); a share is (x, y) with x a

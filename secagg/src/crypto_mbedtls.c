@@ -307,6 +307,57 @@ out_free:
     return rc;
 }
 
+/* Streaming form (crypto.h prg_open/prg_next/prg_close): the AES context, the counter
+ * block, the unused keystream of the current block and its offset, all in the caller's
+ * memory; mbedtls_aes_crypt_ctr carries a partial block across calls through them. The
+ * context must not move while open (mbedtls_aes_context points into itself). */
+struct mbed_prg_stream {
+    mbedtls_aes_context aes; /* AES-128 round keys */
+    uint8_t ctr[16];         /* next counter block (big-endian) */
+    uint8_t block[16];       /* keystream of the current block */
+    size_t off;              /* bytes of block already used, 0..15 */
+};
+_Static_assert(sizeof(struct mbed_prg_stream) <= FL__SA_PRG_STREAM_MAX,
+               "mbedTLS PRG stream context exceeds FL__SA_PRG_STREAM_MAX");
+
+static void mbed_prg_close(void *ctx) {
+    struct mbed_prg_stream *st = ctx;
+    if (!st)
+        return;
+    mbedtls_aes_free(&st->aes); /* zeroizes the round keys */
+    fl_memzero(st, sizeof(*st));
+}
+
+static int mbed_prg_open(void *ctx, const uint8_t seed[32]) {
+    struct mbed_prg_stream *st = ctx;
+    if (!st)
+        return -1;
+    memset(st, 0, sizeof(*st));
+    mbedtls_aes_init(&st->aes);
+    if (!seed || mbedtls_aes_setkey_enc(&st->aes, seed, 128) != 0) {
+        mbed_prg_close(st);
+        return -1;
+    }
+    memcpy(st->ctr, seed + 16, 16);
+    return 0;
+}
+
+static int mbed_prg_next(void *ctx, uint8_t *out, size_t n) {
+    struct mbed_prg_stream *st = ctx;
+    if (!st || (!out && n))
+        return -1;
+    for (size_t done = 0; done < n;) {
+        size_t take = n - done < FL__SA_MBED_PRG_CHUNK ? n - done : FL__SA_MBED_PRG_CHUNK;
+        if (mbedtls_aes_crypt_ctr(&st->aes, take, &st->off, st->ctr, st->block,
+                                  fl__sa_mbed_zeros, out + done) != 0) {
+            fl_memzero(out, n);
+            return -1;
+        }
+        done += take;
+    }
+    return 0;
+}
+
 /* ---- table ---- */
 
 const struct fl__sa_crypto fl__sa_crypto_mbedtls = {
@@ -323,4 +374,8 @@ const struct fl__sa_crypto fl__sa_crypto_mbedtls = {
     .ed25519_sign = fl__sa_mbed_ed25519_sign,
     .ed25519_verify = fl__sa_mbed_ed25519_verify,
     .prg = mbed_prg,
+    .prg_stream_size = sizeof(struct mbed_prg_stream),
+    .prg_open = mbed_prg_open,
+    .prg_next = mbed_prg_next,
+    .prg_close = mbed_prg_close,
 };

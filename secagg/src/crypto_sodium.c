@@ -320,6 +320,118 @@ static int sodium_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
 }
 #endif
 
+/* ---- mask PRG, streaming form (crypto.h prg_open/prg_next/prg_close) ----
+ * The context holds the library's cipher handle: one of the two is set while open. Both
+ * libraries keep the CTR position across calls, partial blocks included (OpenSSL's `num`,
+ * libgcrypt's unused keystream), so prg_next only feeds zeros. The handles are allocated
+ * by the libraries (EVP_CIPHER_CTX_new, gcry_cipher_open): their cipher state is opaque.
+ * No secret lives in the context itself, only the handle pointers. */
+
+struct sodium_prg_stream {
+    EVP_CIPHER_CTX *evp; /* OpenSSL AES-128-CTR, or NULL */
+#if defined(FL_HAVE_GCRYPT)
+    gcry_cipher_hd_t gh; /* libgcrypt AES-128-CTR, or NULL */
+#endif
+};
+_Static_assert(sizeof(struct sodium_prg_stream) <= FL__SA_PRG_STREAM_MAX,
+               "sodium PRG stream context exceeds FL__SA_PRG_STREAM_MAX");
+
+static void sodium_prg_close(void *ctx) {
+    struct sodium_prg_stream *st = ctx;
+    if (!st)
+        return;
+    if (st->evp)
+        EVP_CIPHER_CTX_free(st->evp); /* cleanses the expanded key */
+#if defined(FL_HAVE_GCRYPT)
+    if (st->gh)
+        gcry_cipher_close(st->gh); /* wipes the handle, key schedule included */
+#endif
+    fl_memzero(st, sizeof(*st));
+}
+
+int fl__sa_prg_open_openssl(void *ctx, const uint8_t seed[32]) {
+    struct sodium_prg_stream *st = ctx;
+    if (!st)
+        return -1;
+    memset(st, 0, sizeof(*st));
+    if (!seed)
+        return -1;
+    st->evp = EVP_CIPHER_CTX_new();
+    if (!st->evp)
+        return -1;
+    if (EVP_EncryptInit_ex(st->evp, sodium_prg_cipher(), NULL, seed, seed + 16) != 1) {
+        sodium_prg_close(st);
+        return -1;
+    }
+    return 0;
+}
+
+#if defined(FL_HAVE_GCRYPT)
+int fl__sa_prg_open_gcrypt(void *ctx, const uint8_t seed[32]) {
+    struct sodium_prg_stream *st = ctx;
+    if (!st)
+        return -1;
+    memset(st, 0, sizeof(*st));
+    if (!seed || !sodium_gcry_ready())
+        return -1;
+    if (gcry_cipher_open(&st->gh, GCRY_CIPHER_AES128, GCRY_CIPHER_MODE_CTR, 0) != 0) {
+        st->gh = NULL;
+        return -1;
+    }
+    if (gcry_cipher_setkey(st->gh, seed, 16) != 0 ||
+        gcry_cipher_setctr(st->gh, seed + 16, 16) != 0) {
+        sodium_prg_close(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* As prg: libgcrypt where it is preferred, and OpenSSL if that fails to open (same
+ * keystream). A failure later, in prg_next, is not retried: the position is not kept. */
+static int sodium_prg_open(void *ctx, const uint8_t seed[32]) {
+    if (sodium_gcry_preferred() && fl__sa_prg_open_gcrypt(ctx, seed) == 0)
+        return 0;
+    return fl__sa_prg_open_openssl(ctx, seed);
+}
+#else
+int fl__sa_prg_open_gcrypt(void *ctx, const uint8_t seed[32]) {
+    (void)seed;
+    if (ctx)
+        memset(ctx, 0, sizeof(struct sodium_prg_stream));
+    return -1;
+}
+
+static int sodium_prg_open(void *ctx, const uint8_t seed[32]) {
+    return fl__sa_prg_open_openssl(ctx, seed);
+}
+#endif
+
+static int sodium_prg_next(void *ctx, uint8_t *out, size_t n) {
+    struct sodium_prg_stream *st = ctx;
+    if (!st || (!out && n))
+        return -1;
+    for (size_t done = 0; done < n;) {
+        size_t take = n - done < FL__SA_PRG_CHUNK ? n - done : FL__SA_PRG_CHUNK;
+        int ok = 0;
+        if (st->evp) {
+            int outl = 0;
+            ok = EVP_EncryptUpdate(st->evp, out + done, &outl, fl__sa_prg_zeros, (int)take) == 1 &&
+                 outl == (int)take;
+        }
+#if defined(FL_HAVE_GCRYPT)
+        else if (st->gh) {
+            ok = gcry_cipher_encrypt(st->gh, out + done, take, fl__sa_prg_zeros, take) == 0;
+        }
+#endif
+        if (!ok) {
+            fl_memzero(out, n);
+            return -1;
+        }
+        done += take;
+    }
+    return 0;
+}
+
 /* ---- table ---- */
 
 const struct fl__sa_crypto fl__sa_crypto_sodium = {
@@ -336,4 +448,8 @@ const struct fl__sa_crypto fl__sa_crypto_sodium = {
     .ed25519_sign = sodium_ed25519_sign,
     .ed25519_verify = sodium_ed25519_verify,
     .prg = sodium_prg,
+    .prg_stream_size = sizeof(struct sodium_prg_stream),
+    .prg_open = sodium_prg_open,
+    .prg_next = sodium_prg_next,
+    .prg_close = sodium_prg_close,
 };

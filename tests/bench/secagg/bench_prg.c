@@ -5,9 +5,16 @@
  *     `openssl speed -evp aes-128-ctr -bytes 16384` measures), and optionally
  *   - the `openssl speed` command itself (--openssl-speed), parsed from its output;
  * plus libsodium's ChaCha20 (crypto_stream_chacha20_ietf) keystream for the record.
+ * The same total bytes are also drawn in --piece BYTES pieces (8192 = 2048 mask words, the
+ * server's mask removal chunk), once with a prg() call per piece (the seed's counter
+ * advanced between pieces: the stateless cost) and once through the streaming PRG (one
+ * prg_open, prg_next per piece, prg_close): rows "prg-pieces/<backend>" and
+ * "stream-pieces/<backend>" (and "stream-pieces/openssl", "stream-pieces/libgcrypt" for the
+ * sodium backend's two implementations); JSON adds "piece_bytes" and "pieces" (per backend
+ * and size: both rates and stream_over_prg).
  *
  * Usage: bench_prg [--size BYTES[,BYTES...]] [--min-time SECONDS] [--reps N] [--wall]
- *                  [--openssl-speed] [--json]
+ *                  [--piece BYTES] [--openssl-speed] [--json]
  * Sizes accept K/M/G suffixes (binary). Each measurement runs for --min-time seconds (0.5)
  * of thread CPU time (--wall: wall-clock time, and `openssl speed -elapsed`), --reps times
  * (3), interleaved; the best run is reported. Prints a table, or one JSON object. */
@@ -94,6 +101,50 @@ static int run_prg_gcrypt(struct job *j, uint8_t *buf, size_t size) {
     return fl__sa_prg_gcrypt(buf, size, j->seed);
 }
 
+/* Pieces of g_piece bytes (the last one shorter). */
+static size_t g_piece = 8192;
+
+/* Adds `blocks` to the 128-bit big-endian counter in iv (as mask.c does). */
+static void iv_add(uint8_t iv[16], uint64_t blocks) {
+    unsigned carry = 0;
+    for (int i = 15; i >= 0; i--) {
+        unsigned sum = iv[i] + (unsigned)(blocks & 0xFF) + carry;
+        iv[i] = (uint8_t)sum;
+        carry = sum >> 8;
+        blocks >>= 8;
+    }
+}
+
+/* Stateless: one prg() per piece from a seed whose counter is advanced by the pieces
+ * before it (g_piece is a multiple of 16). */
+static int run_prg_pieces(struct job *j, uint8_t *buf, size_t size) {
+    uint8_t s[32];
+    memcpy(s, j->seed, 32);
+    for (size_t off = 0; off < size; off += g_piece) {
+        size_t take = size - off < g_piece ? size - off : g_piece;
+        if (j->crypto->prg(buf + off, take, s) != 0)
+            return -1;
+        iv_add(s + 16, g_piece / 16);
+    }
+    return 0;
+}
+
+/* Streaming: one open, prg_next per piece, one close. */
+static int run_stream_pieces(struct job *j, uint8_t *buf, size_t size) {
+    _Alignas(16) uint8_t ctx[FL__SA_PRG_STREAM_MAX];
+    int rc = 0;
+    if (j->crypto->prg_open(ctx, j->seed) != 0) {
+        j->crypto->prg_close(ctx);
+        return -1;
+    }
+    for (size_t off = 0; off < size && rc == 0; off += g_piece) {
+        size_t take = size - off < g_piece ? size - off : g_piece;
+        rc = j->crypto->prg_next(ctx, buf + off, take);
+    }
+    j->crypto->prg_close(ctx);
+    return rc;
+}
+
 static int run_evp_ref(struct job *j, uint8_t *buf, size_t size) {
     for (size_t off = 0; off < size; off += 16384) {
         int take = (int)(size - off < 16384 ? size - off : 16384), outl = 0;
@@ -173,6 +224,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bad --min-time\n");
                 return 2;
             }
+        } else if (strcmp(argv[i], "--piece") == 0 && i + 1 < argc) {
+            if (bench_parse_size(argv[++i], &g_piece) != 0 || g_piece == 0 || g_piece % 16) {
+                fprintf(stderr, "bad --piece (a multiple of 16 bytes)\n");
+                return 2;
+            }
         } else if (strcmp(argv[i], "--wall") == 0) {
             bench_clock = CLOCK_MONOTONIC;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
@@ -195,7 +251,8 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--size BYTES[,BYTES...]] [--min-time S] "
-                            "[--reps N] [--wall] [--openssl-speed] [--json]\n", argv[0]);
+                            "[--reps N] [--wall] [--piece BYTES] [--openssl-speed] [--json]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -228,6 +285,10 @@ int main(int argc, char **argv) {
     char name[64];
     int rc = 0;
     int have_gcrypt = fl__sa_prg_gcrypt(buf, 16, j.seed) == 0;
+    /* The sodium backend's stream on each implementation, as tables. */
+    struct fl__sa_crypto impl_tab[2] = {*be[0], *be[0]};
+    impl_tab[0].prg_open = fl__sa_prg_open_openssl;
+    impl_tab[1].prg_open = fl__sa_prg_open_gcrypt;
     for (int rep = 0; rep < reps; rep++)
     for (size_t i = 0; i < n_sizes && rc == 0; i++) {
         rc |= measure("openssl-evp-reference", run_evp_ref, &j, buf, sizes[i], min_time);
@@ -237,6 +298,21 @@ int main(int argc, char **argv) {
             j.crypto = be[b];
             snprintf(name, sizeof(name), "prg/%s", be[b]->name);
             rc |= measure(name, run_prg, &j, buf, sizes[i], min_time);
+            snprintf(name, sizeof(name), "prg-pieces/%s", be[b]->name);
+            rc |= measure(name, run_prg_pieces, &j, buf, sizes[i], min_time);
+            if (be[b]->prg_open) {
+                snprintf(name, sizeof(name), "stream-pieces/%s", be[b]->name);
+                rc |= measure(name, run_stream_pieces, &j, buf, sizes[i], min_time);
+            }
+        }
+        if (be[0]->prg_open) {
+            j.crypto = &impl_tab[0];
+            rc |= measure("stream-pieces/openssl", run_stream_pieces, &j, buf, sizes[i],
+                          min_time);
+            j.crypto = &impl_tab[1];
+            if (have_gcrypt)
+                rc |= measure("stream-pieces/libgcrypt", run_stream_pieces, &j, buf, sizes[i],
+                              min_time);
         }
         rc |= measure("prg-impl/openssl", run_prg_openssl, &j, buf, sizes[i], min_time);
         if (have_gcrypt)
@@ -281,11 +357,31 @@ int main(int argc, char **argv) {
                 printf(",\"ratio_vs_openssl_speed\":%.3f", r->mbps / cli_mbps);
             printf("}");
         }
+        printf("],\"piece_bytes\":%zu,\"pieces\":[", g_piece);
+        int first = 1;
+        for (int b = 0; b < 2; b++) {
+            if (!be[b])
+                continue;
+            for (size_t i = 0; i < n_sizes; i++) {
+                char pn[64], sn[64];
+                snprintf(pn, sizeof(pn), "prg-pieces/%s", be[b]->name);
+                snprintf(sn, sizeof(sn), "stream-pieces/%s", be[b]->name);
+                const struct result *pr = find(pn, sizes[i]), *sr = find(sn, sizes[i]);
+                if (!pr || !sr)
+                    continue;
+                printf("%s{\"backend\":\"%s\",\"size\":%zu,\"prg_MBps\":%.1f,"
+                       "\"stream_MBps\":%.1f,\"stream_over_prg\":%.3f}",
+                       first ? "" : ",", be[b]->name, sizes[i], pr->mbps, sr->mbps,
+                       sr->mbps / pr->mbps);
+                first = 0;
+            }
+        }
         printf("]}\n");
     } else {
         printf("mbedTLS AES-NI in use: %s\n",
                aesni < 0 ? "n/a" : (aesni ? "yes" : "no (software AES)"));
         printf("sodium backend's prg() runs on: %s\n", fl__sa_prg_impl());
+        printf("pieces (prg-pieces/*, stream-pieces/*): %zu bytes\n", g_piece);
         if (cli_mbps > 0)
             printf("openssl speed -evp aes-128-ctr -bytes 16384: %.1f MB/s\n", cli_mbps);
         printf("%-28s %10s %12s %10s%s\n", "impl", "size", "MB/s", "vs EVP",
