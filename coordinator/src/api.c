@@ -363,6 +363,9 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
             snprintf(why, why_len, "round parameters: %s", fl_status_str(prc));
         fl__log(&co->logger, prc == FL_ERR_BUDGET ? FL_LOG_WARN : FL_LOG_ERROR,
                 "population %s: round not started: %s", p->name, why);
+        /* Operators read it from the population (GET .../populations/{name}). */
+        snprintf(p->round_error, sizeof(p->round_error), "%s", why);
+        p->round_error_at = now;
         p->next_round_at = now + 60 * 1000;
         fl__coord_round_free(co, r);
         return prc;
@@ -377,6 +380,8 @@ fl_status fl__coord_round_create(fl_coord *co, struct fl__coord_pop *p, int64_t 
     }
     r->state = FL__ROUND_FORMING;
     r->created_at = now;
+    p->round_error[0] = '\0';
+    p->round_error_at = 0;
     r->forming_deadline = now + p->sel.forming_s * 1000;
     fl__coord_random(r->session_id, sizeof(r->session_id));
     p->round = r;

@@ -256,6 +256,9 @@ struct fl__coord_pop {
     struct fl__coord_round *last;            /* the last finished round (results stay
                                                 fetchable until the next one ends) */
     bool budget_exhausted;                   /* the last budget check refused a round */
+    char round_error[400];                   /* why the last round could not start as
+                                                configured ("" = it could, or none tried) */
+    int64_t round_error_at;                  /* Unix ms of that refusal */
     bool audit_off;                          /* created before the audit log with a budget
                                                 it cannot state (epsilon DBL_MAX): its
                                                 rounds are not logged */

@@ -559,6 +559,11 @@ json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p) {
                                                                              : "running"));
         json_object_set_new(o, "round_selected", json_integer((json_int_t)p->round->n));
     }
+    json_object_set_new(o, "round_error",
+                        p->round_error[0]
+                            ? json_pack("{s:s, s:I}", "message", p->round_error, "at_unix_ms",
+                                        (json_int_t)p->round_error_at)
+                            : json_null());
     return o;
 }
 

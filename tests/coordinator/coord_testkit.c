@@ -446,8 +446,11 @@ void setup_devices_sel(struct fx *f, const struct popcfg *pc, const struct popse
 
 void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
                           char **tokens, int n) {
-    char body[2048], priv[256] = "";
+    char body[2048], priv[256] = "", gran[64] = "";
     int min_retry = sel && sel->min_retry_s ? sel->min_retry_s : 1;
+    double clip = sel && sel->clip_norm > 0 ? sel->clip_norm : 1.0;
+    if (sel && sel->granularity > 0)
+        snprintf(gran, sizeof(gran), ",\"granularity\":%.17g", sel->granularity);
     int max_retry = sel && sel->max_retry_s ? sel->max_retry_s : 60;
     bool dp = strcmp(pc->mode, "none") != 0;
     if (dp)
@@ -463,13 +466,13 @@ void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct po
              "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
              "\"strategy\":{\"name\":\"%s\"%s%s},"
              "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s},"
-             "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0,\"modulus_bits\":%d%s}}",
+             "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%.17g%s,\"modulus_bits\":%d%s}}",
              pc->name, pc->target, pc->min, min_retry, max_retry,
              pc->weighting ? pc->weighting : "uniform",
              pc->strategy ? pc->strategy : "fedavg", pc->strategy_extra ? "," : "",
              pc->strategy_extra ? pc->strategy_extra : "", pc->secagg ? "true" : "false",
              pc->neighbors, sel && sel->norm_proof ? ",\"norm_proof\":true" : "", pc->mode,
-             pc->bits ? pc->bits : 32, priv);
+             clip, gran, pc->bits ? pc->bits : 32, priv);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)
         fprintf(stderr, "%s\n", r.body);

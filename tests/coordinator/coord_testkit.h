@@ -135,6 +135,8 @@ struct popsel {
     int min_retry_s;         /* selection.min_retry_s, s (default 1) */
     int max_retry_s;         /* selection.max_retry_s, s (default 60) */
     bool norm_proof;         /* secagg.norm_proof (default false) */
+    double clip_norm;        /* privacy.clip_norm (0: 1.0) */
+    double granularity;      /* privacy.granularity (0: the coordinator's default) */
 };
 
 /* setup_population with the selection fields of sel (NULL: all defaults, the same request

@@ -348,6 +348,62 @@ static void test_config_refusals(void **state) {
     }
 }
 
+/* A population whose norm proofs cannot work as configured starts no round: its devices
+ * are told to retry (no_round_forming) and GET on the population says why (round_error).
+ * Two guards of the round start: a bound too large to prove (clip 1e9 at granularity 1e-9,
+ * B^2 = 1e36), and a bound that needs more bits than the modulus has (modulus_bits 12). */
+static void test_unprovable_bound_refused(void **state) {
+    struct fx *f = *state;
+    static const struct {
+        const char *name;
+        double clip, gran;
+        int bits;
+        const char *why;
+    } cases[] = {
+        {"nb-huge", 1e9, 1e-9, 32, "no norm bound"},
+        {"nb-bits", 1.0, 1.0 / 1024, 12, "norm proofs need"},
+    };
+    const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":"
+                     "true,\"idle\":true},\"capabilities\":{\"secagg\":true}}";
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct popcfg pc = {cases[k].name, N, 3, true, 0, "none", NULL, NULL, 1e6, cases[k].bits,
+                            NULL};
+        struct popsel sel = {.norm_proof = true, .clip_norm = cases[k].clip,
+                             .granularity = cases[k].gran};
+        struct tc c[N];
+        setup_devices_sel(f, &pc, &sel, c, N);
+        char path[128];
+        snprintf(path, sizeof(path), "/v1/admin/populations/%s", cases[k].name);
+        struct resp r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_true(json_is_null(json_object_get(j, "round_error"))); /* nothing tried yet */
+        json_decref(j);
+        resp_free(&r);
+        r = http_json(f, "POST", "/v1/checkin", c[0].tok, ok);
+        assert_int_equal(r.status, 200);
+        j = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
+        assert_string_equal(json_string_value(json_object_get(j, "reason")), "no_round_forming");
+        json_decref(j);
+        resp_free(&r);
+        r = http_req(f, "GET", path, ADMIN_TOKEN, NULL, NULL, 0, NULL);
+        assert_int_equal(r.status, 200);
+        j = body_json(&r);
+        json_t *re = json_object_get(j, "round_error");
+        const char *msg = json_string_value(json_object_get(re, "message"));
+        if (!msg || !strstr(msg, cases[k].why))
+            fprintf(stderr, "%s: %s\n", cases[k].name, r.body);
+        assert_non_null(msg);
+        assert_non_null(strstr(msg, cases[k].why));
+        assert_true(json_integer_value(json_object_get(re, "at_unix_ms")) > 0);
+        assert_true(json_is_null(json_object_get(j, "current_round")));
+        json_decref(j);
+        resp_free(&r);
+        clients_free(c, N);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_honest, fx_setup, fx_teardown),
@@ -356,6 +412,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_boosted_mask_abandons, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_plain_secagg_audit, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_config_refusals, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_unprovable_bound_refused, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
