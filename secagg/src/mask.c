@@ -84,28 +84,47 @@ static void iv_add(uint8_t iv[16], uint64_t blocks) {
     }
 }
 
-/* The PRG takes no offset, so chunk c is produced from a seed whose counter half is
- * advanced by c * chunk / 16 blocks: AES-CTR keystream is the same as one long call. */
+/* With the streaming PRG (crypto.h prg_open): one open, then FL__SA_MASK_STREAM_CHUNK
+ * pieces of keystream through the start of scratch (L1-sized; the stream context follows
+ * them in scratch). Without it, the PRG takes no offset, so chunk c of FL__SA_MASK_CHUNK
+ * elements is produced from a seed whose counter half is advanced by c * chunk / 16 blocks:
+ * AES-CTR keystream is the same as one long call. */
+_Static_assert(4 * FL__SA_MASK_STREAM_CHUNK + FL__SA_PRG_STREAM_MAX <= 4 * FL__SA_MASK_CHUNK,
+               "fl__sa_mask_apply's scratch holds a stream chunk and its context");
+
 int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
                       const struct fl__sa_crypto *crypto, uint8_t *scratch) {
     uint8_t s[32];
     int rc = -1;
+    int stream = crypto->prg_open && crypto->prg_next && crypto->prg_close &&
+                 crypto->prg_stream_size <= FL__SA_PRG_STREAM_MAX;
+    size_t chunk = stream ? FL__SA_MASK_STREAM_CHUNK : FL__SA_MASK_CHUNK;
+    uint8_t *ctx = scratch + 4 * FL__SA_MASK_STREAM_CHUNK;
     memcpy(s, seed, 32);
-    for (size_t off = 0; off < dim; off += FL__SA_MASK_CHUNK) {
-        size_t m = dim - off < FL__SA_MASK_CHUNK ? dim - off : FL__SA_MASK_CHUNK;
-        if (crypto->prg(scratch, m * 4, s) != 0)
-            goto out;
+    if (stream && crypto->prg_open(ctx, s) != 0) {
+        crypto->prg_close(ctx);
+        goto out;
+    }
+    for (size_t off = 0; off < dim; off += chunk) {
+        size_t m = dim - off < chunk ? dim - off : chunk;
+        if (stream ? crypto->prg_next(ctx, scratch, m * 4) != 0
+                   : crypto->prg(scratch, m * 4, s) != 0)
+            goto out_close;
         if (sign > 0)
             fl__sa_add_u32le(acc + off, scratch, m);
         else
             fl__sa_sub_u32le(acc + off, scratch, m);
-        iv_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
+        if (!stream)
+            iv_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
     }
     rc = 0;
+out_close:
+    if (stream)
+        crypto->prg_close(ctx); /* wipes the key schedule */
 out:
     fl_memzero(s, sizeof(s));
     /* Only the first chunk's worth was ever written. */
-    fl_memzero(scratch, (dim < FL__SA_MASK_CHUNK ? dim : FL__SA_MASK_CHUNK) * 4);
+    fl_memzero(scratch, (dim < chunk ? dim : chunk) * 4);
     return rc;
 }
 
@@ -142,13 +161,61 @@ static void fuse_apply(uint32_t *restrict acc, const uint8_t *restrict src, size
     }
 }
 
+/* Fallback for a table without the streaming PRG: one prg() call per chunk and source,
+ * the counter half of each seed advanced by a chunk's blocks after each call. */
+static int mask_range_prg(uint32_t *acc, size_t lo, size_t hi, uint8_t (*s)[32],
+                          const uint32_t *neg, size_t m, const struct fl__sa_crypto *crypto,
+                          uint8_t *scratch) {
+    const size_t chunk = FL__SA_MASK_STREAM_CHUNK, stride = chunk * 4;
+    for (size_t off = lo; off < hi; off += chunk) {
+        size_t len = hi - off < chunk ? hi - off : chunk;
+        for (size_t j = 0; j < m; j++) {
+            if (crypto->prg(scratch + j * stride, len * 4, s[j]) != 0)
+                return -1;
+            iv_add(s[j] + 16, stride / 16);
+        }
+        fuse_apply(acc + off, scratch, stride, neg, m, len);
+    }
+    return 0;
+}
+
+/* With the streaming PRG: one open per source and call, then L1-sized pieces of each
+ * keystream, added in one fused pass per chunk. The stream contexts follow the keystream
+ * area in scratch. */
+static int mask_range_stream(uint32_t *acc, size_t lo, size_t hi, uint8_t (*s)[32],
+                             const uint32_t *neg, size_t m, const struct fl__sa_crypto *crypto,
+                             uint8_t *scratch) {
+    const size_t chunk = FL__SA_MASK_STREAM_CHUNK, stride = chunk * 4;
+    uint8_t *ctx = scratch + (size_t)FL__SA_MASK_FUSE * stride;
+    size_t nopen = 0;
+    int rc = -1;
+    for (; nopen < m; nopen++) {
+        if (crypto->prg_open(ctx + nopen * FL__SA_PRG_STREAM_MAX, s[nopen]) != 0) {
+            crypto->prg_close(ctx + nopen * FL__SA_PRG_STREAM_MAX);
+            goto out;
+        }
+    }
+    for (size_t off = lo; off < hi; off += chunk) {
+        size_t len = hi - off < chunk ? hi - off : chunk;
+        for (size_t j = 0; j < m; j++)
+            if (crypto->prg_next(ctx + j * FL__SA_PRG_STREAM_MAX, scratch + j * stride,
+                                 len * 4) != 0)
+                goto out;
+        fuse_apply(acc + off, scratch, stride, neg, m, len);
+    }
+    rc = 0;
+out:
+    for (size_t j = 0; j < nopen; j++)
+        crypto->prg_close(ctx + j * FL__SA_PRG_STREAM_MAX); /* wipes the key schedules */
+    return rc;
+}
+
 int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (*seeds)[32],
                             const int *signs, size_t m, const struct fl__sa_crypto *crypto,
                             uint8_t *scratch) {
     uint8_t s[FL__SA_MASK_FUSE][32];
     uint32_t neg[FL__SA_MASK_FUSE] = {0};
-    const size_t stride = (size_t)FL__SA_MASK_CHUNK * 4;
-    int rc = -1;
+    int rc;
     if (m == 0 || lo >= hi)
         return 0;
     if (m > FL__SA_MASK_FUSE || lo % 4 != 0)
@@ -159,18 +226,14 @@ int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (
         /* Element lo starts AES block lo / 4 of the keystream. */
         iv_add(s[j] + 16, lo / 4);
     }
-    for (size_t off = lo; off < hi; off += FL__SA_MASK_CHUNK) {
-        size_t len = hi - off < FL__SA_MASK_CHUNK ? hi - off : FL__SA_MASK_CHUNK;
-        for (size_t j = 0; j < m; j++) {
-            if (crypto->prg(scratch + j * stride, len * 4, s[j]) != 0)
-                goto out;
-            iv_add(s[j] + 16, (FL__SA_MASK_CHUNK * 4) / 16);
-        }
-        fuse_apply(acc + off, scratch, stride, neg, m, len);
-    }
-    rc = 0;
-out:
+    if (crypto->prg_open && crypto->prg_next && crypto->prg_close &&
+        crypto->prg_stream_size <= FL__SA_PRG_STREAM_MAX)
+        rc = mask_range_stream(acc, lo, hi, s, neg, m, crypto, scratch);
+    else
+        rc = mask_range_prg(acc, lo, hi, s, neg, m, crypto, scratch);
     fl_memzero(s, sizeof(s));
+    if (rc != 0) /* keystream of the chunks drawn so far */
+        fl_memzero(scratch, (size_t)FL__SA_MASK_FUSE * 4 * FL__SA_MASK_STREAM_CHUNK);
     return rc;
 }
 

@@ -86,18 +86,36 @@ int fl__sa_derive_pair_key(uint8_t out[32], const struct fl__sa_crypto *crypto,
 int fl__sa_has_context(const fl_secagg_config *cfg);
 
 /* acc[i] += sign * PRG(seed)[i] (mod 2^32) for i < dim; the PRG's 4-byte little-endian
- * words are the mask elements. Expands in FL__SA_MASK_CHUNK pieces through scratch
- * (4 * FL__SA_MASK_CHUNK bytes); the part it wrote is wiped before returning. 0 or -1. */
+ * words are the mask elements. Expands through scratch (4 * FL__SA_MASK_CHUNK bytes,
+ * aligned as malloc's): in FL__SA_MASK_STREAM_CHUNK pieces through the table's streaming
+ * PRG (its context at the end of those pieces in scratch), or in FL__SA_MASK_CHUNK pieces
+ * with prg() in a table without it. What it wrote is wiped before returning. 0 or -1. */
 int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sign,
                       const struct fl__sa_crypto *crypto, uint8_t *scratch);
 
 /* Masks applied per pass over acc by fl__sa_mask_apply_many. */
 #define FL__SA_MASK_FUSE 4
 
+/* Chunk of the fused mask removal, in elements: FL__SA_MASK_FUSE keystream chunks plus the
+ * accumulator's chunk stay in L1d (4 x 8 KiB + 8 KiB of a 48 KiB L1d). Drawn through the
+ * table's streaming PRG (crypto.h prg_open/prg_next), which keeps the key schedule across
+ * chunks; a table without it falls back to one prg() call per chunk. Measured in
+ * docs/secagg.md ("Mask removal in L1 chunks"). */
+#ifndef FL__SA_MASK_STREAM_CHUNK
+#define FL__SA_MASK_STREAM_CHUNK 2048
+#endif
+_Static_assert(FL__SA_MASK_STREAM_CHUNK % 4 == 0, "mask chunks are whole AES blocks");
+
+/* Scratch bytes of fl__sa_mask_apply_many / _range: the keystream chunks, then one PRG
+ * stream context per source. */
+#define FL__SA_MASK_RANGE_SCRATCH                                                             \
+    ((size_t)FL__SA_MASK_FUSE * (4 * FL__SA_MASK_STREAM_CHUNK + FL__SA_PRG_STREAM_MAX))
+
 /* acc[i] += sum_j signs[j] * PRG(seeds[j])[i] (mod 2^32) for j < m <= FL__SA_MASK_FUSE:
  * fl__sa_mask_apply for m masks with one pass over acc per chunk instead of m. scratch has
- * FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK bytes and is NOT wiped (it is rewritten by the
- * next call; the caller wipes it when it is done). 0 or -1. */
+ * FL__SA_MASK_RANGE_SCRATCH bytes, aligned as malloc's. On success its keystream part is NOT
+ * wiped (it is rewritten by the next call; the caller wipes it when it is done) and the
+ * stream contexts are; on failure all of it that was written is wiped. 0 or -1. */
 int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32],
                            const int *signs, size_t m, const struct fl__sa_crypto *crypto,
                            uint8_t *scratch);

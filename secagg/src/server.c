@@ -21,7 +21,7 @@
 #define C_UNMASK 0x80u /* UNMASK_SHARES received */
 
 #define SH_SLOT (1 + FL__SA_SHARE_Y_BYTES) /* have-flag + y */
-#define SCRATCH_BYTES ((size_t)FL__SA_MASK_FUSE * 4 * FL__SA_MASK_CHUNK) /* mask batch area */
+#define SCRATCH_BYTES FL__SA_MASK_RANGE_SCRATCH /* mask batch area */
 
 struct um_work;
 static void um_release(fl_secagg_server *s);

@@ -319,6 +319,14 @@ static int faulty_prg(uint8_t *out, size_t n, const uint8_t seed[32]) {
     return real->prg(out, n, seed);
 }
 
+/* The masks batch draws keystream through the streaming PRG: its pieces count as prg
+ * calls too. */
+static int faulty_prg_next(void *ctx, uint8_t *out, size_t n) {
+    if (atomic_fetch_add(&prg_calls, 1) + 1 == prg_fail_at)
+        return -1;
+    return real->prg_next(ctx, out, n);
+}
+
 static int setup(void **state) {
     (void)state;
     real = fl__sa_crypto_get(FL__SA_BACKEND_SODIUM);
@@ -328,6 +336,8 @@ static int setup(void **state) {
     faulty.name = "faulty";
     faulty.x25519_shared = faulty_shared;
     faulty.prg = faulty_prg;
+    if (faulty.prg_next)
+        faulty.prg_next = faulty_prg_next;
     return 0;
 }
 
