@@ -27,7 +27,7 @@ notes=$(cd "$(dirname "$0")" && pwd)/notes
     free -h 2>/dev/null | head -2
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "kernel: $(uname -sr)"
-    echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-(unset: OpenBLAS's own detection)}"
+    echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset, the library detects the CPU}"
     echo '```'
     ran=() missing=()
     for st in "$res"/*.status; do
