@@ -1006,6 +1006,120 @@ fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *clie
     return fl__store_op_end(st, r);
 }
 
+/* ---- revocation ---- */
+
+/* Revokes (revoke: at the time at, Unix ms) or reinstates client_id and, only when that
+ * changes the client's state, appends a client_revoked / client_reinstated entry naming it
+ * by its pseudonym under key, all in one op. Revoking a revoked client keeps the first time
+ * (returned through *at_out) and reinstating an active one changes nothing: neither logs,
+ * and *seq_out is then -1. */
+static fl_status client_block(fl_store *st, const char *what, int revoke, int64_t *at_out,
+                              int64_t *seq_out, const char *client_id, int64_t at,
+                              const uint8_t *key) {
+    fl_status r = fl__store_enter(st, what);
+    if (r != FL_OK)
+        return r;
+    if (at_out)
+        *at_out = 0;
+    if (seq_out)
+        *seq_out = -1;
+    if (!key)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "pseudonym_key is NULL");
+    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
+    if (r == FL_OK && revoke && at <= 0)
+        r = fl__err_set(&st->err, FL_ERR_MISUSE, "revoked_at must be > 0");
+    if (r != FL_OK)
+        return r;
+    char nym[FL_STORE_AUDIT_PSEUDONYM_BYTES];
+    /* cannot fail: client_id passed the same check (1..NAME_MAX bytes 0x21..0x7e) above */
+    (void)fl_store_audit_pseudonym(nym, key, client_id);
+    struct fl__store_audit_stmts c = {st, {0}};
+    struct fl__store_audit_pop pop;
+    fl__store_audit_pop_init(&pop);
+    json_t *e = NULL;
+    int64_t pid = 0, current = 0;
+    r = fl__store_op_begin(st, 1);
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_audit_stmt(&c, FL__AUDIT_CLIENT_STATE);
+    if (!s) {
+        r = st->err.code;
+    } else {
+        sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            pid = sqlite3_column_int64(s, 0);
+            current = sqlite3_column_int64(s, 1); /* 0 = active */
+        } else if (rc == SQLITE_DONE) {
+            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled", client_id);
+        } else {
+            r = fl__store_sqlerr(st, rc, "reading a client");
+        }
+        fl__store_done(s);
+    }
+    /* No change, nothing to log: the first revocation time stays in effect. */
+    if (r == FL_OK && (revoke ? current != 0 : current == 0)) {
+        if (at_out)
+            *at_out = current;
+        goto out;
+    }
+    if (r == FL_OK)
+        r = pop_ready(&c, pid, &pop);
+    if (r == FL_OK && !(s = fl__store_audit_stmt(&c, FL__AUDIT_CLIENT_SET_REVOKED)))
+        r = st->err.code;
+    if (r == FL_OK) {
+        sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
+        if (revoke)
+            sqlite3_bind_int64(s, 2, at);
+        else
+            sqlite3_bind_null(s, 2);
+        r = step_done(st, s, revoke ? "revoking the client" : "reinstating the client");
+    }
+    if (r == FL_OK) {
+        e = new_entry(revoke ? "client_revoked" : "client_reinstated");
+        /* The entry's time is the store clock, but never before the revocation it records
+         * (a caller's clock slightly ahead): the verifier requires revoked_at <= time. */
+        int64_t now = fl__store_now(st);
+        if (!e || put(e, "population", json_string(pop.name)) ||
+            put(e, "population_id", json_integer(pid)) || put(e, "client", json_string(nym)) ||
+            (revoke && put(e, "revoked_at", json_integer(at))) ||
+            (revoke && at > now && put(e, "time", json_integer(at))))
+            r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory building an audit entry");
+    }
+    if (r == FL_OK)
+        r = append_entry(&c, e, &pop, seq_out);
+    if (r == FL_OK && at_out && revoke)
+        *at_out = at;
+out:
+    json_decref(e);
+    fl__store_audit_pop_free(&pop);
+    fl__store_audit_stmts_done(&c);
+    fl_memzero(nym, sizeof(nym));
+    r = fl__store_op_end(st, r);
+    if (r != FL_OK) {
+        if (at_out)
+            *at_out = 0;
+        if (seq_out)
+            *seq_out = -1;
+    }
+    return r;
+}
+
+fl_status
+fl_store_client_revoke_v2(fl_store *st, int64_t *revoked_at_out, int64_t *seq_out,
+                          const char *client_id, int64_t revoked_at,
+                          const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
+    return client_block(st, "client_revoke_v2", 1, revoked_at_out, seq_out, client_id,
+                        revoked_at, pseudonym_key);
+}
+
+fl_status
+fl_store_client_reinstate_v2(fl_store *st, int64_t *seq_out, const char *client_id,
+                             const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
+    return client_block(st, "client_reinstate_v2", 0, NULL, seq_out, client_id, 0,
+                        pseudonym_key);
+}
+
 fl_status fl_store_retention_sweep(fl_store *st, fl_store_retention_result *out,
                                    int64_t retention_ms) {
     fl_status r = fl__store_enter(st, "retention_sweep");

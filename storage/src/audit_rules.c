@@ -684,6 +684,27 @@ int fl__store_audit_check(const json_t *e, int64_t seq, const struct fl__store_a
             return -1;
         return 0;
     }
+    if (strcmp(type, "client_revoked") == 0) {
+        static const char *const k[] = {"client", "population", "population_id", "revoked_at",
+                                        "seq",    "time",       "type",          "v"};
+        const char *p;
+        int64_t at = 0;
+        if (keys_exact(&c, e, "client_revoked entry", k, 8) || check_pop_ref(&c, e, pop, 0) ||
+            get_hex64(&c, e, "client", &p) || get_int(&c, e, "revoked_at", 1, INT64_MAX, &at))
+            return -1;
+        if (at > (int64_t)json_integer_value(json_object_get(e, "time")))
+            return bad(&c, "client_revoked: revoked_at is after the entry's time");
+        return 0;
+    }
+    if (strcmp(type, "client_reinstated") == 0) {
+        static const char *const k[] = {"client", "population", "population_id", "seq",
+                                        "time",   "type",       "v"};
+        const char *p;
+        if (keys_exact(&c, e, "client_reinstated entry", k, 7) || check_pop_ref(&c, e, pop, 0) ||
+            get_hex64(&c, e, "client", &p))
+            return -1;
+        return 0;
+    }
     if (strcmp(type, "retention") == 0) {
         static const char *const k[] = {"cutoff", "deleted", "retention_ms", "seq", "time",
                                         "type",   "v"};

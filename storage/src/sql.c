@@ -167,6 +167,10 @@ static const char *const fl__store_audit_sql_text[FL__AUDIT_STMT_COUNT] = {
     [FL__AUDIT_CLIENT_GET] = "SELECT population_id FROM clients WHERE client_id = ?1",
     [FL__AUDIT_CLIENT_PARTS_DELETE] = "DELETE FROM round_participants WHERE client_id = ?1",
     [FL__AUDIT_CLIENT_DELETE] = "DELETE FROM clients WHERE client_id = ?1",
+    [FL__AUDIT_CLIENT_STATE] = "SELECT population_id, ifnull(revoked_at, 0) FROM clients "
+                               "WHERE client_id = ?1",
+    /* ?2 NULL reinstates. */
+    [FL__AUDIT_CLIENT_SET_REVOKED] = "UPDATE clients SET revoked_at = ?2 WHERE client_id = ?1",
     /* Participations in finished rounds (2 = COMPLETED, 3 = ABANDONED) older than ?1. */
     [FL__AUDIT_EXPIRED_PARTS_DELETE] =
         "DELETE FROM round_participants WHERE updated_at < ?1 AND round_id IN "

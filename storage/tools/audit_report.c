@@ -464,7 +464,8 @@ int tool_report(struct tool_bundle *tb, FILE *out) {
             population_section(out, tb, tool_int(e, "population_id"));
     }
 
-    fputs("<h2>Configuration, erasure and retention events</h2>\n<table><tr><th>entry</th>"
+    fputs("<h2>Configuration, erasure, revocation and retention events</h2>\n"
+          "<table><tr><th>entry</th>"
           "<th class=\"l\">time (UTC)</th><th class=\"l\">event</th><th class=\"l\">details</th>"
           "</tr>\n",
           out);
@@ -491,6 +492,22 @@ int tool_report(struct tool_bundle *tb, FILE *out) {
             esc(out, tool_str(e, "client"));
             fprintf(out, "</code>: %lld registry row(s), %lld participation(s) deleted</td></tr>\n",
                     tool_int(e, "deleted.clients"), tool_int(e, "deleted.participations"));
+        } else if (strcmp(type, "client_revoked") == 0 ||
+                   strcmp(type, "client_reinstated") == 0) {
+            int rev = strcmp(type, "client_revoked") == 0;
+            fprintf(out,
+                    "<tr><td>#%zu</td><td class=\"l\">%s</td><td class=\"l\">client %s"
+                    "</td><td class=\"l\">",
+                    i, t, rev ? "revoked" : "reinstated");
+            esc(out, tool_str(e, "population"));
+            fputs(": client <code>", out);
+            esc(out, tool_str(e, "client"));
+            if (rev) {
+                tool_fmt_time(a, tool_int(e, "revoked_at"));
+                fprintf(out, "</code> excluded from rounds from %s</td></tr>\n", a);
+            } else {
+                fputs("</code> may take part in rounds again</td></tr>\n", out);
+            }
         } else if (strcmp(type, "retention") == 0) {
             tool_fmt_time(b, tool_int(e, "cutoff"));
             fprintf(out,

@@ -118,6 +118,13 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
                 "      client pseudonym %s erased: %lld registry row(s), %lld participation(s)\n",
                 tool_str(e, "client"), tool_int(e, "deleted.clients"),
                 tool_int(e, "deleted.participations"));
+    } else if (strcmp(type, "client_revoked") == 0) {
+        tool_fmt_time(a, tool_int(e, "revoked_at"));
+        fprintf(out, "      client pseudonym %s revoked (excluded from rounds) at %s\n",
+                tool_str(e, "client"), a);
+    } else if (strcmp(type, "client_reinstated") == 0) {
+        fprintf(out, "      client pseudonym %s reinstated (may take part in rounds again)\n",
+                tool_str(e, "client"));
     } else if (strcmp(type, "retention") == 0) {
         tool_fmt_time(a, tool_int(e, "cutoff"));
         fprintf(out,
@@ -258,8 +265,13 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
                      (long long)json_integer_value(v));
         }
         csv_field(out, regions, 0);
-        if (strcmp(type, "erasure") == 0)
+        if (strcmp(type, "erasure") == 0 || strcmp(type, "client_reinstated") == 0)
             snprintf(detail, sizeof(detail), "client %s", tool_str(e, "client"));
+        else if (strcmp(type, "client_revoked") == 0) {
+            char a[32];
+            tool_fmt_time(a, tool_int(e, "revoked_at"));
+            snprintf(detail, sizeof(detail), "client %s revoked at %s", tool_str(e, "client"), a);
+        }
         else if (strcmp(type, "retention") == 0)
             snprintf(detail, sizeof(detail), "deleted %lld clients, %lld participations",
                      tool_int(e, "deleted.clients"), tool_int(e, "deleted.participations"));

@@ -6,6 +6,7 @@
  * may call either; unknown ids are 404, malformed ones 400. A revoked participant of a
  * running round can send nothing more to it. */
 #include "coord_testkit.h"
+#include "flotilla/storage.h"
 
 #define CHECKIN_BODY                                                                               \
     "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true}}"
@@ -251,6 +252,82 @@ static void test_revoked_in_round(void **state) {
     clients_free(c, 3);
 }
 
+/* The verifier key the coordinator signs under (default origin from its key id). */
+static void expected_vkey(struct fx *f, char *vkey, size_t n) {
+    uint8_t pk[32];
+    char kid[FL_COORD_KEY_ID_BYTES], origin[128];
+    fl_coord_public_key(f->co, pk, kid);
+    snprintf(origin, sizeof(origin), "flotilla-coordinator/%s", kid);
+    assert_int_equal(fl_store_audit_vkey(vkey, n, origin, pk), FL_OK);
+}
+
+/* Revoke and reinstate are audit-log events: one client_revoked and one client_reinstated
+ * entry under the client's pseudonym (the one its erasure entry uses), none for the
+ * repeated calls that change nothing; the exported bundle verifies with the trusted key. */
+static void test_revocation_audited(void **state) {
+    struct fx *f = *state;
+    char *tok[3];
+    setup_population(f, &pc, tok, 3);
+    char cid[17];
+    client_id_of(cid, tok[0]);
+    fx_advance(f, 1000);
+    int64_t at = revoke_ok(f, cid);
+    fx_advance(f, 1000);
+    assert_int_equal(revoke_ok(f, cid), at); /* no change: not logged */
+    reinstate_ok(f, cid);
+    reinstate_ok(f, cid); /* no change: not logged */
+    /* Erasure names the pseudonym; the revocation entries must use the same one. */
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
+    struct resp r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    char nym[FL_STORE_AUDIT_PSEUDONYM_BYTES];
+    snprintf(nym, sizeof(nym), "%s", json_string_value(json_object_get(j, "pseudonym")));
+    assert_int_equal(strlen(nym), 64);
+    json_decref(j);
+    resp_free(&r);
+
+    r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r.status, 200);
+    char vkey[256];
+    expected_vkey(f, vkey, sizeof(vkey));
+    fl_store_audit_bundle *b = NULL;
+    assert_int_equal(fl_store_audit_bundle_open(&b, r.body, r.len, NULL), FL_OK);
+    fl_store_audit_verdict v;
+    fl_status rc = fl_store_audit_bundle_verify(b, vkey, &v);
+    if (rc != FL_OK)
+        fail_msg("bundle: %s", v.message);
+    int revoked = 0, reinstated = 0, erased = 0;
+    for (size_t i = 0; i < fl_store_audit_bundle_entry_count(b); i++) {
+        size_t n = 0;
+        const char *p = fl_store_audit_bundle_entry(b, i, &n);
+        json_t *e = json_loadb(p, n, 0, NULL);
+        assert_non_null(e);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        const char *client = json_string_value(json_object_get(e, "client"));
+        for (size_t k = 0; k + 16 <= n; k++) /* never the raw id */
+            assert_false(memcmp(p + k, cid, 16) == 0);
+        if (client && strcmp(client, nym) == 0) {
+            if (strcmp(type, "client_revoked") == 0) {
+                revoked++;
+                assert_int_equal(json_integer_value(json_object_get(e, "revoked_at")), at);
+                assert_string_equal(json_string_value(json_object_get(e, "population")), "rv");
+            }
+            reinstated += strcmp(type, "client_reinstated") == 0;
+            erased += strcmp(type, "erasure") == 0;
+        }
+        json_decref(e);
+    }
+    assert_int_equal(revoked, 1);
+    assert_int_equal(reinstated, 1);
+    assert_int_equal(erased, 1);
+    fl_store_audit_bundle_close(b);
+    resp_free(&r);
+    for (int i = 0; i < 3; i++)
+        free(tok[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_revoke_cached_and_reinstate, fx_setup, fx_teardown),
@@ -258,6 +335,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_admin_only_and_bad_ids, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revocation_survives_restart, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revoked_in_round, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_revocation_audited, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -143,6 +143,9 @@ static void make_bundles(void) {
     uint8_t key[32];
     memset(key, 2, sizeof(key));
     STORE_OK(st, fl_store_client_erase(st, NULL, "c001", key));
+    /* Revocation entries (c002 stays enrolled: the sweep below does not touch it). */
+    STORE_OK(st, fl_store_client_revoke_v2(st, NULL, NULL, "c002", f.now, key));
+    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c002", key));
     f.now += 1000;
     STORE_OK(st, fl_store_retention_sweep(st, NULL, 86400000));
     STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f.sk));
@@ -312,15 +315,19 @@ static void test_show(void **state) {
     EXPECT_IN("out", "budget_refused");
     EXPECT_IN("out", "erasure");
     EXPECT_IN("out", "retention");
-    EXPECT_IN("out", "10 of 10 entries shown; bundle VERIFIED");
+    EXPECT_IN("out", "client_revoked  population \"keyboard\"");
+    EXPECT_IN("out", " revoked (excluded from rounds) at 2023-11-14 ");
+    EXPECT_IN("out", "client_reinstated  population \"keyboard\"");
+    EXPECT_IN("out", " reinstated (may take part in rounds again)");
+    EXPECT_IN("out", "12 of 12 entries shown; bundle VERIFIED");
     RUN(0, "show", path_all, "--seq", "3-4", "--key", vkey);
-    EXPECT_IN("out", "2 of 10 entries shown");
+    EXPECT_IN("out", "2 of 12 entries shown");
     RUN(0, "show", path_all, "--seq", "5", "--key", vkey);
-    EXPECT_IN("out", "1 of 10 entries shown");
+    EXPECT_IN("out", "1 of 12 entries shown");
     RUN(0, "show", path_all, "--from", "2", "--to", "4", "--key", vkey);
-    EXPECT_IN("out", "3 of 10 entries shown"); /* rounds 2, 3 and the refused round 4 */
+    EXPECT_IN("out", "3 of 12 entries shown"); /* rounds 2, 3 and the refused round 4 */
     RUN(0, "show", path_all, "--population", "r&d <eu>, \"q\"", "--key", vkey);
-    EXPECT_IN("out", "1 of 10 entries shown");
+    EXPECT_IN("out", "1 of 12 entries shown");
     /* An unverified bundle is still shown, with a warning, and exits 1. */
     RUN(1, "show", path_forged, "--round", "1");
     EXPECT_IN("err", "WARNING: the bundle does not verify");
@@ -337,6 +344,9 @@ static void test_export_and_report(void **state) {
     EXPECT_IN("all.csv", "requested epsilon total 9");
     EXPECT_IN("all.csv", ",\"norm proof: bits 17, bound2 65536, dim 1000, weight_max 64\"\r\n");
     EXPECT_IN("all.csv", "deleted ");
+    EXPECT_IN("all.csv", ",client_revoked,keyboard,");
+    EXPECT_IN("all.csv", " revoked at 2023-11-14 ");
+    EXPECT_IN("all.csv", ",client_reinstated,keyboard,");
     RUN(0, "report", path_all, "-o", html, "--key", vkey);
     EXPECT_IN("all.html", "r&amp;d &lt;eu&gt;, &quot;q&quot;");
     EXPECT_IN("all.html", "class=\"verdict ok\"");
@@ -344,6 +354,9 @@ static void test_export_and_report(void **state) {
     EXPECT_IN("all.html", "No rounds with region counts.");
     EXPECT_IN("all.html", "<td>4/3/1, norm&sup2; &le; 65536 (17 bits)</td>");
     EXPECT_IN("all.html", "<td>off</td>");
+    EXPECT_IN("all.html", "client revoked</td><td class=\"l\">keyboard: client <code>");
+    EXPECT_IN("all.html", "</code> excluded from rounds from 2023-11-14 ");
+    EXPECT_IN("all.html", "client reinstated</td>");
     RUN(1, "report", path_junk, "-o", html);
     EXPECT_IN("all.html", "class=\"verdict bad\"");
     RUN(1, "report", path_odd, "-o", html);
