@@ -1485,11 +1485,11 @@ int fl__coord_h_client_revoke(struct fl__coord_req *rq, struct fl__coord_reply *
     int64_t at = 0;
     int status;
     fl__coord_lock(co);
-    /* The _v2 calls log a client_revoked / client_reinstated audit entry (pseudonym only,
-     * same key as erasure) in the same transaction, when the state changes. */
-    fl_status rc = revoke ? fl_store_client_revoke_v2(co->store, &at, NULL, cid,
-                                                      fl__coord_now(co), co->pseudonym_key)
-                          : fl_store_client_reinstate_v2(co->store, NULL, cid, co->pseudonym_key);
+    /* Storage logs a client_revoked / client_reinstated audit entry (pseudonym only, same
+     * key as erasure) in the same transaction, when the state changes. */
+    fl_status rc = revoke ? fl_store_client_revoke(co->store, &at, NULL, cid, fl__coord_now(co),
+                                                   co->pseudonym_key)
+                          : fl_store_client_reinstate(co->store, NULL, cid, co->pseudonym_key);
     if (rc == FL_ERR_NOT_FOUND) {
         status = fl__coord_error(rep, 404, "not_found", "client_id", "no such client");
         goto out_unlock;

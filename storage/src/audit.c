@@ -1105,19 +1105,17 @@ out:
     return r;
 }
 
-fl_status
-fl_store_client_revoke_v2(fl_store *st, int64_t *revoked_at_out, int64_t *seq_out,
-                          const char *client_id, int64_t revoked_at,
-                          const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
-    return client_block(st, "client_revoke_v2", 1, revoked_at_out, seq_out, client_id,
-                        revoked_at, pseudonym_key);
+fl_status fl_store_client_revoke(fl_store *st, int64_t *revoked_at_out, int64_t *seq_out,
+                                 const char *client_id, int64_t revoked_at,
+                                 const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
+    return client_block(st, "client_revoke", 1, revoked_at_out, seq_out, client_id, revoked_at,
+                        pseudonym_key);
 }
 
 fl_status
-fl_store_client_reinstate_v2(fl_store *st, int64_t *seq_out, const char *client_id,
-                             const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
-    return client_block(st, "client_reinstate_v2", 0, NULL, seq_out, client_id, 0,
-                        pseudonym_key);
+fl_store_client_reinstate(fl_store *st, int64_t *seq_out, const char *client_id,
+                          const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]) {
+    return client_block(st, "client_reinstate", 0, NULL, seq_out, client_id, 0, pseudonym_key);
 }
 
 fl_status fl_store_retention_sweep(fl_store *st, fl_store_retention_result *out,

@@ -47,10 +47,6 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_CLIENT_GET] = "SELECT " CLIENT_COLS " FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_HASH] = "SELECT token_sha256 FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_TOUCH] = "UPDATE clients SET last_seen = ?2 WHERE client_id = ?1",
-    /* ifnull keeps the first revocation time: revoking twice changes nothing. */
-    [FL__STORE_CLIENT_REVOKE] = "UPDATE clients SET revoked_at = ifnull(revoked_at, ?2) "
-                                "WHERE client_id = ?1 RETURNING revoked_at",
-    [FL__STORE_CLIENT_REINSTATE] = "UPDATE clients SET revoked_at = NULL WHERE client_id = ?1",
 
     [FL__STORE_MODEL_FIND_SHA] = "SELECT version FROM models "
                                  "WHERE ifnull(population_id, 0) = ?1 AND sha256 = ?2",

@@ -426,69 +426,6 @@ fl_status fl_store_client_touch(fl_store *st, const char *client_id) {
     return fl__store_op_end(st, r);
 }
 
-fl_status fl_store_client_revoke(fl_store *st, int64_t *revoked_at_out, const char *client_id,
-                                 int64_t revoked_at) {
-    fl_status r = fl__store_enter(st, "client_revoke");
-    if (r != FL_OK)
-        return r;
-    if (revoked_at_out)
-        *revoked_at_out = 0;
-    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
-    if (r == FL_OK && revoked_at <= 0)
-        r = fl__err_set(&st->err, FL_ERR_MISUSE, "revoked_at must be > 0");
-    if (r != FL_OK)
-        return r;
-    r = fl__store_op_begin(st, 1);
-    if (r != FL_OK)
-        return r;
-    int64_t at = 0;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_CLIENT_REVOKE);
-    if (!s) {
-        r = st->err.code;
-    } else {
-        sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, revoked_at);
-        /* RETURNING: the update is complete after the first step; the second ends it. */
-        int rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            at = sqlite3_column_int64(s, 0);
-            rc = sqlite3_step(s);
-        } else if (rc == SQLITE_DONE) {
-            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled", client_id);
-        }
-        if (r == FL_OK && rc != SQLITE_DONE)
-            r = fl__store_sqlerr(st, rc, "revoking the client");
-        fl__store_done(s);
-    }
-    r = fl__store_op_end(st, r);
-    if (r == FL_OK && revoked_at_out)
-        *revoked_at_out = at;
-    return r;
-}
-
-fl_status fl_store_client_reinstate(fl_store *st, const char *client_id) {
-    fl_status r = fl__store_enter(st, "client_reinstate");
-    if (r != FL_OK)
-        return r;
-    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
-    if (r != FL_OK)
-        return r;
-    r = fl__store_op_begin(st, 1);
-    if (r != FL_OK)
-        return r;
-    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_CLIENT_REINSTATE);
-    if (!s) {
-        r = st->err.code;
-    } else {
-        sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
-        r = step_write(st, s, "reinstating the client");
-        /* changes counts matched rows, so an active client is found too (idempotent). */
-        if (r == FL_OK && sqlite3_changes(st->db) == 0)
-            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled", client_id);
-    }
-    return fl__store_op_end(st, r);
-}
-
 /* ==== rounds ==== */
 
 static void decode_round(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

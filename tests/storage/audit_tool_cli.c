@@ -144,8 +144,8 @@ static void make_bundles(void) {
     memset(key, 2, sizeof(key));
     STORE_OK(st, fl_store_client_erase(st, NULL, "c001", key));
     /* Revocation entries (c002 stays enrolled: the sweep below does not touch it). */
-    STORE_OK(st, fl_store_client_revoke_v2(st, NULL, NULL, "c002", f.now, key));
-    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c002", key));
+    STORE_OK(st, fl_store_client_revoke(st, NULL, NULL, "c002", f.now, key));
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "c002", key));
     f.now += 1000;
     STORE_OK(st, fl_store_retention_sweep(st, NULL, 86400000));
     STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f.sk));

@@ -291,12 +291,12 @@ static fl_status op_revoke(struct world *w, int i) {
     fl_status r = fl_store_client_enroll(w->f.st, id, "0123456789abcdef", 16, "EU", w->f.pop);
     int64_t seq = -1, at = 0;
     if (r == FL_OK)
-        r = fl_store_client_revoke_v2(w->f.st, &at, &seq, id, w->f.now, key);
+        r = fl_store_client_revoke(w->f.st, &at, &seq, id, w->f.now, key);
     if (r == FL_OK) {
         assert_true(seq > 0);
         assert_int_equal(at, w->f.now);
         seq = -1;
-        r = fl_store_client_reinstate_v2(w->f.st, &seq, id, key);
+        r = fl_store_client_reinstate(w->f.st, &seq, id, key);
     }
     if (r == FL_OK)
         assert_true(seq > 0);
@@ -410,7 +410,7 @@ static const struct {
     {"append_round (norm proof)", op_round_norm_proof},
     {"append_refusal", op_refusal},
     {"client_erase", op_erase},
-    {"client_revoke_v2+reinstate_v2", op_revoke},
+    {"client_revoke+reinstate", op_revoke},
     {"retention_sweep", op_retention},
     {"entry_get", op_entry_get},
     {"root", op_root},

@@ -1,4 +1,4 @@
-/* Audited client revocation (fl_store_client_revoke_v2 / fl_store_client_reinstate_v2):
+/* Audited client revocation (fl_store_client_revoke / fl_store_client_reinstate):
  * each state change appends one client_revoked / client_reinstated entry naming the client
  * only by its pseudonym, in the same transaction; no change logs nothing; a rolled back
  * caller transaction leaves no entry; the exported bundle verifies; and entries doctored
@@ -58,7 +58,7 @@ static void test_revoke_logs_once(void **state) {
     STORE_OK(st, fl_store_audit_pseudonym(nym, nym_key, "c001"));
     int64_t before = log_size(st), seq = -2, at = 0;
     f.now += 5000;
-    STORE_OK(st, fl_store_client_revoke_v2(st, &at, &seq, "c001", f.now - 10, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, &at, &seq, "c001", f.now - 10, nym_key));
     assert_int_equal(seq, before);
     assert_int_equal(at, f.now - 10);
     assert_int_equal(revoked_at(st, "c001"), f.now - 10);
@@ -76,13 +76,13 @@ static void test_revoke_logs_once(void **state) {
     /* Revoking again: the first time stays, nothing is logged. */
     f.now += 5000;
     seq = -2;
-    STORE_OK(st, fl_store_client_revoke_v2(st, &at, &seq, "c001", f.now, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, &at, &seq, "c001", f.now, nym_key));
     assert_int_equal(seq, -1);
     assert_int_equal(at, f.now - 5010);
     assert_int_equal(log_size(st), before + 1);
 
     /* Reinstating logs client_reinstated; reinstating an active client logs nothing. */
-    STORE_OK(st, fl_store_client_reinstate_v2(st, &seq, "c001", nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, &seq, "c001", nym_key));
     assert_int_equal(seq, before + 1);
     assert_int_equal(revoked_at(st, "c001"), 0);
     e = entry(st, seq);
@@ -92,9 +92,9 @@ static void test_revoke_logs_once(void **state) {
     assert_int_equal(json_object_size(e), 7);
     json_decref(e);
     seq = -2;
-    STORE_OK(st, fl_store_client_reinstate_v2(st, &seq, "c001", nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, &seq, "c001", nym_key));
     assert_int_equal(seq, -1);
-    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c002", nym_key)); /* never revoked */
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "c002", nym_key)); /* never revoked */
     assert_int_equal(log_size(st), before + 2);
 
     /* The raw id is nowhere in the log. */
@@ -106,11 +106,11 @@ static void test_revoke_logs_once(void **state) {
     }
 
     /* A caller's clock ahead of the store's: the entry's time is revoked_at, never before. */
-    STORE_OK(st, fl_store_client_revoke_v2(st, &at, &seq, "c002", f.now + 777, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, &at, &seq, "c002", f.now + 777, nym_key));
     e = entry(st, seq);
     assert_int_equal(json_integer_value(json_object_get(e, "time")), f.now + 777);
     json_decref(e);
-    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c002", nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "c002", nym_key));
     assert_int_equal(log_size(st), before + 4);
     audit_fx_teardown(&f);
 }
@@ -123,15 +123,15 @@ static void test_rollback_and_misuse(void **state) {
     int64_t before = log_size(st), seq = 0, at = 0;
     /* Inside a caller's transaction that rolls back: no revocation, no entry. */
     STORE_OK(st, fl_store_begin(st));
-    STORE_OK(st, fl_store_client_revoke_v2(st, &at, &seq, "c000", f.now, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, &at, &seq, "c000", f.now, nym_key));
     assert_int_equal(seq, before);
     STORE_OK(st, fl_store_rollback(st));
     assert_int_equal(revoked_at(st, "c000"), 0);
     assert_int_equal(log_size(st), before);
     /* ... and the same for a reinstatement. */
-    STORE_OK(st, fl_store_client_revoke_v2(st, NULL, NULL, "c000", f.now, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, NULL, NULL, "c000", f.now, nym_key));
     STORE_OK(st, fl_store_begin(st));
-    STORE_OK(st, fl_store_client_reinstate_v2(st, &seq, "c000", nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, &seq, "c000", nym_key));
     assert_int_equal(seq, before + 1);
     STORE_OK(st, fl_store_rollback(st));
     assert_int_equal(revoked_at(st, "c000"), f.now);
@@ -140,24 +140,20 @@ static void test_rollback_and_misuse(void **state) {
     /* Refusals change and log nothing. */
     seq = 5;
     at = 5;
-    assert_int_equal(fl_store_client_revoke_v2(st, &at, &seq, "c001", f.now, NULL),
+    assert_int_equal(fl_store_client_revoke(st, &at, &seq, "c001", f.now, NULL),
                      FL_ERR_MISUSE);
     assert_int_equal(seq, -1);
     assert_int_equal(at, 0);
-    assert_int_equal(fl_store_client_revoke_v2(st, NULL, NULL, "c001", 0, nym_key), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_revoke_v2(st, NULL, NULL, "", f.now, nym_key), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_reinstate_v2(st, NULL, "c001", NULL), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_revoke_v2(st, NULL, &seq, "nobody", f.now, nym_key),
+    assert_int_equal(fl_store_client_revoke(st, NULL, NULL, "c001", 0, nym_key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(st, NULL, NULL, "", f.now, nym_key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_reinstate(st, NULL, "c001", NULL), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(st, NULL, &seq, "nobody", f.now, nym_key),
                      FL_ERR_NOT_FOUND);
     assert_int_equal(seq, -1);
-    assert_int_equal(fl_store_client_reinstate_v2(st, &seq, "nobody", nym_key), FL_ERR_NOT_FOUND);
-    assert_int_equal(fl_store_client_revoke_v2(NULL, NULL, NULL, "c001", f.now, nym_key),
+    assert_int_equal(fl_store_client_reinstate(st, &seq, "nobody", nym_key), FL_ERR_NOT_FOUND);
+    assert_int_equal(fl_store_client_revoke(NULL, NULL, NULL, "c001", f.now, nym_key),
                      FL_ERR_MISUSE);
     assert_int_equal(revoked_at(st, "c001"), 0);
-    /* The keyless calls (unchanged API) still work and log nothing. */
-    STORE_OK(st, fl_store_client_revoke(st, &at, "c001", f.now));
-    STORE_OK(st, fl_store_client_reinstate(st, "c001"));
-    assert_int_equal(log_size(st), before + 1);
     audit_fx_teardown(&f);
 }
 
@@ -235,11 +231,11 @@ static void test_bundle_and_forgeries(void **state) {
      * 5 revoked c002, 6 round, 7 reinstated c002. */
     STORE_OK(st, audit_fx_round(&f, 0, 0.5, NULL));
     f.now += 1000;
-    STORE_OK(st, fl_store_client_revoke_v2(st, NULL, NULL, "c001", f.now, nym_key));
-    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c001", nym_key));
-    STORE_OK(st, fl_store_client_revoke_v2(st, NULL, NULL, "c002", f.now, nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, NULL, NULL, "c001", f.now, nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "c001", nym_key));
+    STORE_OK(st, fl_store_client_revoke(st, NULL, NULL, "c002", f.now, nym_key));
     STORE_OK(st, audit_fx_round(&f, 1, 0.5, NULL));
-    STORE_OK(st, fl_store_client_reinstate_v2(st, NULL, "c002", nym_key));
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "c002", nym_key));
     assert_int_equal(log_size(st), 8);
     STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f.sk));
     char vkey[256];

@@ -11,6 +11,9 @@
 
 /* The v1 schema exactly as release 1 created it. Kept here, independent of the library's
  * copy, so a change to the released migration text is caught. */
+/* Pseudonym key of the audited revocation in the version-3 upgrade test. */
+static const uint8_t revoke_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES] = {3};
+
 static const char v1_schema[] =
     "PRAGMA application_id = 1179406164;"
     "CREATE TABLE populations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE CHECK "
@@ -238,9 +241,9 @@ static void test_upgrade_v3_keeps_clients_active(void **state) {
     STORE_OK(st, fl_store_client_authenticate(st, "api-client", token, sizeof(token) - 1));
     /* ...and can be revoked and reinstated on the new column. */
     int64_t at = 0;
-    STORE_OK(st, fl_store_client_revoke(st, &at, "old-client", 1700000000000));
+    STORE_OK(st, fl_store_client_revoke(st, &at, NULL, "old-client", 1700000000000, revoke_key));
     assert_int_equal(at, 1700000000000);
-    STORE_OK(st, fl_store_client_reinstate(st, "old-client"));
+    STORE_OK(st, fl_store_client_reinstate(st, NULL, "old-client", revoke_key));
     assert_int_equal(fl_store_check(st), FL_OK);
     fl_store_close(st);
 

@@ -5,6 +5,8 @@
 #include "test_store_util.h"
 
 static const char token[] = "0123456789abcdef-token";
+/* Revocations are audit-logged under the client's pseudonym with this key. */
+static const uint8_t key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES] = {7, 7, 7};
 
 struct fixture {
     struct store_tdir dir;
@@ -44,7 +46,7 @@ static void test_revoke_and_reinstate(void **state) {
     struct fixture *f = *state;
     assert_int_equal(revoked_at(f->st, "dev-1"), 0);
     int64_t at = -1;
-    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, "dev-1", 1750000000123));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, NULL, "dev-1", 1750000000123, key));
     assert_int_equal(at, 1750000000123);
     assert_int_equal(revoked_at(f->st, "dev-1"), 1750000000123);
     /* Only that client, and its record is kept: token still matches, same population. */
@@ -55,17 +57,17 @@ static void test_revoke_and_reinstate(void **state) {
     assert_int_equal(n, 2);
 
     /* Idempotent: the first time stays, and NULL out is allowed. */
-    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, "dev-1", 1750000009999));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, NULL, "dev-1", 1750000009999, key));
     assert_int_equal(at, 1750000000123);
-    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, "dev-1", 1750000009999));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, NULL, "dev-1", 1750000009999, key));
     assert_int_equal(revoked_at(f->st, "dev-1"), 1750000000123);
 
-    STORE_OK(f->st, fl_store_client_reinstate(f->st, "dev-1"));
+    STORE_OK(f->st, fl_store_client_reinstate(f->st, NULL, "dev-1", key));
     assert_int_equal(revoked_at(f->st, "dev-1"), 0);
-    STORE_OK(f->st, fl_store_client_reinstate(f->st, "dev-1")); /* already active */
+    STORE_OK(f->st, fl_store_client_reinstate(f->st, NULL, "dev-1", key)); /* already active */
     assert_int_equal(revoked_at(f->st, "dev-1"), 0);
     /* A new revocation after reinstatement records the new time. */
-    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, "dev-1", 1750000020000));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, &at, NULL, "dev-1", 1750000020000, key));
     assert_int_equal(at, 1750000020000);
 
     /* Durable: a reopened store still reports it. */
@@ -79,18 +81,18 @@ static void test_revoke_and_reinstate(void **state) {
 static void test_unknown_and_bad_arguments(void **state) {
     struct fixture *f = *state;
     int64_t at = -1;
-    assert_int_equal(fl_store_client_revoke(f->st, &at, "nobody", 1), FL_ERR_NOT_FOUND);
+    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, "nobody", 1, key), FL_ERR_NOT_FOUND);
     assert_non_null(strstr(fl_store_errmsg(f->st), "nobody"));
     assert_int_equal(at, 0);
-    assert_int_equal(fl_store_client_reinstate(f->st, "nobody"), FL_ERR_NOT_FOUND);
-    assert_int_equal(fl_store_client_revoke(f->st, &at, "dev-1", 0), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_reinstate(f->st, NULL, "nobody", key), FL_ERR_NOT_FOUND);
+    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, "dev-1", 0, key), FL_ERR_MISUSE);
     assert_non_null(strstr(fl_store_errmsg(f->st), "revoked_at"));
-    assert_int_equal(fl_store_client_revoke(f->st, &at, "dev-1", -5), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, 1), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_revoke(f->st, &at, "", 1), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_reinstate(f->st, NULL), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_revoke(NULL, &at, "dev-1", 1), FL_ERR_MISUSE);
-    assert_int_equal(fl_store_client_reinstate(NULL, "dev-1"), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, "dev-1", -5, key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, NULL, 1, key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(f->st, &at, NULL, "", 1, key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_reinstate(f->st, NULL, NULL, key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_revoke(NULL, &at, NULL, "dev-1", 1, key), FL_ERR_MISUSE);
+    assert_int_equal(fl_store_client_reinstate(NULL, NULL, "dev-1", key), FL_ERR_MISUSE);
     /* Nothing was written by the refused calls. */
     assert_int_equal(revoked_at(f->st, "dev-1"), 0);
 }
@@ -99,7 +101,7 @@ static void test_unknown_and_bad_arguments(void **state) {
 static void test_revoke_rolls_back_with_transaction(void **state) {
     struct fixture *f = *state;
     STORE_OK(f->st, fl_store_begin(f->st));
-    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, "dev-2", 42));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, NULL, "dev-2", 42, key));
     assert_int_equal(revoked_at(f->st, "dev-2"), 42);
     STORE_OK(f->st, fl_store_rollback(f->st));
     assert_int_equal(revoked_at(f->st, "dev-2"), 0);
@@ -108,12 +110,11 @@ static void test_revoke_rolls_back_with_transaction(void **state) {
 /* Erasure deletes a revoked client like any other (the column goes with the row). */
 static void test_erase_revoked_client(void **state) {
     struct fixture *f = *state;
-    uint8_t key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES] = {1};
-    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, "dev-2", 7));
+    STORE_OK(f->st, fl_store_client_revoke(f->st, NULL, NULL, "dev-2", 7, key));
     STORE_OK(f->st, fl_store_client_erase(f->st, NULL, "dev-2", key));
     fl_store_client *c = NULL;
     assert_int_equal(fl_store_client_get(f->st, &c, "dev-2"), FL_ERR_NOT_FOUND);
-    assert_int_equal(fl_store_client_revoke(f->st, NULL, "dev-2", 8), FL_ERR_NOT_FOUND);
+    assert_int_equal(fl_store_client_revoke(f->st, NULL, NULL, "dev-2", 8, key), FL_ERR_NOT_FOUND);
 }
 
 int main(void) {

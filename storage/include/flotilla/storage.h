@@ -284,25 +284,6 @@ FL_API fl_status fl_store_client_authenticate(fl_store *st, const char *client_i
  * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_touch(fl_store *st, const char *client_id);
 
-/* Revokes client_id: blocks it while keeping its row, token hash and participations (unlike
- * fl_store_client_erase). The store only records it; the caller (the coordinator's auth
- * path) refuses a client whose fl_store_client.revoked_at is not 0. Idempotent: revoking a
- * revoked client keeps the first time. One transaction. Logs nothing in the audit log: use
- * fl_store_client_revoke_v2, which does.
- *   revoked_at_out  receives the revocation time in effect (revoked_at, or the earlier
- *                   time of a previous revocation); may be NULL. 0 on failure.
- *   client_id       an enrolled client.
- *   revoked_at      Unix ms, > 0, from the caller's clock.
- * Returns FL_OK; FL_ERR_NOT_FOUND (no such client); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO;
- * FL_ERR_STATE. */
-FL_API fl_status fl_store_client_revoke(fl_store *st, int64_t *revoked_at_out,
-                                        const char *client_id, int64_t revoked_at);
-
-/* Reinstates client_id: clears its revocation so its token works again. Idempotent on an
- * active client. One transaction. Logs nothing in the audit log (fl_store_client_reinstate_v2
- * does). Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
- * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_STATE. */
-FL_API fl_status fl_store_client_reinstate(fl_store *st, const char *client_id);
 
 /* ---- model registry ----
  * Versions are immutable and content-addressed: each holds the exact bytes, their SHA-256,
@@ -683,12 +664,14 @@ FL_API fl_status fl_store_audit_pseudonym(char out[FL_STORE_AUDIT_PSEUDONYM_BYTE
 FL_API fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *client_id,
                                        const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
 
-/* fl_store_client_revoke, audited: revokes client_id like fl_store_client_revoke and, in
- * the same transaction, appends a "client_revoked" entry naming the client only by its
- * pseudonym under pseudonym_key (the key fl_store_client_erase takes), with the revocation
- * time. Only a change is logged: revoking a revoked client keeps the first time and logs
+/* Revokes client_id: blocks it while keeping its row, token hash and participations (unlike
+ * fl_store_client_erase), and, in the same transaction, appends a "client_revoked" audit
+ * entry naming the client only by its pseudonym under pseudonym_key (the key
+ * fl_store_client_erase takes), with the revocation time. The store only records it; the
+ * caller (the coordinator's auth path) refuses a client whose fl_store_client.revoked_at is
+ * not 0. Only a change is logged: revoking a revoked client keeps the first time and logs
  * nothing. The entry's time is the store clock, or revoked_at if that is later. The key
- * stays with the caller. (fl_store_client_revoke, which has no key, logs nothing.)
+ * stays with the caller.
  *   revoked_at_out  receives the revocation time in effect; may be NULL. 0 on failure.
  *   seq_out         receives the index of the entry logged, -1 when nothing was logged
  *                   (already revoked, or failure); may be NULL.
@@ -697,20 +680,20 @@ FL_API fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const cha
  * Returns FL_OK; FL_ERR_NOT_FOUND (no such client); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO;
  * FL_ERR_NOMEM; FL_ERR_STATE. */
 FL_API fl_status
-fl_store_client_revoke_v2(fl_store *st, int64_t *revoked_at_out, int64_t *seq_out,
-                          const char *client_id, int64_t revoked_at,
-                          const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
+fl_store_client_revoke(fl_store *st, int64_t *revoked_at_out, int64_t *seq_out,
+                       const char *client_id, int64_t revoked_at,
+                       const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
 
-/* fl_store_client_reinstate, audited: reinstates client_id and, in the same transaction,
- * appends a "client_reinstated" entry naming it by its pseudonym under pseudonym_key.
- * Reinstating an active client changes nothing and logs nothing.
+/* Reinstates client_id (clears its revocation, so its token works again) and, in the same
+ * transaction, appends a "client_reinstated" entry naming it by its pseudonym under
+ * pseudonym_key. Reinstating an active client changes nothing and logs nothing.
  *   seq_out  receives the index of the entry logged, -1 when nothing was logged; may be
  *            NULL.
  * Returns FL_OK; FL_ERR_NOT_FOUND (no such client); FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO;
  * FL_ERR_NOMEM; FL_ERR_STATE. */
 FL_API fl_status
-fl_store_client_reinstate_v2(fl_store *st, int64_t *seq_out, const char *client_id,
-                             const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
+fl_store_client_reinstate(fl_store *st, int64_t *seq_out, const char *client_id,
+                          const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
 
 /* What a retention sweep deleted. */
 typedef struct fl_store_retention_result {
