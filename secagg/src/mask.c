@@ -71,8 +71,7 @@ void fl__sa_sub_u32le(uint32_t *restrict acc, const uint8_t *restrict p, size_t 
     }
 }
 
-/* Adds `blocks` to the 128-bit big-endian counter in iv. */
-static void iv_add(uint8_t iv[16], uint64_t blocks) {
+void fl__sa_ctr_add(uint8_t iv[16], uint64_t blocks) {
     unsigned carry = 0;
     for (int i = 15; i >= 0; i--) {
         unsigned sum = iv[i] + (unsigned)(blocks & 0xFF) + carry;
@@ -115,7 +114,7 @@ int fl__sa_mask_apply(uint32_t *acc, size_t dim, const uint8_t seed[32], int sig
         else
             fl__sa_sub_u32le(acc + off, scratch, m);
         if (!stream)
-            iv_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
+            fl__sa_ctr_add(s + 16, (FL__SA_MASK_CHUNK * 4) / 16);
     }
     rc = 0;
 out_close:
@@ -172,7 +171,7 @@ static int mask_range_prg(uint32_t *acc, size_t lo, size_t hi, uint8_t (*s)[32],
         for (size_t j = 0; j < m; j++) {
             if (crypto->prg(scratch + j * stride, len * 4, s[j]) != 0)
                 return -1;
-            iv_add(s[j] + 16, stride / 16);
+            fl__sa_ctr_add(s[j] + 16, stride / 16);
         }
         fuse_apply(acc + off, scratch, stride, neg, m, len);
     }
@@ -224,7 +223,7 @@ int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (
         memcpy(s[j], seeds[j], 32);
         neg[j] = signs[j] > 0 ? 0u : 0xFFFFFFFFu;
         /* Element lo starts AES block lo / 4 of the keystream. */
-        iv_add(s[j] + 16, lo / 4);
+        fl__sa_ctr_add(s[j] + 16, lo / 4);
     }
     if (crypto->prg_open && crypto->prg_next && crypto->prg_close &&
         crypto->prg_stream_size <= FL__SA_PRG_STREAM_MAX)

@@ -120,6 +120,10 @@ int fl__sa_mask_apply_many(uint32_t *acc, size_t dim, const uint8_t (*seeds)[32]
                            const int *signs, size_t m, const struct fl__sa_crypto *crypto,
                            uint8_t *scratch);
 
+/* Adds `blocks` to the 128-bit big-endian counter in iv (the second half of a PRG seed):
+ * the seed whose keystream starts `blocks` AES blocks further on. */
+void fl__sa_ctr_add(uint8_t iv[16], uint64_t blocks);
+
 /* fl__sa_mask_apply_many restricted to the elements lo <= i < hi of acc (acc is the whole
  * vector, indexed from 0): the keystream of each mask is taken from element lo on, so that
  * disjoint ranges applied by different threads add up to one fl__sa_mask_apply_many over

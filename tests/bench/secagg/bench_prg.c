@@ -32,6 +32,7 @@
 #endif
 
 #include "crypto.h"
+#include "secagg_internal.h"
 
 #include "bench_util.h"
 
@@ -104,16 +105,6 @@ static int run_prg_gcrypt(struct job *j, uint8_t *buf, size_t size) {
 /* Pieces of g_piece bytes (the last one shorter). */
 static size_t g_piece = 8192;
 
-/* Adds `blocks` to the 128-bit big-endian counter in iv (as mask.c does). */
-static void iv_add(uint8_t iv[16], uint64_t blocks) {
-    unsigned carry = 0;
-    for (int i = 15; i >= 0; i--) {
-        unsigned sum = iv[i] + (unsigned)(blocks & 0xFF) + carry;
-        iv[i] = (uint8_t)sum;
-        carry = sum >> 8;
-        blocks >>= 8;
-    }
-}
 
 /* Stateless: one prg() per piece from a seed whose counter is advanced by the pieces
  * before it (g_piece is a multiple of 16). */
@@ -124,7 +115,7 @@ static int run_prg_pieces(struct job *j, uint8_t *buf, size_t size) {
         size_t take = size - off < g_piece ? size - off : g_piece;
         if (j->crypto->prg(buf + off, take, s) != 0)
             return -1;
-        iv_add(s + 16, g_piece / 16);
+        fl__sa_ctr_add(s + 16, g_piece / 16);
     }
     return 0;
 }
