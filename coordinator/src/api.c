@@ -1482,14 +1482,14 @@ int fl__coord_h_client_revoke(struct fl__coord_req *rq, struct fl__coord_reply *
         return fl__coord_error(rep, 400, "invalid_parameter", "client_id",
                                "client id must be 16 lowercase hex characters");
     bool revoke = rq->route == FL__R_ADMIN_CLIENT_REVOKE;
-    int64_t at = 0;
+    int64_t at = 0, seq = -1;
     int status;
     fl__coord_lock(co);
     /* Storage logs a client_revoked / client_reinstated audit entry (pseudonym only, same
      * key as erasure) in the same transaction, when the state changes. */
-    fl_status rc = revoke ? fl_store_client_revoke(co->store, &at, NULL, cid, fl__coord_now(co),
+    fl_status rc = revoke ? fl_store_client_revoke(co->store, &at, &seq, cid, fl__coord_now(co),
                                                    co->pseudonym_key)
-                          : fl_store_client_reinstate(co->store, NULL, cid, co->pseudonym_key);
+                          : fl_store_client_reinstate(co->store, &seq, cid, co->pseudonym_key);
     if (rc == FL_ERR_NOT_FOUND) {
         status = fl__coord_error(rep, 404, "not_found", "client_id", "no such client");
         goto out_unlock;
@@ -1500,10 +1500,12 @@ int fl__coord_h_client_revoke(struct fl__coord_req *rq, struct fl__coord_reply *
     }
     fl__coord_auth_cache_set_revoked(co, cid, revoke);
     fl__log(&co->logger, FL_LOG_INFO, "client %s %s", cid, revoke ? "revoked" : "reinstated");
-    status = fl__coord_json(rep, 200,
-                            json_pack("{s:s, s:s, s:o}", "status", revoke ? "revoked" : "active",
-                                      "client_id", cid, "revoked_at",
-                                      revoke ? json_integer(at) : json_null()));
+    /* audit_index: the entry this call logged, null when nothing changed (as erase's). */
+    status = fl__coord_json(
+        rep, 200,
+        json_pack("{s:s, s:s, s:o, s:o}", "status", revoke ? "revoked" : "active", "client_id",
+                  cid, "revoked_at", revoke ? json_integer(at) : json_null(), "audit_index",
+                  seq >= 0 ? json_integer(seq) : json_null()));
 out_unlock:
     fl__coord_unlock(co);
     return status;

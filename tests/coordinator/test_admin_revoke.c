@@ -45,6 +45,15 @@ static struct resp admin_client(struct fx *f, const char *cid, const char *actio
     return http_req(f, "POST", path, token, NULL, NULL, 0, NULL);
 }
 
+/* audit_index of the last revoke_ok / reinstate_ok answer, -1 for null. */
+static int64_t last_audit_index;
+
+static int64_t audit_index(const json_t *j) {
+    json_t *ai = json_object_get(j, "audit_index");
+    assert_true(json_is_null(ai) || json_is_integer(ai));
+    return json_is_integer(ai) ? (int64_t)json_integer_value(ai) : -1;
+}
+
 /* Revokes cid as the admin, checks the 200 body and returns its revoked_at. */
 static int64_t revoke_ok(struct fx *f, const char *cid) {
     struct resp r = admin_client(f, cid, "revoke", ADMIN_TOKEN);
@@ -55,6 +64,7 @@ static int64_t revoke_ok(struct fx *f, const char *cid) {
     assert_string_equal(json_string_value(json_object_get(j, "client_id")), cid);
     assert_true(json_is_integer(json_object_get(j, "revoked_at")));
     int64_t at = json_integer_value(json_object_get(j, "revoked_at"));
+    last_audit_index = audit_index(j);
     json_decref(j);
     resp_free(&r);
     return at;
@@ -68,6 +78,7 @@ static void reinstate_ok(struct fx *f, const char *cid) {
     assert_string_equal(json_string_value(json_object_get(j, "status")), "active");
     assert_string_equal(json_string_value(json_object_get(j, "client_id")), cid);
     assert_true(json_is_null(json_object_get(j, "revoked_at")));
+    last_audit_index = audit_index(j);
     json_decref(j);
     resp_free(&r);
 }
@@ -272,10 +283,15 @@ static void test_revocation_audited(void **state) {
     client_id_of(cid, tok[0]);
     fx_advance(f, 1000);
     int64_t at = revoke_ok(f, cid);
+    int64_t first = last_audit_index;
+    assert_true(first >= 0);
     fx_advance(f, 1000);
     assert_int_equal(revoke_ok(f, cid), at); /* no change: not logged */
+    assert_int_equal(last_audit_index, -1);
     reinstate_ok(f, cid);
+    assert_int_equal(last_audit_index, first + 1);
     reinstate_ok(f, cid); /* no change: not logged */
+    assert_int_equal(last_audit_index, -1);
     /* Erasure names the pseudonym; the revocation entries must use the same one. */
     char path[96];
     snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
