@@ -5,21 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "audit_internal.h"
-#include "test_audit_util.h"
-
-/* Verifies a bundle held in memory: FL_OK or the failure. */
-static fl_status check(const uint8_t *buf, size_t len, const char *vkey,
-                       fl_store_audit_verdict *v) {
-    fl_store_audit_bundle *b = NULL;
-    fl_status r = fl_store_audit_bundle_open(&b, buf, len, NULL);
-    if (r == FL_OK)
-        r = fl_store_audit_bundle_verify(b, vkey, v);
-    else if (v)
-        snprintf(v->message, sizeof(v->message), "%s", fl_store_audit_bundle_errmsg(b));
-    fl_store_audit_bundle_close(b);
-    return r;
-}
+#include "test_audit_forge.h"
 
 /* A small bundle: 2 rounds, a refusal, an erasure, two checkpoints. */
 static uint8_t *small_bundle(struct audit_fx *f, size_t *len, char vkey[256]) {
@@ -46,8 +32,8 @@ static void test_every_byte(void **state) {
     size_t len = 0;
     uint8_t *buf = small_bundle(&f, &len, vkey);
     fl_store_audit_verdict v;
-    assert_int_equal(check(buf, len, vkey, &v), FL_OK);
-    assert_int_equal(check(buf, len, NULL, &v), FL_OK);
+    assert_int_equal(audit_bundle_check(buf, len, vkey, &v), FL_OK);
+    assert_int_equal(audit_bundle_check(buf, len, NULL, &v), FL_OK);
     /* For each position: flip the low bit, flip the high bit, and swap in a character
      * that is plausible in context (a digit for a digit, a letter for a letter). */
     size_t tried = 0;
@@ -60,7 +46,7 @@ static void test_every_byte(void **state) {
                                                                   : orig ^ 0x02)};
         for (int k = 0; k < 3; k++) {
             buf[i] = alts[k];
-            fl_status r = check(buf, len, NULL, &v);
+            fl_status r = audit_bundle_check(buf, len, NULL, &v);
             if (r == FL_OK)
                 fail_msg("byte %zu changed 0x%02x -> 0x%02x still verifies", i, orig, alts[k]);
             tried++;
@@ -71,62 +57,10 @@ static void test_every_byte(void **state) {
     /* Truncation at every line boundary, and a dropped or duplicated line. */
     for (size_t i = 0; i + 1 < len; i++)
         if (buf[i] == '\n')
-            assert_int_not_equal(check(buf, i + 1, NULL, &v), FL_OK);
-    assert_int_equal(check(buf, len, vkey, &v), FL_OK);
+            assert_int_not_equal(audit_bundle_check(buf, i + 1, NULL, &v), FL_OK);
+    assert_int_equal(audit_bundle_check(buf, len, vkey, &v), FL_OK);
     free(buf);
     audit_fx_teardown(&f);
-}
-
-/* Rebuilds a bundle from lines, re-signing every checkpoint over the (possibly doctored)
- * entries: what a dishonest operator holding the key could publish. The verifier must
- * then catch the rule break itself and name the entry. */
-static uint8_t *resign(const struct audit_fx *f, char **entries, size_t n, size_t *len) {
-    size_t cap = 1 << 16, at = 0;
-    uint8_t *out = malloc(cap);
-    char vkey[256];
-    assert_int_equal(fl_store_audit_vkey(vkey, sizeof(vkey), AUDIT_ORIGIN, f->pk), FL_OK);
-    at += (size_t)snprintf((char *)out, cap,
-                           "{\"checkpoints\":1,\"entries\":%zu,\"format\":\"flotilla-audit-"
-                           "bundle/1\",\"origin\":\"%s\",\"public_key\":\"%s\"}\n",
-                           n, AUDIT_ORIGIN, vkey);
-    uint8_t leaves[64][32];
-    for (size_t i = 0; i < n; i++) {
-        size_t el = strlen(entries[i]);
-        memcpy(out + at, entries[i], el);
-        at += el;
-        out[at++] = '\n';
-        fl_store_audit_leaf_hash(leaves[i], entries[i], el);
-    }
-    /* Root by the RFC's recursion over the leaf hashes. */
-    size_t m = n;
-    while (m > 1) {
-        size_t j = 0;
-        for (size_t i = 0; i + 1 < m; i += 2) {
-            uint8_t buf[65];
-            buf[0] = 1;
-            memcpy(buf + 1, leaves[i], 32);
-            memcpy(buf + 33, leaves[i + 1], 32);
-            crypto_hash_sha256(leaves[j++], buf, 65);
-        }
-        if (m % 2)
-            memcpy(leaves[j++], leaves[m - 1], 32);
-        m = j;
-    }
-    /* (Pairwise folding equals MTH only for these sizes; the test uses n = 8.) */
-    assert_int_equal(n, 8);
-    char *note = NULL;
-    size_t nl = 0;
-    assert_int_equal(
-        fl__store_audit_note_sign(NULL, AUDIT_ORIGIN, (int64_t)n, leaves[0], f->sk, &note, &nl),
-        FL_OK);
-    json_t *line = json_pack("{s:s}", "checkpoint", note);
-    char *text = json_dumps(line, FL__AUDIT_JSON_FLAGS);
-    at += (size_t)snprintf((char *)out + at, cap - at, "%s\n", text);
-    free(text);
-    json_decref(line);
-    fl__free(NULL, note, nl + 1);
-    *len = at;
-    return out;
 }
 
 /* A malloc'ed copy of s with the first `from` replaced by `to` (which must occur). */
@@ -157,8 +91,8 @@ static void test_rule_breaks_named(void **state) {
     }
     size_t len = 0;
     fl_store_audit_verdict v;
-    uint8_t *b = resign(&f, e, 8, &len);
-    assert_int_equal(check(b, len, NULL, &v), FL_OK);
+    uint8_t *b = audit_bundle_resign(&f, e, 8, &len);
+    assert_int_equal(audit_bundle_check(b, len, NULL, &v), FL_OK);
     free(b);
 
     struct {
@@ -179,8 +113,8 @@ static void test_rule_breaks_named(void **state) {
         char *orig = e[cases[k].entry];
         char *mod = replace_first(orig, cases[k].from, cases[k].to);
         e[cases[k].entry] = mod;
-        b = resign(&f, e, 8, &len);
-        fl_status r = check(b, len, NULL, &v);
+        b = audit_bundle_resign(&f, e, 8, &len);
+        fl_status r = audit_bundle_check(b, len, NULL, &v);
         if (r == FL_OK)
             fail_msg("case %zu verified", k);
         assert_int_equal(v.ok, 0);
@@ -235,8 +169,8 @@ static void test_norm_proof_forged(void **state) {
     }
     size_t len = 0;
     fl_store_audit_verdict v;
-    uint8_t *b = resign(&f, e, 8, &len);
-    if (check(b, len, NULL, &v) != FL_OK)
+    uint8_t *b = audit_bundle_resign(&f, e, 8, &len);
+    if (audit_bundle_check(b, len, NULL, &v) != FL_OK)
         fail_msg("honest: %s", v.message);
     free(b);
     struct {
@@ -261,8 +195,8 @@ static void test_norm_proof_forged(void **state) {
         char *orig = e[cases[k].entry];
         char *mod = replace_first(orig, cases[k].from, cases[k].to);
         e[cases[k].entry] = mod;
-        b = resign(&f, e, 8, &len);
-        if (check(b, len, NULL, &v) == FL_OK)
+        b = audit_bundle_resign(&f, e, 8, &len);
+        if (audit_bundle_check(b, len, NULL, &v) == FL_OK)
             fail_msg("case %zu verified", k);
         assert_int_equal(v.bad_entry, cases[k].entry);
         if (!strstr(v.message, cases[k].why))

@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "audit_internal.h"
-#include "test_audit_util.h"
+#include "test_audit_forge.h"
 
 static const uint8_t nym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES] = {0x42, 1, 2, 3};
 
@@ -34,19 +33,6 @@ static int64_t revoked_at(fl_store *st, const char *client_id) {
     int64_t at = c->revoked_at;
     fl_store_free(st, c);
     return at;
-}
-
-/* Verifies a bundle held in memory: FL_OK or the failure, with the verdict. */
-static fl_status check(const uint8_t *buf, size_t len, const char *vkey,
-                       fl_store_audit_verdict *v) {
-    fl_store_audit_bundle *b = NULL;
-    fl_status r = fl_store_audit_bundle_open(&b, buf, len, NULL);
-    if (r == FL_OK)
-        r = fl_store_audit_bundle_verify(b, vkey, v);
-    else
-        snprintf(v->message, sizeof(v->message), "%s", fl_store_audit_bundle_errmsg(b));
-    fl_store_audit_bundle_close(b);
-    return r;
 }
 
 static void test_revoke_logs_once(void **state) {
@@ -157,58 +143,6 @@ static void test_rollback_and_misuse(void **state) {
     audit_fx_teardown(&f);
 }
 
-/* MTH of n leaf hashes (RFC 9162 2.1.1), in place over a scratch copy. */
-static void mth(uint8_t out[32], uint8_t (*leaves)[32], size_t n) {
-    if (n == 1) {
-        memcpy(out, leaves[0], 32);
-        return;
-    }
-    size_t k = 1;
-    while (k * 2 < n)
-        k *= 2;
-    uint8_t buf[65];
-    buf[0] = 1;
-    mth(buf + 1, leaves, k);
-    mth(buf + 33, leaves + k, n - k);
-    crypto_hash_sha256(out, buf, 65);
-}
-
-/* A bundle of the n entry lines with one checkpoint over them, signed with the real key:
- * what a dishonest operator could publish. The verifier must catch the rule break. */
-static uint8_t *resign(const struct audit_fx *f, char **entries, size_t n, size_t *len) {
-    size_t cap = 1 << 16, at = 0;
-    uint8_t *out = malloc(cap);
-    char vkey[256];
-    uint8_t leaves[16][32], root[32];
-    assert_true(n <= 16);
-    STORE_OK(f->st, fl_store_audit_vkey(vkey, sizeof(vkey), AUDIT_ORIGIN, f->pk));
-    at += (size_t)snprintf((char *)out, cap,
-                           "{\"checkpoints\":1,\"entries\":%zu,\"format\":\"flotilla-audit-"
-                           "bundle/1\",\"origin\":\"%s\",\"public_key\":\"%s\"}\n",
-                           n, AUDIT_ORIGIN, vkey);
-    for (size_t i = 0; i < n; i++) {
-        size_t el = strlen(entries[i]);
-        assert_true(at + el + 1 < cap);
-        memcpy(out + at, entries[i], el);
-        at += el;
-        out[at++] = '\n';
-        fl_store_audit_leaf_hash(leaves[i], entries[i], el);
-    }
-    mth(root, leaves, n);
-    char *note = NULL;
-    size_t nl = 0;
-    assert_int_equal(
-        fl__store_audit_note_sign(NULL, AUDIT_ORIGIN, (int64_t)n, root, f->sk, &note, &nl), FL_OK);
-    json_t *line = json_pack("{s:s}", "checkpoint", note);
-    char *text = json_dumps(line, FL__AUDIT_JSON_FLAGS);
-    at += (size_t)snprintf((char *)out + at, cap - at, "%s\n", text);
-    free(text);
-    json_decref(line);
-    fl__free(NULL, note, nl + 1);
-    *len = at;
-    return out;
-}
-
 /* Entry text with key set to v (NULL: removed), canonical. */
 static char *doctor(const char *text, const char *key, json_t *v) {
     json_t *e = json_loads(text, 0, NULL);
@@ -244,7 +178,7 @@ static void test_bundle_and_forgeries(void **state) {
     size_t len = 0;
     STORE_OK(st, fl_store_audit_export(st, &buf, &len));
     fl_store_audit_verdict v;
-    if (check(buf, len, vkey, &v) != FL_OK)
+    if (audit_bundle_check(buf, len, vkey, &v) != FL_OK)
         fail_msg("exported bundle: %s", v.message);
     assert_int_equal(v.entries, 8);
     fl_store_free(st, buf);
@@ -256,8 +190,8 @@ static void test_bundle_and_forgeries(void **state) {
         e[i] = strdup(x->json);
         fl_store_free(st, x);
     }
-    uint8_t *b = resign(&f, e, 8, &len);
-    if (check(b, len, vkey, &v) != FL_OK)
+    uint8_t *b = audit_bundle_resign(&f, e, 8, &len);
+    if (audit_bundle_check(b, len, vkey, &v) != FL_OK)
         fail_msg("re-signed honest bundle: %s", v.message);
     free(b);
     json_t *tj = json_loads(e[3], 0, NULL);
@@ -291,8 +225,8 @@ static void test_bundle_and_forgeries(void **state) {
         char *orig = e[cases[k].entry];
         char *mod = doctor(orig, cases[k].key, cases[k].value);
         e[cases[k].entry] = mod;
-        b = resign(&f, e, 8, &len);
-        fl_status r = check(b, len, vkey, &v);
+        b = audit_bundle_resign(&f, e, 8, &len);
+        fl_status r = audit_bundle_check(b, len, vkey, &v);
         if (r == FL_OK)
             fail_msg("case %zu (%s) verified", k, cases[k].why);
         assert_int_equal(v.ok, 0);
