@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "test_audit_forge.h"
+#include "test_store_revoked.h"
 
 static const uint8_t nym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES] = {0x42, 1, 2, 3};
 
@@ -25,14 +26,6 @@ static json_t *entry(fl_store *st, int64_t seq) {
     assert_non_null(j);
     fl_store_free(st, e);
     return j;
-}
-
-static int64_t revoked_at(fl_store *st, const char *client_id) {
-    fl_store_client *c = NULL;
-    STORE_OK(st, fl_store_client_get(st, &c, client_id));
-    int64_t at = c->revoked_at;
-    fl_store_free(st, c);
-    return at;
 }
 
 static void test_revoke_logs_once(void **state) {

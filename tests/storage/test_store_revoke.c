@@ -2,7 +2,7 @@
  * fl_store_client_get, revoking twice keeps the first time, reinstate clears it, unknown
  * clients and bad arguments are refused, the state survives a reopen, and erasure still
  * deletes a revoked client. */
-#include "test_store_util.h"
+#include "test_store_revoked.h"
 
 static const char token[] = "0123456789abcdef-token";
 /* Revocations are audit-logged under the client's pseudonym with this key. */
@@ -31,15 +31,6 @@ static int teardown(void **state) {
     store_tdir_rm(&f->dir);
     free(f);
     return 0;
-}
-
-/* revoked_at of client_id as the auth path reads it. */
-static int64_t revoked_at(fl_store *st, const char *client_id) {
-    fl_store_client *c = NULL;
-    STORE_OK(st, fl_store_client_get(st, &c, client_id));
-    int64_t at = c->revoked_at;
-    fl_store_free(st, c);
-    return at;
 }
 
 static void test_revoke_and_reinstate(void **state) {
