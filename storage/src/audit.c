@@ -141,6 +141,35 @@ static fl_status log_size(struct fl__store_audit_stmts *c, int64_t *size) {
     return r;
 }
 
+/* The time of the log's last entry into *t (0 for an empty log). */
+static fl_status last_time(struct fl__store_audit_stmts *c, int64_t *t) {
+    sqlite3_stmt *s;
+    STMT(c, FL__AUDIT_LAST_TIME, s);
+    int rc = sqlite3_step(s);
+    fl_status r = FL_OK;
+    *t = 0;
+    if (rc == SQLITE_ROW)
+        *t = sqlite3_column_int64(s, 0);
+    else if (rc != SQLITE_DONE)
+        r = fl__store_sqlerr(c->st, rc, "reading the audit log's last time");
+    fl__store_done(s);
+    return r;
+}
+
+/* The time a new entry gets: the time given (the store clock, or a time the caller derived
+ * values from), but never before the last entry's. Why: the verifier refuses a log whose
+ * entry times decrease, so that an auditor can rely on times being in log order; yet the
+ * store clock (a wall clock) can step back (NTP, a restored VM), and a revocation takes
+ * the caller's revoked_at when the caller's clock is ahead, so the next entry on the store
+ * clock could be earlier. Taking the maximum keeps the log ordered whatever the clocks do:
+ * an entry written during a step back carries the previous entry's time. */
+static fl_status entry_time(struct fl__store_audit_stmts *c, int64_t given, int64_t *t) {
+    int64_t prev = 0;
+    fl_status r = last_time(c, &prev);
+    *t = given > prev ? given : prev;
+    return r;
+}
+
 static fl_status node_put(struct fl__store_audit_stmts *c, unsigned level, int64_t idx,
                           const uint8_t h[32]) {
     sqlite3_stmt *s;
@@ -249,11 +278,15 @@ static fl_status append_entry(struct fl__store_audit_stmts *c, json_t *e,
     fl_status r = log_size(c, &seq);
     if (r != FL_OK)
         return r;
-    /* A caller that derived values from the time (retention) sets it itself. */
+    /* A caller that derived values from the time (retention) sets it itself, taken from
+     * entry_time already; the clamp below then changes nothing. */
     json_t *t = json_object_get(e, "time");
     int64_t now = t ? (int64_t)json_integer_value(t) : fl__store_now(st);
     if (now < 0)
         now = 0;
+    r = entry_time(c, now, &now);
+    if (r != FL_OK)
+        return r;
     if (json_object_set_new(e, "seq", json_integer(seq)) ||
         json_object_set_new(e, "v", json_integer(1)) ||
         json_object_set_new(e, "time", json_integer(now)))
@@ -1078,7 +1111,8 @@ static fl_status client_block(fl_store *st, const char *what, int revoke, int64_
     if (r == FL_OK) {
         e = new_entry(revoke ? "client_revoked" : "client_reinstated");
         /* The entry's time is the store clock, but never before the revocation it records
-         * (a caller's clock slightly ahead): the verifier requires revoked_at <= time. */
+         * (a caller's clock slightly ahead): the verifier requires revoked_at <= time.
+         * append_entry then keeps it at or after the last entry's time. */
         int64_t now = fl__store_now(st);
         if (!e || put(e, "population", json_string(pop.name)) ||
             put(e, "population_id", json_integer(pid)) || put(e, "client", json_string(nym)) ||
@@ -1134,7 +1168,13 @@ fl_status fl_store_retention_sweep(fl_store *st, fl_store_retention_result *out,
     r = fl__store_op_begin(st, 1);
     if (r != FL_OK)
         return r;
-    r = delete_rows(&c, FL__AUDIT_EXPIRED_CLIENT_PARTS_DELETE, NULL, cutoff, &parts);
+    /* The entry's time, and so the cutoff, never go before the last entry's (entry_time):
+     * after a clock step back the sweep expires against the log's time, which only makes
+     * the cutoff later. */
+    r = entry_time(&c, now, &now);
+    cutoff = now - retention_ms;
+    if (r == FL_OK)
+        r = delete_rows(&c, FL__AUDIT_EXPIRED_CLIENT_PARTS_DELETE, NULL, cutoff, &parts);
     if (r == FL_OK)
         r = delete_rows(&c, FL__AUDIT_EXPIRED_PARTS_DELETE, NULL, cutoff, &parts);
     if (r == FL_OK)

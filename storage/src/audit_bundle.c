@@ -320,6 +320,7 @@ fl_status fl_store_audit_bundle_verify(fl_store_audit_bundle *b, const char *tru
         goto out;
 
     size_t next_cp = 0;
+    int64_t prev_time = 0; /* time of the entry before, for the order rule */
     for (size_t i = 0; i < b->n_entries; i++) {
         size_t ln = 1 + i;
         const char *p = b->bytes + b->lines[ln].off;
@@ -346,6 +347,20 @@ fl_status fl_store_audit_bundle_verify(fl_store_audit_bundle *b, const char *tru
                              i, budget ? "over budget: " : "", why);
             goto out;
         }
+        /* Entry times never decrease, across populations (the store writes at least the
+         * previous entry's time): an auditor can read the log in time order. The check
+         * above has made time an integer >= 0. */
+        int64_t time = (int64_t)json_integer_value(json_object_get(e, "time"));
+        if (time < prev_time) {
+            json_decref(e);
+            r = verdict_fail(v, FL_ERR_CORRUPT, (int64_t)i, -1, (int64_t)ln + 1,
+                             "entry %zu: time %" PRId64
+                             " is before the previous entry's time %" PRId64
+                             " (entry times never decrease)",
+                             i, time, prev_time);
+            goto out;
+        }
+        prev_time = time;
         if (creating) {
             pop = pops_add(&ps);
             if (!pop) {

@@ -17,6 +17,7 @@
  * base schema. */
 enum fl__store_audit_stmt_id {
     FL__AUDIT_SIZE,
+    FL__AUDIT_LAST_TIME,
     FL__AUDIT_ENTRY_INSERT,
     FL__AUDIT_ENTRY_GET,
     FL__AUDIT_ENTRY_RANGE,

@@ -130,6 +130,8 @@ sqlite3_stmt *fl__store_stmt(fl_store *st, enum fl__store_stmt_id id) {
 
 static const char *const fl__store_audit_sql_text[FL__AUDIT_STMT_COUNT] = {
     [FL__AUDIT_SIZE] = "SELECT ifnull(max(seq) + 1, 0) FROM audit_entries",
+    /* The time of the last entry (created_at is written with the entry's time). */
+    [FL__AUDIT_LAST_TIME] = "SELECT created_at FROM audit_entries ORDER BY seq DESC LIMIT 1",
     [FL__AUDIT_ENTRY_INSERT] = "INSERT INTO audit_entries (seq, type, population_id, created_at, "
                                "data) VALUES (?1, ?2, ?3, ?4, ?5)",
     [FL__AUDIT_ENTRY_GET] = "SELECT data FROM audit_entries WHERE seq = ?1",

@@ -1,5 +1,5 @@
 # Audit log tests: labelled audit as well as storage (ctest -L audit).
-foreach(t test_audit_merkle test_audit_log test_audit_bundle)
+foreach(t test_audit_merkle test_audit_log test_audit_bundle test_audit_time)
   if(TEST ${t})
     set_tests_properties(${t} PROPERTIES LABELS "storage;audit;unit" TIMEOUT 120)
   endif()

@@ -513,7 +513,9 @@ FL_API fl_status fl_store_ledger_list(fl_store *st, fl_store_ledger_entry **out,
  *
  * Appends run in the caller's transaction when one is open (the coordinator commits the
  * model version, round record, ledger entry and audit entry together) and check the same
- * rules the offline verifier checks; an entry that would break them is refused. */
+ * rules the offline verifier checks; an entry that would break them is refused. An entry's
+ * time is the store clock's but never before the previous entry's (a clock stepping back
+ * repeats the last time), so times in the log never decrease; the verifier checks that. */
 
 /* Bytes of a Merkle tree hash (SHA-256). */
 #define FL_STORE_AUDIT_HASH_BYTES 32
@@ -670,8 +672,8 @@ FL_API fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const cha
  * fl_store_client_erase takes), with the revocation time. The store only records it; the
  * caller (the coordinator's auth path) refuses a client whose fl_store_client.revoked_at is
  * not 0. Only a change is logged: revoking a revoked client keeps the first time and logs
- * nothing. The entry's time is the store clock, or revoked_at if that is later. The key
- * stays with the caller.
+ * nothing. The entry's time is the store clock, or revoked_at if that is later, and never
+ * before the previous entry's. The key stays with the caller.
  *   revoked_at_out  receives the revocation time in effect; may be NULL. 0 on failure.
  *   seq_out         receives the index of the entry logged, -1 when nothing was logged
  *                   (already revoked, or failure); may be NULL.
@@ -706,6 +708,8 @@ typedef struct fl_store_retention_result {
 /* Retention sweep: with cutoff = now - retention_ms, deletes clients last seen before the
  * cutoff (with all their participations) and participations in finished rounds last
  * updated before it, then appends a "retention" entry with the counts; one transaction.
+ * now is the store clock, or the last audit entry's time if the clock is behind it (the
+ * entry's time, which never decreases; out->cutoff is the cutoff used).
  * The log keeps only pseudonymous aggregates, so nothing in it expires.
  *   out           receives what was done; may be NULL.
  *   retention_ms  > 0.
