@@ -262,8 +262,34 @@ static int64_t demo_clock(void *user) {
         }                                                                                          \
     } while (0)
 
+/* The client of keyboard-eu the demo revokes and later reinstates. */
+#define DEMO_REVOKED "e-client-011"
+
+/* After round r (run or refused): revokes DEMO_REVOKED once r reaches rounds / 3 and
+ * reinstates it once r reaches 2 * rounds / 3, through the store's audited calls, so that
+ * every demo log, whatever --rounds, has a client_revoked and a later client_reinstated
+ * entry (both after the first round when rounds < 3). *state: 0 not yet revoked, 1 revoked
+ * (the round loop leaves the client out), 2 reinstated. 0, or 2 after printing the call
+ * that failed. */
+static int demo_revocation(fl_store *st, int r, int rounds, int *state, const uint8_t *nymkey) {
+    int rc = 2;
+    if (*state == 0 && r >= rounds / 3) {
+        DEMO_CHECK(fl_store_client_revoke(st, NULL, NULL, DEMO_REVOKED, demo_now, nymkey));
+        *state = 1;
+    }
+    if (*state == 1 && r >= 2 * rounds / 3) {
+        demo_now += 60000; /* a minute later */
+        DEMO_CHECK(fl_store_client_reinstate(st, NULL, DEMO_REVOKED, nymkey));
+        *state = 2;
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
 /* Builds a synthetic log (two populations, rounds with dropouts, a budget refusal, an
- * erasure, a retention sweep) in a temporary store and exports its bundle to out. */
+ * erasure, a client revoked and reinstated, a retention sweep) in a temporary store and
+ * exports its bundle to out. */
 static int demo(const char *out, int rounds, unsigned seed) {
     char dir[] = "/tmp/flotilla-audit-demo-XXXXXX", db[256];
     if (!mkdtemp(dir)) { // GCOVR_EXCL_BR_LINE untestable: needs an unwritable /tmp (runs as root)
@@ -295,7 +321,7 @@ static int demo(const char *out, int rounds, unsigned seed) {
     double budgets[2] = {8.0, 4.0};
     int64_t model[2];
     double eps[2] = {0, 0};
-    int nclients[2] = {40, 24}, erased = 0;
+    int nclients[2] = {40, 24}, erased = 0, revoked = 0;
     for (int p = 0; p < 2; p++) {
         DEMO_CHECK(fl_store_population_create(st, &pops[p], names[p], "{\"demo\":true}", budgets[p],
                                               1e-6, regions[p]));
@@ -328,6 +354,8 @@ static int demo(const char *out, int rounds, unsigned seed) {
         }
         if (eps[p] + step > budgets[p]) {
             DEMO_CHECK(fl_store_audit_append_refusal(st, NULL, pops[p], next, eps[p] + step, 1e-7));
+            if (demo_revocation(st, r, rounds, &revoked, nymkey) != 0)
+                goto out;
             continue;
         }
         int n = nclients[p] * 3 / 4, dropped = rand() % 5;
@@ -340,6 +368,8 @@ static int demo(const char *out, int rounds, unsigned seed) {
             int idx = (k + r) % nclients[p];
             if (p == 0 && erased && idx == 7)
                 continue; /* erased: no longer enrolled */
+            if (p == 0 && revoked == 1 && idx == 11)
+                continue; /* DEMO_REVOKED while revoked: refused at check-in */
             snprintf(id, sizeof(id), "%c-client-%03d", p ? 'r' : 'e', idx);
             DEMO_CHECK(fl_store_participant_set(st, rid, id,
                                                 i < dropped ? FL_STORE_PARTICIPANT_DROPPED
@@ -385,6 +415,8 @@ static int demo(const char *out, int rounds, unsigned seed) {
             DEMO_CHECK(fl_store_client_erase(st, NULL, "e-client-007", nymkey));
             erased = 1;
         }
+        if (demo_revocation(st, r, rounds, &revoked, nymkey) != 0)
+            goto out;
         if (r % 5 == 4)
             DEMO_CHECK(fl_store_audit_checkpoint_sign(st, NULL, origin, sk));
     }

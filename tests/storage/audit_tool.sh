@@ -1,6 +1,7 @@
 #!/bin/sh
-# flotilla-audit end to end: demo bundle -> verify -> show -> export (JSON Lines and CSV,
-# re-imported and checked) -> report; then a tampered bundle and a wrong key are refused.
+# flotilla-audit end to end: demo bundle -> verify (its client revocation and reinstatement
+# entries checked) -> show -> export (JSON Lines and CSV, re-imported and checked) -> report;
+# then a tampered bundle and a wrong key are refused.
 # usage: audit_tool.sh FLOTILLA_AUDIT WORKDIR
 set -eu
 tool=$1
@@ -16,6 +17,29 @@ vkey=$(sed -n 's/^verifier key: //p' demo.out)
 
 "$tool" verify bundle.jsonl --key "$vkey" > verify.out || fail "verify of a good bundle"
 grep -q '^VERIFIED' verify.out || fail "no VERIFIED verdict"
+
+# The demo revokes one client of keyboard-eu through the store and later reinstates it:
+# one client_revoked and one later client_reinstated entry under the same pseudonym, in a
+# bundle that verified above, with entry times never going back.
+python3 - bundle.jsonl <<'PY' || fail "demo revocation entries"
+import json, sys
+lines = open(sys.argv[1], 'rb').read().split(b'\n')[:-1]
+n = json.loads(lines[0])['entries']
+entries = [json.loads(l) for l in lines[1:n + 1]]
+rev = [e for e in entries if e['type'] == 'client_revoked']
+rei = [e for e in entries if e['type'] == 'client_reinstated']
+assert len(rev) == 1 and len(rei) == 1, (len(rev), len(rei))
+r, i = rev[0], rei[0]
+assert r['client'] == i['client'] and len(r['client']) == 64, (r, i)
+assert r['population'] == i['population'] == 'keyboard-eu', (r, i)
+assert r['seq'] < i['seq'] and 0 < r['revoked_at'] <= r['time'] <= i['time'], (r, i)
+assert all(a['time'] <= b['time'] for a, b in zip(entries, entries[1:])), 'time goes back'
+PY
+"$tool" show bundle.jsonl --key "$vkey" > show_all.out || fail "show of the whole log"
+grep -q 'client_revoked  population "keyboard-eu"' show_all.out || fail "show lacks the revocation"
+grep -q 'revoked (excluded from rounds) at' show_all.out || fail "show lacks the revocation time"
+grep -q 'client_reinstated  population "keyboard-eu"' show_all.out \
+    || fail "show lacks the reinstatement"
 
 "$tool" show bundle.jsonl --round 2 --population keyboard-eu --key "$vkey" > show.out \
     || fail "show"
@@ -55,6 +79,8 @@ rows = list(csv.reader(open(sys.argv[1], newline='')))
 assert rows[0][0] == 'seq' and len(rows) == int(sys.argv[2]) + 1, len(rows)
 assert all(len(r) == len(rows[0]) for r in rows)
 assert sum(1 for r in rows[1:] if r[2] == 'round') >= 10
+assert [r[2] for r in rows[1:]].count('client_revoked') == 1
+assert [r[2] for r in rows[1:]].count('client_reinstated') == 1
 PY
 
 "$tool" report bundle.jsonl -o report.html --key "$vkey" || fail "report"

@@ -378,7 +378,7 @@ static void test_odd_entries(void **state) {
 }
 
 /* The demo: a log long enough for a budget refusal, a bundle over 64 KiB (read in more
- * than one piece), another seed. */
+ * than one piece), another seed, a client revocation and reinstatement. */
 static void test_demo(void **state) {
     (void)state;
     char out[300];
@@ -390,6 +390,13 @@ static void test_demo(void **state) {
     assert_true(sb.st_size > 65536);
     RUN(0, "show", out, "--round", "9", "--population", "health-ru");
     EXPECT_IN("out", "refused");
+    /* The client revoked a third of the way through (in a refused round's turn: both
+     * populations are out of budget by then) and reinstated later, in a verified log. */
+    RUN(0, "show", out, "--population", "keyboard-eu");
+    EXPECT_IN("out", "client_revoked  population \"keyboard-eu\"");
+    EXPECT_IN("out", "revoked (excluded from rounds) at");
+    EXPECT_IN("out", "client_reinstated  population \"keyboard-eu\"");
+    EXPECT_IN("out", "bundle VERIFIED");
 }
 
 int main(int argc, char **argv) {

@@ -16,7 +16,8 @@ fail() { echo "audit_tool_edges.sh: FAIL: $*" >&2; exit 1; }
 grep -q 'round 3 (id' from.out || fail "show --from 3 lacks round 3"
 grep -q 'round 4 (id' from.out || fail "show --from 3 lacks round 4"
 if grep -q 'round [12] (id' from.out; then fail "show --from 3 lists an earlier round"; fi
-grep -q '^2 of 12 entries shown; bundle VERIFIED$' from.out || fail "show --from 3 count"
+# 12 entries + the demo's client_revoked and client_reinstated
+grep -q '^2 of 14 entries shown; bundle VERIFIED$' from.out || fail "show --from 3 count"
 
 set +e
 "$tool" show six.jsonl --round "" > empty.out 2> empty.err
