@@ -1004,13 +1004,9 @@ static json_t *round_json(fl_coord *co, const fl_store_round *r) {
     json_object_set_new(o, "checked_in", json_integer((json_int_t)r->counts.checked_in));
     json_object_set_new(o, "completed", json_integer((json_int_t)r->counts.completed));
     json_object_set_new(o, "dropped", json_integer((json_int_t)r->counts.dropped));
-    /* Live figures of a round this process holds (current or last finished): selected,
-     * accepted per phase and dropped per phase. */
-    const struct fl__coord_round *mr = NULL;
-    if (p && p->round && p->round->id == r->id)
-        mr = p->round;
-    else if (p && p->last && p->last->id == r->id)
-        mr = p->last;
+    /* Live figures of a round this process holds (current or a finished one kept):
+     * selected, accepted per phase and dropped per phase. */
+    const struct fl__coord_round *mr = p ? fl__coord_round_lookup(p, r->id) : NULL;
     if (mr) {
         json_t *acc = json_object(), *drop = json_object();
         for (int k = 0; k < FL__PH_COUNT; k++) {

@@ -152,6 +152,12 @@ struct fl__coord_participant {
     int64_t deadline;                  /* buffered: Unix ms by which its update must arrive */
 };
 
+/* Finished synchronous rounds each population keeps in memory (p->last and p->older):
+ * their outcome answers status polls and their participants' late posts get 410 "has
+ * ended" instead of "not open". Each costs its participant table (~320 B per selected
+ * client; 2 MB at 6,500), nothing of size d. */
+#define FL__COORD_ROUNDS_KEPT 4
+
 enum fl__coord_round_state {
     FL__ROUND_FORMING = 0,
     FL__ROUND_RUNNING = 1,
@@ -255,6 +261,11 @@ struct fl__coord_pop {
     uint64_t clients;                        /* enrolled through this process (gauge) */
     struct fl__coord_round *last;            /* the last finished round (results stay
                                                 fetchable until the next one ends) */
+    struct fl__coord_round *older[FL__COORD_ROUNDS_KEPT - 1]; /* synchronous rounds that
+                                                finished before last, newest first (NULL =
+                                                none): a device slower than a whole later
+                                                round still reads its round's outcome; phase
+                                                results and the task body are freed */
     bool budget_exhausted;                   /* the last budget check refused a round */
     char round_error[400];                   /* why the last round could not start as
                                                 configured ("" = it could, or none tried) */
@@ -404,7 +415,9 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
  * be written (reason given; retried by the ticker). */
 fl_status fl__coord_abandon_unfinished(fl_coord *co, struct fl__coord_pop *p,
                                        const char *reason);
-/* Moves p's current round to p->last (terminal state set by the caller). Lock held. */
+/* Moves p's current round to p->last (terminal state set by the caller), and the previous
+ * p->last into p->older (trimmed; the oldest of FL__COORD_ROUNDS_KEPT is freed; a FedBuff
+ * buffer is freed instead). Lock held. */
 void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p);
 
 /* ---- HTTP layer ---- */
@@ -611,7 +624,8 @@ struct fl__coord_participant *fl__coord_round_add(struct fl__coord_round *r,
                                                   const char *client_id);
 /* Allocates r->pidx for r->cap participants (synchronous rounds). */
 fl_status fl__coord_round_index_init(fl_coord *co, struct fl__coord_round *r);
-/* Finds the round of p with id rid: the current one or the last finished one. */
+/* Finds the round of p with id rid: the current one or one of the finished ones kept
+ * (p->last, p->older). */
 struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid);
 /* The participant of round_id that the request's Idempotency-Key names (lock held). */
 struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,

@@ -417,6 +417,8 @@ void fl__coord_pop_free(fl_coord *co, struct fl__coord_pop *p) {
         return;
     fl__coord_round_free(co, p->round);
     fl__coord_round_free(co, p->last);
+    for (size_t i = 0; i < FL__COORD_ROUNDS_KEPT - 1; i++)
+        fl__coord_round_free(co, p->older[i]);
     fl__free(fl__coord_alloc(co), p->opt_m, p->opt_dim * sizeof(float));
     fl__free(fl__coord_alloc(co), p->opt_v, p->opt_dim * sizeof(float));
     fl__coord_blob_unref(p->model_blob);

@@ -125,6 +125,9 @@ struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t 
         return p->round;
     if (p->last && p->last->id == rid)
         return p->last;
+    for (size_t i = 0; i < FL__COORD_ROUNDS_KEPT - 1 && p->older[i]; i++)
+        if (p->older[i]->id == rid)
+            return p->older[i];
     return NULL;
 }
 
@@ -358,6 +361,27 @@ static void free_results(fl_coord *co, struct fl__coord_round *r) {
         }
 }
 
+/* Makes room for a new p->last: the current one moves to the front of p->older, without
+ * what only a current round needs (phase results, the shared task body), and the oldest
+ * kept round is freed. A FedBuff buffer is freed at once: its participations move from
+ * buffer to buffer and are looked up in the open and last buffers only. */
+static void keep_finished(fl_coord *co, struct fl__coord_pop *p) {
+    struct fl__coord_round *r = p->last;
+    p->last = NULL;
+    if (!r)
+        return;
+    if (p->buffered) {
+        fl__coord_round_free(co, r);
+        return;
+    }
+    free_results(co, r);
+    fl__coord_blob_unref(r->task);
+    r->task = NULL;
+    fl__coord_round_free(co, p->older[FL__COORD_ROUNDS_KEPT - 2]);
+    memmove(&p->older[1], &p->older[0], (FL__COORD_ROUNDS_KEPT - 2) * sizeof(p->older[0]));
+    p->older[0] = r;
+}
+
 void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
     struct fl__coord_round *r = p->round;
     if (!r)
@@ -380,7 +404,7 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
      * built from the round record. */
     if (r->state == FL__ROUND_ABANDONED)
         free_results(co, r);
-    fl__coord_round_free(co, p->last);
+    keep_finished(co, p);
     p->last = r;
     p->round = NULL;
     p->next_round_at = fl__coord_now(co) + p->sel.round_interval_s * 1000;
