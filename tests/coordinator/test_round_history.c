@@ -4,11 +4,14 @@
  * Round 1 selects three devices; two post their updates and the third is silent until the
  * update deadline closes the round with two. Three more rounds then run with other devices.
  * The slow device's late update gets 410 round_closed ("has ended"), and its status poll
- * and the admin view of round 1 still answer from memory: 200 with the outcome
- * (completed, 2 participants, the model version it produced) and the per-phase counts. One
- * round later round 1 is past FL__COORD_ROUNDS_KEPT (4 finished rounds) and its status poll gets
- * 410. Before the kept rounds, only the current and the last round answered: the poll after three
- * later rounds got 410 "round 1 is not open". */
+ * and the admin view of round 1 still answer from memory: 200 with the outcome (completed,
+ * 2 participants, the model version it produced) and the per-phase counts. One round later
+ * round 1 is past FL__COORD_ROUNDS_KEPT (4 finished rounds) and its status poll gets 410.
+ * Before the kept rounds, only the current and the last round answered: the poll after
+ * three later rounds got 410 "round 1 is not open".
+ *
+ * The same for secure rounds: the unmask result of a kept round is its outcome, an earlier
+ * phase's result is gone, and one round past the kept ones the poll gets 410. */
 #include "coord_testkit.h"
 
 /* N devices, T per round; KEPT is FL__COORD_ROUNDS_KEPT (coord_internal.h): finished rounds
@@ -128,9 +131,60 @@ static void test_slow_device_reads_old_outcome(void **state) {
     clients_free(c, N);
 }
 
+/* Secure rounds: the unmask result of a kept round is its outcome, as for the current one
+ * (its secagg state and phase results were freed when it was retired). */
+static void test_secagg_outcome_kept(void **state) {
+    struct fx *f = *state;
+    enum { S = 4 };
+    struct popcfg pc = {.name = "hsa",
+                        .target = S,
+                        .min = 3,
+                        .secagg = true,
+                        .neighbors = 0,
+                        .mode = "none",
+                        .bits = 32};
+    struct tc c[2 * S];
+    setup_devices(f, &pc, c, 2 * S);
+    int64_t rid[KEPT + 1];
+    char pid0[sizeof(c[0].pid)];
+    for (int k = 0; k <= KEPT; k++) {
+        struct tc *g = k == 0 ? c : c + S; /* round 1: c[0..S); later rounds: c[S..2S) */
+        checkin_all(f, g, S, &rid[k]);
+        fetch_tasks(f, g, S, rid[k]);
+        json_t *o = run_secagg(f, g, S, rid[k]);
+        assert_non_null(o);
+        assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+        json_decref(o);
+        fx_advance(f, 61 * 1000);
+        if (k == 0)
+            memcpy(pid0, c[0].pid, sizeof(pid0));
+        if (k == KEPT - 1) {
+            /* Round 1 is the oldest kept: its unmask result is still the outcome. */
+            struct resp r = get_result(f, &c[0], rid[0], "unmask", 0);
+            assert_int_equal(r.status, 200);
+            json_t *j = body_json(&r);
+            assert_string_equal(json_string_value(json_object_get(j, "state")), "completed");
+            assert_int_equal(json_integer_value(json_object_get(j, "participants")), S);
+            json_decref(j);
+            resp_free(&r);
+            /* An earlier phase's result is gone (freed when the round was retired). */
+            r = get_result(f, &c[0], rid[0], "masked", 0);
+            assert_error(&r, 410, "round_closed");
+            resp_free(&r);
+        }
+    }
+    /* KEPT later rounds: round 1 is no longer kept. */
+    assert_memory_equal(c[0].pid, pid0, sizeof(pid0));
+    struct resp r = get_result(f, &c[0], rid[0], "unmask", 0);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    clients_free(c, 2 * S);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slow_device_reads_old_outcome, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_outcome_kept, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
