@@ -158,7 +158,10 @@ FL_API int64_t fl_coord_tick(fl_coord *co);
  * parked long polls (up to 2 s) and requests in flight (503, up to cfg.shutdown_drain_s;
  * unfinished ones are then closed), and open rounds are abandoned with reason "coordinator
  * shutting down". Blocks for at most max(2, shutdown_drain_s) seconds plus the final
- * writes. Idempotent. */
+ * writes. Idempotent. Call it from the owner's thread, not from the logger callback (which
+ * runs on the HTTP threads): the request that logged is in flight, so the stop would wait
+ * the whole shutdown_drain_s for it, and a line logged under the coordinator's internal
+ * lock would deadlock it. */
 FL_API void fl_coord_stop(fl_coord *co);
 
 /* Stops (if needed) and frees everything. NULL is a no-op. */
