@@ -394,6 +394,31 @@ double metric_value(struct fx *f, const char *series) {
     return v;
 }
 
+/* ---- audit log ---- */
+
+void audit_vkey_expected(struct fx *f, char *vkey, size_t n) {
+    uint8_t pk[32];
+    char kid[FL_COORD_KEY_ID_BYTES], origin[128];
+    fl_coord_public_key(f->co, pk, kid);
+    snprintf(origin, sizeof(origin), "flotilla-coordinator/%s", kid);
+    assert_int_equal(fl_store_audit_vkey(vkey, n, origin, pk), FL_OK);
+}
+
+fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r) {
+    *r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 200);
+    char vkey[256];
+    audit_vkey_expected(f, vkey, sizeof(vkey));
+    fl_store_audit_bundle *b = NULL;
+    assert_int_equal(fl_store_audit_bundle_open(&b, r->body, r->len, NULL), FL_OK);
+    fl_store_audit_verdict v;
+    fl_status rc = fl_store_audit_bundle_verify(b, vkey, &v);
+    if (rc != FL_OK)
+        fail_msg("bundle: %s", v.message);
+    assert_true(v.ok);
+    return b;
+}
+
 /* ---- population, model ---- */
 
 float base_w(int j) { return 0.25f * (float)(j % 7) - 0.5f; }

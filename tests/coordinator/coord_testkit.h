@@ -25,6 +25,7 @@
 #include "fl_test.h"
 #include "fl_test_time.h" /* FL_TEST_TIME_SCALE: every wait of these helpers */
 #include "flotilla/coordinator.h"
+#include "flotilla/storage.h" /* the audit bundle verifier */
 
 #define ADMIN_TOKEN "fla_test-admin-token-0123456789abcdef"
 
@@ -102,6 +103,17 @@ int64_t db_int(struct fx *f, const char *q);
 /* Value of one series in GET /metrics: its name with labels, e.g.
  * "flotilla_auth_cache_total{result=\"hit\"}" (asserts that it is there). */
 double metric_value(struct fx *f, const char *series);
+
+/* ---- audit log ---- */
+
+/* The verifier key (fl_store_audit_vkey text) the in-process coordinator must sign its audit
+ * log under: origin "flotilla-coordinator/<key id>" and its public key; into vkey (n bytes). */
+void audit_vkey_expected(struct fx *f, char *vkey, size_t n);
+/* GET /v1/admin/audit/bundle with the admin token into *r (asserting 200), and verifies the
+ * bundle in memory with storage's offline verifier under audit_vkey_expected (asserting
+ * FL_OK and a good verdict; the failure names the verdict's message). Returns the open bundle
+ * for the caller's own checks (fl_store_audit_bundle_close it); the caller frees *r. */
+fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r);
 
 /* ---- stand-in devices ---- */
 

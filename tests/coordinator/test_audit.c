@@ -20,8 +20,6 @@
 #include "coord_testkit.h"
 #include "flotilla/storage.h"
 
-#define ORIGIN_PREFIX "flotilla-coordinator/"
-
 static void unb64(uint8_t out[32], const char *s) {
     size_t n = 0;
     assert_int_equal(
@@ -30,33 +28,15 @@ static void unb64(uint8_t out[32], const char *s) {
     assert_int_equal(n, 32);
 }
 
-/* The verifier key the coordinator must sign under (origin from its key id). */
-static void expected_vkey(struct fx *f, char *vkey, size_t n) {
-    uint8_t pk[32];
-    char kid[FL_COORD_KEY_ID_BYTES], origin[128];
-    fl_coord_public_key(f->co, pk, kid);
-    snprintf(origin, sizeof(origin), ORIGIN_PREFIX "%s", kid);
-    assert_int_equal(fl_store_audit_vkey(vkey, n, origin, pk), FL_OK);
-}
-
-/* Fetches the bundle and verifies it with the trusted key; returns its text. */
+/* Fetches the bundle and verifies it with the trusted key (and with the auditor's tool when
+ * it is built); returns its text. */
 static char *bundle_verified(struct fx *f) {
-    struct resp r = http_req(f, "GET", "/v1/admin/audit/bundle", ADMIN_TOKEN, NULL, NULL, 0, NULL);
-    assert_int_equal(r.status, 200);
-    char vkey[256];
-    expected_vkey(f, vkey, sizeof(vkey));
-    fl_store_audit_bundle *b = NULL;
-    assert_int_equal(fl_store_audit_bundle_open(&b, r.body, r.len, NULL), FL_OK);
-    fl_store_audit_verdict v;
-    fl_status rc = fl_store_audit_bundle_verify(b, vkey, &v);
-    if (rc != FL_OK)
-        fprintf(stderr, "verdict: %s\n", v.message);
-    assert_int_equal(rc, FL_OK);
-    assert_true(v.ok);
-    fl_store_audit_bundle_close(b);
+    struct resp r;
+    fl_store_audit_bundle_close(audit_bundle_verified(f, &r));
 #ifdef FL_AUDIT_EXE
     /* The auditor's tool agrees (exit 0 = verified). */
-    char file[200], cmd[800];
+    char vkey[256], file[200], cmd[800];
+    audit_vkey_expected(f, vkey, sizeof(vkey));
     snprintf(file, sizeof(file), "%s/bundle.jsonl", f->dir);
     FILE *fp = fopen(file, "wb");
     assert_non_null(fp);
@@ -77,7 +57,7 @@ static char *bundle_verified(struct fx *f) {
  * from every earlier checkpoint (sizes taken from the bundle's notes). */
 static void proofs_verify(struct fx *f, const char *bundle) {
     char vkey[256];
-    expected_vkey(f, vkey, sizeof(vkey));
+    audit_vkey_expected(f, vkey, sizeof(vkey));
     struct resp r = http_req(f, "GET", "/v1/audit/checkpoint", NULL, NULL, NULL, 0, NULL);
     assert_int_equal(r.status, 200);
     json_t *cp = body_json(&r);
