@@ -119,6 +119,9 @@ fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r);
 
 enum { DROP_NONE = 0, DROP_ADVERTISE = 1, DROP_SHARE = 2, DROP_MASKED = 3, DROP_UNMASK = 5 };
 
+/* A population as setup_population creates it. Fill it with designated initialisers
+ * ({.name = "x", .target = 3, ...}): a field left out is 0/NULL (the default), so fields can
+ * be added at the end without touching the tests. */
 struct popcfg {
     const char *name;
     int target, min;
@@ -140,9 +143,9 @@ uint8_t *make_model(size_t *len);
  * strdup'ed into tokens). */
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n);
 
-/* Selection fields setup_population leaves at its defaults. A struct of its own rather than
- * more popcfg fields: several tests fill popcfg positionally, and a new trailing field would
- * trip -Wmissing-field-initializers there. 0 = not given: the default is sent. */
+/* Selection fields setup_population leaves at its defaults (a struct of its own, passed to
+ * the _sel variants; it dates from when popcfg was still filled positionally). 0 = not
+ * given: the default is sent. */
 struct popsel {
     int min_retry_s;         /* selection.min_retry_s, s (default 1) */
     int max_retry_s;         /* selection.max_retry_s, s (default 60) */

@@ -39,8 +39,9 @@ static void restart(struct fx *f) {
 
 static void test_patch_survives_restart(void **state) {
     struct fx *f = *state;
-    struct popcfg pc = {"keep", 4, 3, false, 0, "central", NULL, NULL, 10.0, 32, NULL};
-    struct popcfg other = {"other", 2, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "keep", .target = 4, .min = 3, .secagg = false, .mode = "central",
+                        .budget = 10.0};
+    struct popcfg other = {.name = "other", .target = 2, .min = 2, .secagg = false, .mode = "none"};
     char *tok[1], *tok2[1];
     setup_population(f, &pc, tok, 1);
     setup_population(f, &other, tok2, 1);

@@ -52,7 +52,7 @@ static fl_status create_on_db(struct fx *f, fl_coord **co, char *err, size_t n) 
 static void test_restart_abandon_is_atomic(void **state) {
     struct fx *f = *state;
     fx_proc_start(f, FL_COORD_EXE);
-    struct popcfg pc = {"ra", 2, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "ra", .target = 2, .min = 2, .secagg = false, .mode = "none"};
     char *tok[1];
     setup_population(f, &pc, tok, 1);
     struct tc dev;

@@ -11,7 +11,8 @@
 #define CHECKIN_BODY                                                                               \
     "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,\"idle\":true}}"
 
-static const struct popcfg pc = {"rv", 3, 3, false, 0, "none", NULL, NULL, 0, 32, NULL};
+static const struct popcfg pc = {.name = "rv", .target = 3, .min = 3, .secagg = false,
+                                 .mode = "none"};
 
 /* The client id inside a client token "flc_<16 hex>.<secret>". */
 static void client_id_of(char out[17], const char *tok) {

@@ -149,7 +149,8 @@ static void test_round_logged_and_verified(void **state) {
     struct resp r = http_req(f, "GET", "/v1/audit/checkpoint", NULL, NULL, NULL, 0, NULL);
     assert_error(&r, 404, "not_found");
     resp_free(&r);
-    struct popcfg pc = {"au", N, 4, true, 0, "central", NULL, NULL, 50.0, 32, NULL};
+    struct popcfg pc = {.name = "au", .target = N, .min = 4, .secagg = true, .mode = "central",
+                        .budget = 50.0};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -230,7 +231,8 @@ static void test_round_logged_and_verified(void **state) {
 static void test_refusal_logged(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct popcfg pc = {"bud", N, 2, true, 0, "central", NULL, NULL, 0.01, 32, NULL};
+    struct popcfg pc = {.name = "bud", .target = N, .min = 2, .secagg = true, .mode = "central",
+                        .budget = 0.01};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
@@ -273,7 +275,8 @@ static long patch(struct fx *f, const char *json) {
  * the budget can only go down; the bundle verifies with the new terms in it. */
 static void test_config_changes_logged(void **state) {
     struct fx *f = *state;
-    struct popcfg pc = {"cfg", 4, 3, true, 0, "central", NULL, NULL, 10.0, 32, NULL};
+    struct popcfg pc = {.name = "cfg", .target = 4, .min = 3, .secagg = true, .mode = "central",
+                        .budget = 10.0};
     char *tok[1];
     setup_population(f, &pc, tok, 1); /* created (paused), model, started */
     /* Accepted: selection, deadlines and regions in one change. */
@@ -373,7 +376,7 @@ static void test_config_changes_logged(void **state) {
 static void test_erasure(void **state) {
     struct fx *f = *state;
     enum { N = 2 };
-    struct popcfg pc = {"er", N, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "er", .target = N, .min = 2, .secagg = false, .mode = "none"};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     char cid[17];
@@ -436,7 +439,7 @@ static int64_t test_clock(void *user) {
 static void test_retention_sweep(void **state) {
     struct fx *f = *state;
     enum { N = 1 };
-    struct popcfg pc = {"rt", 2, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "rt", .target = 2, .min = 2, .secagg = false, .mode = "none"};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     fx_stop(f);

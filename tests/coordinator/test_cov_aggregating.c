@@ -111,7 +111,8 @@ static void test_plain_round_aggregating(void **state) {
 static void test_secagg_round_aggregating(void **state) {
     struct fx *f = *state;
     enum { N = 5 };
-    struct popcfg pc = {"sa", N, 3, true, 4, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "sa", .target = N, .min = 3, .secagg = true, .neighbors = 4,
+                        .mode = "none"};
     struct tc c[N];
     setup_devices(f, &pc, c, N);
     int64_t rid;

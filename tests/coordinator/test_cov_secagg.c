@@ -22,7 +22,8 @@ static void restart_threads(struct fx *f, unsigned n) {
  * threshold 5), checks every device in and fetches the tasks. */
 static int64_t secure_round(struct fx *f, const char *name, struct tc *c, int n,
                             const int *drop) {
-    struct popcfg pc = {name, n, 3, true, 9, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = name, .target = n, .min = 3, .secagg = true, .neighbors = 9,
+                        .mode = "none"};
     char *tok[NMAX];
     setup_population(f, &pc, tok, n);
     memset(c, 0, sizeof(*c) * (size_t)n);
@@ -109,7 +110,8 @@ static void test_dropped_device_polls(void **state) {
     struct fx *f = *state;
     enum { N = 5 };
     int drop[N] = {0};
-    struct popcfg pc = {"dp", N, 3, true, 4, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "dp", .target = N, .min = 3, .secagg = true, .neighbors = 4,
+                        .mode = "none"};
     char *tok[NMAX];
     setup_population(f, &pc, tok, N);
     struct tc c[N];

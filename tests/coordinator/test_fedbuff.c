@@ -102,9 +102,10 @@ static int64_t current_version(struct fx *f, const char *pop) {
 
 static void test_fedbuff_async(void **state) {
     struct fx *f = *state;
-    struct popcfg pc = {"fb", 10, 1, false, 0, "none", NULL, "fedbuff", 0, 32,
-                        "\"buffer_size\":3,\"max_concurrency\":4,\"max_staleness\":1,"
-                        "\"staleness_alpha\":0.5"};
+    struct popcfg pc = {.name = "fb", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .strategy_extra =
+                            "\"buffer_size\":3,\"max_concurrency\":4,\"max_staleness\":1,"
+                            "\"staleness_alpha\":0.5"};
     char *tok[NDEV];
     setup_population(f, &pc, tok, NDEV);
     struct tc c[NDEV];

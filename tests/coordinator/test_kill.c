@@ -62,9 +62,11 @@ static void test_sigkill_mid_round(void **state) {
     fx_proc_start(f, FL_COORD_EXE);
 
     /* Population "px": secagg, no DP: the next round's model is checked exactly. */
-    struct popcfg pcx = {"px", N, 4, true, 4, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pcx = {.name = "px", .target = N, .min = 4, .secagg = true, .neighbors = 4,
+                         .mode = "none"};
     /* Population "pd": secagg with central DP: one ledger entry per completed round. */
-    struct popcfg pcd = {"pd", N, 4, true, 4, "central", NULL, NULL, 1000.0, 32, NULL};
+    struct popcfg pcd = {.name = "pd", .target = N, .min = 4, .secagg = true, .neighbors = 4,
+                         .mode = "central", .budget = 1000.0};
     char *tx[N], *td[N];
     setup_population(f, &pcx, tx, N);
     setup_population(f, &pcd, td, N);

@@ -98,7 +98,8 @@ static void boosted_round(struct fx *f, const char *name, const char *mode, doub
     enum { N = 8 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {name, N, N, false, 0, mode, NULL, NULL, 1e6, 32, NULL};
+    struct popcfg pc = {.name = name, .target = N, .min = N, .secagg = false, .mode = mode,
+                        .budget = 1e6};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     long clipped0 = clipped_total(f);
@@ -189,8 +190,8 @@ static void test_norm_central_boosted(void **state) {
 static void test_norm_fedbuff_boosted(void **state) {
     struct fx *f = *state;
     enum { N = 2 };
-    struct popcfg pc = {"fbn", 10, 1, false, 0, "none", NULL, "fedbuff", 0, 32,
-                        "\"buffer_size\":2"};
+    struct popcfg pc = {.name = "fbn", .target = 10, .min = 1, .secagg = false, .mode = "none",
+                        .strategy = "fedbuff", .strategy_extra = "\"buffer_size\":2"};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     long clipped0 = clipped_total(f);
@@ -250,7 +251,7 @@ static void test_norm_fedbuff_boosted(void **state) {
 static void test_norm_refusal_unchanged(void **state) {
     struct fx *f = *state;
     enum { N = 2 };
-    struct popcfg pc = {"nr", N, N, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "nr", .target = N, .min = N, .secagg = false, .mode = "none"};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];

@@ -78,8 +78,8 @@ static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
 static json_t *attacked_round(struct fx *f, const char *name, const char *mode, int attack,
                               struct tc *c, struct hook *h, int64_t *rid_out) {
     fl__coord_debug_hook_set(f->co, on_sum, h);
-    struct popcfg pc = {name, N,  3,   true, 0, mode, attack == FORGED_WEIGHT ? "examples" : NULL,
-                        NULL, 1e6, 32, NULL};
+    struct popcfg pc = {.name = name, .target = N, .min = 3, .secagg = true, .mode = mode,
+                        .weighting = attack == FORGED_WEIGHT ? "examples" : NULL, .budget = 1e6};
     struct popsel sel = {.norm_proof = true};
     setup_devices_sel(f, &pc, &sel, c, N);
     int64_t rid;
@@ -309,7 +309,8 @@ static void test_boosted_mask_abandons(void **state) {
 /* A secagg round without norm proofs: its audit entry's secagg is {k, n, t} as before. */
 static void test_plain_secagg_audit(void **state) {
     struct fx *f = *state;
-    struct popcfg pc = {"plain", N, 3, true, 0, "none", NULL, NULL, 1e6, 32, NULL};
+    struct popcfg pc = {.name = "plain", .target = N, .min = 3, .secagg = true, .mode = "none",
+                        .budget = 1e6};
     struct tc c[N];
     setup_devices(f, &pc, c, N);
     int64_t rid;
@@ -366,8 +367,8 @@ static void test_unprovable_bound_refused(void **state) {
     const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":"
                      "true,\"idle\":true},\"capabilities\":{\"secagg\":true}}";
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        struct popcfg pc = {cases[k].name, N, 3, true, 0, "none", NULL, NULL, 1e6, cases[k].bits,
-                            NULL};
+        struct popcfg pc = {.name = cases[k].name, .target = N, .min = 3, .secagg = true,
+                            .mode = "none", .budget = 1e6, .bits = cases[k].bits};
         struct popsel sel = {.norm_proof = true, .clip_norm = cases[k].clip,
                              .granularity = cases[k].gran};
         struct tc c[N];

@@ -121,7 +121,8 @@ static void test_secagg_round_exact(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"sa", N, 5, true, 9, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "sa", .target = N, .min = 5, .secagg = true, .neighbors = 9,
+                        .mode = "none"};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -237,7 +238,8 @@ static void test_secagg_replay_and_long_poll(void **state) {
     enum { N = 6 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"rp", N, 4, true, 5, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "rp", .target = N, .min = 4, .secagg = true, .neighbors = 5,
+                        .mode = "none"};
     struct tc c[N];
     setup_devices(f, &pc, c, N);
     int64_t rid;
@@ -381,7 +383,8 @@ static void test_secagg_dropouts_every_phase(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"dr", N, 5, true, 9, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "dr", .target = N, .min = 5, .secagg = true, .neighbors = 9,
+                        .mode = "none"};
     int drop[N] = {0};
     drop[1] = DROP_ADVERTISE;
     drop[3] = DROP_SHARE;
@@ -415,7 +418,8 @@ static void test_secagg_unmask_threads(void **state) {
     fx_start(f);
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"ut", N, 5, true, 6, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "ut", .target = N, .min = 5, .secagg = true, .neighbors = 6,
+                        .mode = "none"};
     int drop[N] = {0};
     drop[2] = DROP_SHARE;
     drop[4] = DROP_MASKED;
@@ -442,7 +446,8 @@ static void test_secagg_too_few_survivors(void **state) {
     enum { N = 8 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"few", N, 5, true, 7, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "few", .target = N, .min = 5, .secagg = true, .neighbors = 7,
+                        .mode = "none"};
     int drop[N] = {0, DROP_MASKED, DROP_MASKED, DROP_MASKED, DROP_MASKED, 0, 0, 0};
     struct tc c[N];
     int64_t rid;
@@ -471,7 +476,8 @@ static void test_secagg_central_dp(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"cdp", N, 5, true, 9, "central", NULL, "fedadam", 50.0, 32, NULL};
+    struct popcfg pc = {.name = "cdp", .target = N, .min = 5, .secagg = true, .neighbors = 9,
+                        .mode = "central", .strategy = "fedadam", .budget = 50.0};
     struct tc c[N];
     int64_t rid;
     json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);
@@ -511,7 +517,8 @@ static void test_secagg_distributed_dp(void **state) {
     enum { N = 10 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"ddp", N, 6, true, 9, "distributed", NULL, NULL, 50.0, 32, NULL};
+    struct popcfg pc = {.name = "ddp", .target = N, .min = 6, .secagg = true, .neighbors = 9,
+                        .mode = "distributed", .budget = 50.0};
     int drop[N] = {0};
     drop[4] = DROP_MASKED; /* 9 survive >= min 6 */
     struct tc c[N];
@@ -536,7 +543,8 @@ static void test_plain_round(void **state) {
     enum { N = 5 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"pl", N, 3, false, 0, "none", "examples", NULL, 0, 40, NULL};
+    struct popcfg pc = {.name = "pl", .target = N, .min = 3, .secagg = false, .mode = "none",
+                        .weighting = "examples", .bits = 40};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     struct tc c[N];
@@ -627,7 +635,8 @@ static void test_plain_round(void **state) {
 static void test_budget_refused(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct popcfg pc = {"bud", N, 2, true, 0, "central", NULL, NULL, 0.01, 32, NULL};
+    struct popcfg pc = {.name = "bud", .target = N, .min = 2, .secagg = true, .mode = "central",
+                        .budget = 0.01};
     char *tok[N];
     setup_population(f, &pc, tok, N);
     const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,"
@@ -657,7 +666,8 @@ static void test_restart_keeps_ledger(void **state) {
     enum { N = 4 };
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
-    struct popcfg pc = {"rs", N, 3, true, 3, "central", NULL, "fedadagrad", 1000.0, 32, NULL};
+    struct popcfg pc = {.name = "rs", .target = N, .min = 3, .secagg = true, .neighbors = 3,
+                        .mode = "central", .strategy = "fedadagrad", .budget = 1000.0};
     struct tc c[N];
     int64_t rid;
     json_t *o = secagg_round(f, &pc, c, N, NULL, &rid);

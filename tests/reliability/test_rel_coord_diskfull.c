@@ -270,7 +270,8 @@ static void test_disk_full(void **state) {
     struct dfull *t = *state;
     fx_proc_start(t->f, FL_COORD_EXE);
     char *tok[N];
-    struct popcfg pc = {"df", N, N, false, 0, "none", NULL, NULL, 1e6, 32, NULL};
+    struct popcfg pc = {.name = "df", .target = N, .min = N, .secagg = false, .mode = "none",
+                        .budget = 1e6};
     setup_population(t->f, &pc, tok, N);
     for (int i = 0; i < N; i++)
         t->dev[i].tok = tok[i];

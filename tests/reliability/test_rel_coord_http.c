@@ -109,7 +109,7 @@ static void test_abuse(void **state) {
     lim.connection_timeout_s = 3;
     rel_inproc_start(f, &lim, 2, 0);
     char *tok[2];
-    struct popcfg pc = {"ab", 4, 2, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "ab", .target = 4, .min = 2, .secagg = false, .mode = "none"};
     setup_population(f, &pc, tok, 2);
     /* tok[0] is selected into the forming round first, so the check-ins some malformed
      * requests get served as (known bugs) are idempotent and the row counts must not move. */
@@ -360,7 +360,7 @@ static void test_body_caps(void **state) {
     rel_inproc_start(f, &lim, 2, 1);
     /* A plain population of 3: its round runs once all 3 are selected. */
     char *tok[3];
-    struct popcfg pc = {"cap", 3, 3, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "cap", .target = 3, .min = 3, .secagg = false, .mode = "none"};
     setup_population(f, &pc, tok, 3);
     /* A population whose enrollment token we keep. */
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
@@ -438,7 +438,8 @@ static void test_body_caps(void **state) {
      * masked 8 x vector length + 4 KiB; unmask 128 x (k + 1) + 4 KiB. At cap-1 and cap the
      * open phase's garbage gets 400 from the decoder, a later phase 425 (not open yet). */
     char *ts[3];
-    struct popcfg ps = {"capsa", 3, 3, true, 2, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg ps = {.name = "capsa", .target = 3, .min = 3, .secagg = true, .neighbors = 2,
+                        .mode = "none"};
     setup_population(f, &ps, ts, 3);
     struct tc e[3];
     memset(e, 0, sizeof(e));
@@ -714,7 +715,7 @@ static void test_header_memory(void **state) {
 static void test_rate_limit(void **state) {
     struct fx *f = *state; /* the test kit's fixture: injected clock */
     char *tok[2];
-    struct popcfg pc = {"pace", 1, 1, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "pace", .target = 1, .min = 1, .secagg = false, .mode = "none"};
     setup_population(f, &pc, tok, 2);
     struct tc c[2];
     memset(c, 0, sizeof(c));

@@ -962,17 +962,10 @@ static void run_sweep(struct sweep *s, bool power) {
     restart(s);
     for (int p = 0; p < POPS; p++) {
         char *tok[NDEV];
-        struct popcfg pc = {pop_name[p],
-                            s->n,
-                            p == POP_KP ? s->n / 2 : s->n,
-                            true,
-                            s->n > 10 ? 10 : s->n - 1,
-                            p == 1 ? "central" : "none",
-                            NULL,
-                            NULL,
-                            1e6,
-                            32,
-                            NULL};
+        struct popcfg pc = {.name = pop_name[p], .target = s->n,
+                            .min = p == POP_KP ? s->n / 2 : s->n, .secagg = true,
+                            .neighbors = s->n > 10 ? 10 : s->n - 1,
+                            .mode = p == 1 ? "central" : "none", .budget = 1e6};
         setup_population(s->f, &pc, tok, s->n);
         for (int i = 0; i < s->n; i++)
             s->dev[p][i].tok = tok[i];

@@ -702,8 +702,8 @@ static void test_net_faults(void **state) {
     t->coord_port = t->f->port;
     for (int p = 0; p < POPS; p++) {
         char *tok[NDEV];
-        struct popcfg pc = {pop_name[p], t->n, t->n, p == 0, t->n - 1, "none", NULL, NULL, 1e6,
-                            32, NULL};
+        struct popcfg pc = {.name = pop_name[p], .target = t->n, .min = t->n, .secagg = p == 0,
+                            .neighbors = t->n - 1, .mode = "none", .budget = 1e6};
         setup_population(t->f, &pc, tok, t->n);
         for (int i = 0; i < t->n; i++)
             t->dev[p][i].tok = tok[i];

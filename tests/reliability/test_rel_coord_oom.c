@@ -500,11 +500,13 @@ static int64_t pop_id(struct w *w, const char *name) {
 
 static void w_setup(struct w *w) {
     char *tok[NSA];
-    struct popcfg pa = {"pa", NPLAIN, NPLAIN, false, 0, "central", NULL, NULL, 1e5, 32, NULL};
+    struct popcfg pa = {.name = "pa", .target = NPLAIN, .min = NPLAIN, .secagg = false,
+                        .mode = "central", .budget = 1e5};
     setup_population(w->f, &pa, tok, NPLAIN);
     for (int i = 0; i < NPLAIN; i++)
         w->pd[i].tok = tok[i];
-    struct popcfg sa = {"sa", NSA, NSA, true, 2, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg sa = {.name = "sa", .target = NSA, .min = NSA, .secagg = true, .neighbors = 2,
+                        .mode = "none"};
     setup_population(w->f, &sa, tok, NSA);
     for (int i = 0; i < NSA; i++)
         w->sd[i].tok = tok[i];

@@ -208,7 +208,8 @@ static void check_model(struct fx *f, struct tc *c, const char *pop, float *base
 static void test_replay(void **state) {
     struct fx *f = *state;
     char *tok[N];
-    struct popcfg pc = {"rs", N, N, true, N - 1, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "rs", .target = N, .min = N, .secagg = true, .neighbors = N - 1,
+                        .mode = "none"};
     setup_population(f, &pc, tok, N);
     struct tc *c = calloc(N, sizeof(*c));
     assert_non_null(c);
@@ -260,7 +261,7 @@ static void test_replay(void **state) {
 
     /* Plain updates: no round binding inside the body. */
     char *tp[N];
-    struct popcfg pp = {"rp", N, N, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pp = {.name = "rp", .target = N, .min = N, .secagg = false, .mode = "none"};
     setup_population(f, &pp, tp, N);
     struct tc *d = calloc(N, sizeof(*d));
     assert_non_null(d);
@@ -348,9 +349,9 @@ static void test_replay(void **state) {
 static void test_sybil(void **state) {
     struct fx *f = *state;
     char *tok[N];
-    struct popcfg pc = {"sy", N, N, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "sy", .target = N, .min = N, .secagg = false, .mode = "none"};
     setup_population(f, &pc, tok, N);
-    struct popcfg po = {"other", N, N, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg po = {.name = "other", .target = N, .min = N, .secagg = false, .mode = "none"};
     char *tok_other[1];
     setup_population(f, &po, tok_other, 1);
     struct tc *c = calloc(N, sizeof(*c));
@@ -559,8 +560,8 @@ static void test_norm(void **state) {
     bool strict = getenv("FL_REL_STRICT") != NULL;
     for (int p = 0; p < 3; p++) {
         char *tok[N];
-        struct popcfg pc = {pops[p].name, N,  N,   pops[p].secagg, N - 1, pops[p].mode, NULL, NULL,
-                            1e6,          32, NULL};
+        struct popcfg pc = {.name = pops[p].name, .target = N, .min = N, .secagg = pops[p].secagg,
+                            .neighbors = N - 1, .mode = pops[p].mode, .budget = 1e6};
         setup_population(f, &pc, tok, N);
         struct tc *c = calloc(N, sizeof(*c));
         assert_non_null(c);

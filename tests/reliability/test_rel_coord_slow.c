@@ -272,7 +272,7 @@ static void test_slow(void **state) {
     rel_proc_start(f, FL_COORD_EXE, extra);
     fprintf(stderr, "per-IP connection limit %ld%s\n", per_ip, per_ip ? "" : " (off)");
     char *tok[1];
-    struct popcfg pc = {"slow", 1000, 1, false, 0, "none", NULL, NULL, 0, 32, NULL};
+    struct popcfg pc = {.name = "slow", .target = 1000, .min = 1, .secagg = false, .mode = "none"};
     setup_population(f, &pc, tok, 1);
     /* Is 127.0.0.2 usable as a source address here? */
     if (legit_one(f->port, "/healthz", NULL, NULL) < 0) {
