@@ -6,6 +6,9 @@
 
 #include "secagg_internal.h"
 
+_Static_assert(FL__SA_MASK_RANGE_SCRATCH <= 4 * FL__SA_MASK_CHUNK,
+               "the client's mask scratch holds what fl__sa_mask_apply_blocked draws");
+
 /* ---- state ---- */
 
 #define PEER_U1 1u /* advertised keys were delivered to us (KEYS) */
@@ -471,17 +474,20 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
     size_t pb = fl__sa_norm_proof_bytes(cfg);
     size_t out_len = FL_SECAGG_HEADER_BYTES + d * eb + pb;
     uint32_t *acc = fl__alloc_array(&c->alloc, d, sizeof(uint32_t));
-    if (!acc || fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
-        fl__free(&c->alloc, acc, d * sizeof(uint32_t));
-        return fl__err_set(&c->err, FL_ERR_NOMEM, "CIPHERTEXTS: out of memory");
-    }
-    /* y = x + PRG(b_u) + sum_v sign(u, v) PRG(s_uv), mod 2^b. */
-    memcpy(acc, c->input, d * sizeof(uint32_t));
-    uint8_t seed[32];
-    if (fl__sa_mask_apply(acc, d, c->b_seed, +1, cr, c->scratch) != 0) {
-        st = client_fail(c, FL_ERR_CRYPTO, "MASKED_INPUT: mask expansion failed");
+    /* The self-mask seed first, then one pairwise seed per sender. */
+    size_t nseeds = (size_t)count + 1;
+    uint8_t(*seeds)[32] = fl__alloc_array(&c->alloc, nseeds, 32);
+    int *signs = fl__alloc_array(&c->alloc, nseeds, sizeof(int));
+    if (!acc || !seeds || !signs || fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
+        st = fl__err_set(&c->err, FL_ERR_NOMEM, "CIPHERTEXTS: out of memory");
         goto out;
     }
+    /* y = x + PRG(b_u) + sum_v sign(u, v) PRG(s_uv), mod 2^b. Every seed is derived before
+     * any mask is drawn, so that the masks go over the vector a block at a time (all of
+     * them on a block while it is in cache, fl__sa_mask_apply_blocked) instead of once per
+     * mask over all of it. */
+    memcpy(seeds[0], c->b_seed, 32);
+    signs[0] = +1;
     scan = r;
     for (uint32_t i = 0; i < count; i++) {
         uint32_t idx;
@@ -489,16 +495,19 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
         fl__sa_read_u32(&scan, &idx);
         fl__sa_read_bytes(&scan, &ct, FL__SA_SHARE_CT_BYTES);
         const struct fl__sa_peer *p = &c->peers[fl__sa_graph_slot(&c->graph, c->index, idx)];
-        int sign = c->index < idx ? +1 : -1;
-        if (fl__sa_derive_pair_key(seed, cr, "mask", c->s_sk, p->s_pk, c->round_id, c->index,
-                                   idx, NULL) != 0 ||
-            fl__sa_mask_apply(acc, d, seed, sign, cr, c->scratch) != 0) {
-            fl_memzero(seed, sizeof(seed));
+        signs[i + 1] = c->index < idx ? +1 : -1;
+        if (fl__sa_derive_pair_key(seeds[i + 1], cr, "mask", c->s_sk, p->s_pk, c->round_id,
+                                   c->index, idx, NULL) != 0) {
             st = client_fail(c, FL_ERR_CRYPTO, "MASKED_INPUT: pairwise mask failed");
             goto out;
         }
     }
-    fl_memzero(seed, sizeof(seed));
+    memcpy(acc, c->input, d * sizeof(uint32_t));
+    if (fl__sa_mask_apply_blocked(acc, 0, d, (const uint8_t(*)[32])seeds, signs, nseeds, cr,
+                                  c->scratch, NULL, NULL) != 0) {
+        st = client_fail(c, FL_ERR_CRYPTO, "MASKED_INPUT: mask expansion failed");
+        goto out;
+    }
     uint8_t *o = c->out.p;
     fl__sa_put_header(o, FL_SECAGG_MSG_MASKED_INPUT, c->round_id, c->index,
                       (uint32_t)(d * eb + pb));
@@ -535,7 +544,12 @@ static fl_status handle_ciphertexts(fl_secagg_client *c, const uint8_t *msg, siz
     c->has_input = 0;
     st = FL_OK;
 out:
+    /* Keystream (not wiped by the mask calls on success), seeds and the masked vector. */
+    fl_memzero(c->scratch, FL__SA_MASK_RANGE_SCRATCH);
+    fl_memzero(seeds, nseeds * 32);
     fl_memzero(acc, d * sizeof(uint32_t));
+    fl__free(&c->alloc, seeds, nseeds * 32);
+    fl__free(&c->alloc, signs, nseeds * sizeof(int));
     fl__free(&c->alloc, acc, d * sizeof(uint32_t));
     return st;
 }

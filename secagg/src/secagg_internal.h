@@ -133,6 +133,24 @@ int fl__sa_mask_apply_range(uint32_t *acc, size_t lo, size_t hi, const uint8_t (
                             const int *signs, size_t m, const struct fl__sa_crypto *crypto,
                             uint8_t *scratch);
 
+/* Block of fl__sa_mask_apply_blocked, in elements (256 KiB of accumulator: in L2 on current
+ * x86 and Arm cores, so the groups of masks after the first find it there and not in L3 or
+ * DRAM). A multiple of 16. */
+#ifndef FL__SA_MASK_BLOCK
+#define FL__SA_MASK_BLOCK 65536
+#endif
+_Static_assert(FL__SA_MASK_BLOCK % 16 == 0, "mask blocks are whole AES blocks");
+
+/* Any number m of masks on elements lo <= i < hi of acc: for each FL__SA_MASK_BLOCK block
+ * of the range, fl__sa_mask_apply_range for each group of FL__SA_MASK_FUSE seeds. Each
+ * accumulator block is read from memory once instead of once per group. stop (may be NULL)
+ * is asked before each group; when it returns non-zero the call returns 0 at once with the
+ * range partly masked (the caller abandons the sum). Scratch as fl__sa_mask_apply_range.
+ * 0 or -1. */
+int fl__sa_mask_apply_blocked(uint32_t *acc, size_t lo, size_t hi, const uint8_t (*seeds)[32],
+                              const int *signs, size_t m, const struct fl__sa_crypto *crypto,
+                              uint8_t *scratch, int (*stop)(const void *), const void *arg);
+
 /* SHA-256 commitment to the self-mask seed: H("flotilla-secagg-b-v1" || round || u || b). */
 int fl__sa_commit_b(uint8_t out[32], const struct fl__sa_crypto *crypto, uint64_t round_id,
                     uint32_t u, const uint8_t b[32]);

@@ -944,19 +944,19 @@ static void um_slice(size_t d, size_t nj, size_t j, size_t *lo, size_t *hi) {
     *hi = j + 1 == nj ? d : (size_t)(((uint64_t)d * (j + 1) / nj) & ~(uint64_t)15);
 }
 
+/* Stop test of a masks job: once any job has failed, the round fails anyway. */
+static int um_some_failed(const void *arg) {
+    const struct um_work *w = arg;
+    return atomic_load_explicit(&w->failed, memory_order_relaxed) != UM_NO_FAILURE;
+}
+
 /* Masks batch, job j: removes every seed's mask from its slice and reduces it mod 2^b. */
 static void um_masks_job(fl_secagg_server *s, struct um_work *w, size_t j) {
     uint8_t *scratch = w->areas + j * w->area_bytes;
     size_t lo, hi, ns = w->first[w->ntodo];
     um_slice(fl__sa_vec_len(&s->cfg), w->njobs, j, &lo, &hi);
-    int rc = 0;
-    for (size_t g = 0; g < ns && rc == 0; g += FL__SA_MASK_FUSE) {
-        if (atomic_load_explicit(&w->failed, memory_order_relaxed) != UM_NO_FAILURE)
-            break; /* the round fails anyway */
-        size_t m = ns - g < FL__SA_MASK_FUSE ? ns - g : FL__SA_MASK_FUSE;
-        rc = fl__sa_mask_apply_range(s->acc, lo, hi, (const uint8_t(*)[32])(w->seeds + g),
-                                     w->signs + g, m, s->crypto, scratch);
-    }
+    int rc = fl__sa_mask_apply_blocked(s->acc, lo, hi, (const uint8_t(*)[32])w->seeds, w->signs,
+                                       ns, s->crypto, scratch, um_some_failed, w);
     fl_memzero(scratch, SCRATCH_BYTES); /* keystream */
     if (rc != 0) {
         um_job_fail(w, j, FL_ERR_CRYPTO, "mask removal failed");
