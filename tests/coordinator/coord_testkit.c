@@ -419,6 +419,19 @@ fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r) {
     return b;
 }
 
+/* ---- the coordinator's aggregate hook ---- */
+
+void sum_hook_capture(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                      uint32_t count, const float *delta, size_t dim) {
+    struct sum_hook *h = user;
+    h->calls++;
+    h->round_id = round_id;
+    h->vec_len = vec_len < 1024 ? vec_len : 1024;
+    memcpy(h->sum, sum, h->vec_len * sizeof(uint64_t));
+    h->count = count;
+    memcpy(h->delta, delta, (dim < D ? dim : D) * sizeof(float));
+}
+
 /* ---- population, model ---- */
 
 float base_w(int j) { return 0.25f * (float)(j % 7) - 0.5f; }

@@ -115,6 +115,28 @@ void audit_vkey_expected(struct fx *f, char *vkey, size_t n);
  * for the caller's own checks (fl_store_audit_bundle_close it); the caller frees *r. */
 fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r);
 
+/* ---- the coordinator's aggregate hook ---- */
+
+/* Test-only hook of the coordinator (coord_internal.h, linked from the static library): fn
+ * gets each round's decoded plain sum (vec_len words), its device count and the averaged
+ * delta (dim floats), on the aggregating thread. NULL fn removes it. */
+typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                             uint32_t count, const float *delta, size_t dim);
+void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+
+/* What sum_hook_capture keeps of the last aggregate. */
+struct sum_hook {
+    int calls;               /* aggregates seen */
+    int64_t round_id;        /* the last one's round */
+    uint64_t sum[1024];      /* its unmasked sum, the first vec_len words */
+    size_t vec_len;          /* words kept in sum (at most 1024) */
+    uint32_t count;          /* devices in the sum */
+    float delta[D];          /* the decoded model delta, the first D floats */
+};
+/* debug_sum_fn recording into the struct sum_hook at user. */
+void sum_hook_capture(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
+                      uint32_t count, const float *delta, size_t dim);
+
 /* ---- stand-in devices ---- */
 
 enum { DROP_NONE = 0, DROP_ADVERTISE = 1, DROP_SHARE = 2, DROP_MASKED = 3, DROP_UNMASK = 5 };

@@ -10,10 +10,6 @@
  * Runs the coordinator in-process (coord_testkit.c). */
 #include "coord_testkit.h"
 
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
 struct probe {
     struct fx *f;
     struct tc *dev;        /* a participant */

@@ -411,11 +411,6 @@ static void test_regions_of_contributors(void **state) {
     clients_free(c, 4);
 }
 
-
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
 static void count_sums(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                        uint32_t count, const float *delta, size_t dim) {
     (void)round_id;

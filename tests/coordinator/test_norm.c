@@ -11,29 +11,6 @@
 #include "coord_testkit.h"
 #include "flotilla/dp.h"
 
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
-struct hook {
-    int calls;
-    uint64_t sum[1024];
-    size_t vec_len;
-    uint32_t count;
-    float delta[D];
-};
-
-static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                   uint32_t count, const float *delta, size_t dim) {
-    struct hook *h = user;
-    (void)round_id;
-    h->calls++;
-    h->vec_len = vec_len < 1024 ? vec_len : 1024;
-    memcpy(h->sum, sum, h->vec_len * sizeof(uint64_t));
-    h->count = count;
-    memcpy(h->delta, delta, (dim < D ? dim : D) * sizeof(float));
-}
-
 /* Encodes delta (D floats) as a device would with clip `clip` (section 5.1, weight 1). */
 static void encode_delta(struct tc *c, const float *delta, double clip) {
     const struct task *t = &c->task;
@@ -96,8 +73,8 @@ static int64_t centred(uint64_t x, uint32_t bits) {
  * (at the bound), device n-1 sends `boost` x clip in the same direction, unclipped. */
 static void boosted_round(struct fx *f, const char *name, const char *mode, double boost) {
     enum { N = 8 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = name, .target = N, .min = N, .secagg = false, .mode = mode,
                         .budget = 1e6};
     char *tok[N];

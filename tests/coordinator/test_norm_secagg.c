@@ -16,25 +16,8 @@
 #include "flotilla/secagg.h"
 #include "flotilla/storage.h"
 
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
 enum { N = 4 };
 enum { HONEST = 0, FORGED = 1, MASKED_BOOST = 2, FORGED_WIDE = 3, FORGED_WEIGHT = 4 };
-
-struct hook {
-    int calls;
-    uint32_t count;
-};
-
-static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                   uint32_t count, const float *delta, size_t dim) {
-    struct hook *h = user;
-    (void)round_id, (void)sum, (void)vec_len, (void)delta, (void)dim;
-    h->calls++;
-    h->count = count;
-}
 
 static int64_t centred(uint64_t x, uint32_t bits) {
     uint64_t mod = 1ull << bits;
@@ -76,8 +59,8 @@ static void forge_client(struct tc *c, int64_t rid, int boost, uint32_t wider,
 /* A secagg round of N devices with norm proofs, device 0 attacking as `attack`. Returns the
  * round's final status JSON (caller frees); *rid_out receives the round. */
 static json_t *attacked_round(struct fx *f, const char *name, const char *mode, int attack,
-                              struct tc *c, struct hook *h, int64_t *rid_out) {
-    fl__coord_debug_hook_set(f->co, on_sum, h);
+                              struct tc *c, struct sum_hook *h, int64_t *rid_out) {
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, h);
     struct popcfg pc = {.name = name, .target = N, .min = 3, .secagg = true, .mode = mode,
                         .weighting = attack == FORGED_WEIGHT ? "examples" : NULL, .budget = 1e6};
     struct popsel sel = {.norm_proof = true};
@@ -231,7 +214,7 @@ static void check_model(struct fx *f, struct tc *c, const char *name, int64_t ve
 static void test_honest(void **state) {
     struct fx *f = *state;
     struct tc c[N];
-    struct hook h = {0};
+    struct sum_hook h = {0};
     int64_t rid;
     json_t *st = attacked_round(f, "honest", "none", HONEST, c, &h, &rid);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
@@ -249,7 +232,7 @@ static void test_forged_proof_dropped(void **state) {
     for (int wide = 0; wide < 2; wide++) {
         const char *name = wide ? "forged100" : "forged30";
         struct tc c[N];
-        struct hook h = {0};
+        struct sum_hook h = {0};
         int64_t rid;
         json_t *st = attacked_round(f, name, "none", wide ? FORGED_WIDE : FORGED, c, &h, &rid);
         assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
@@ -267,7 +250,7 @@ static void test_forged_proof_dropped(void **state) {
 static void test_forged_weight_dropped(void **state) {
     struct fx *f = *state;
     struct tc c[N];
-    struct hook h = {0};
+    struct sum_hook h = {0};
     int64_t rid;
     json_t *st = attacked_round(f, "fweight", "none", FORGED_WEIGHT, c, &h, &rid);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
@@ -284,7 +267,7 @@ static void test_boosted_mask_abandons(void **state) {
     for (int central = 0; central < 2; central++) {
         const char *name = central ? "boostc" : "boost";
         struct tc c[N];
-        struct hook h = {0};
+        struct sum_hook h = {0};
         int64_t rid;
         json_t *st =
             attacked_round(f, name, central ? "central" : "none", MASKED_BOOST, c, &h, &rid);

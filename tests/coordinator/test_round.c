@@ -12,35 +12,13 @@
 #include "flotilla/secagg.h"
 #include "flotilla/tensor.h"
 
-/* Test-only hook of the coordinator (internal, linked from the static library). */
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+/* Test-only (coord_internal.h): how many secure rounds began their unmasking on more
+ * than one thread. */
 uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
-
-struct hook {
-    int calls;
-    int64_t round_id;
-    uint64_t sum[1024];
-    size_t vec_len;
-    uint32_t count;
-    float delta[D];
-};
-
-static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                   uint32_t count, const float *delta, size_t dim) {
-    struct hook *h = user;
-    h->calls++;
-    h->round_id = round_id;
-    h->vec_len = vec_len < 1024 ? vec_len : 1024;
-    memcpy(h->sum, sum, h->vec_len * sizeof(uint64_t));
-    h->count = count;
-    memcpy(h->delta, delta, (dim < D ? dim : D) * sizeof(float));
-}
 
 /* Checks the hook's sum against the plain sum of the survivors' vectors, the model against
  * base + delta, and the delta against the true mean within tol. */
-static void check_aggregate(struct fx *f, struct hook *h, struct tc *c, int n, int64_t rid,
+static void check_aggregate(struct fx *f, struct sum_hook *h, struct tc *c, int n, int64_t rid,
                             int64_t version, const char *pop, double tol) {
     assert_int_equal(h->calls, 1);
     assert_int_equal(h->round_id, rid);
@@ -119,8 +97,8 @@ static void *poller(void *arg) {
 static void test_secagg_round_exact(void **state) {
     struct fx *f = *state;
     enum { N = 10 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "sa", .target = N, .min = 5, .secagg = true, .neighbors = 9,
                         .mode = "none"};
     char *tok[N];
@@ -236,8 +214,8 @@ static void test_secagg_round_exact(void **state) {
 static void test_secagg_replay_and_long_poll(void **state) {
     struct fx *f = *state;
     enum { N = 6 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "rp", .target = N, .min = 4, .secagg = true, .neighbors = 5,
                         .mode = "none"};
     struct tc c[N];
@@ -381,8 +359,8 @@ static json_t *secagg_round(struct fx *f, const struct popcfg *pc, struct tc *c,
 static void test_secagg_dropouts_every_phase(void **state) {
     struct fx *f = *state;
     enum { N = 10 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "dr", .target = N, .min = 5, .secagg = true, .neighbors = 9,
                         .mode = "none"};
     int drop[N] = {0};
@@ -416,8 +394,8 @@ static void test_secagg_unmask_threads(void **state) {
     fx_stop(f);
     f->unmask_threads = 3;
     fx_start(f);
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "ut", .target = N, .min = 5, .secagg = true, .neighbors = 6,
                         .mode = "none"};
     int drop[N] = {0};
@@ -444,8 +422,8 @@ static void test_secagg_unmask_threads(void **state) {
 static void test_secagg_too_few_survivors(void **state) {
     struct fx *f = *state;
     enum { N = 8 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "few", .target = N, .min = 5, .secagg = true, .neighbors = 7,
                         .mode = "none"};
     int drop[N] = {0, DROP_MASKED, DROP_MASKED, DROP_MASKED, DROP_MASKED, 0, 0, 0};
@@ -474,8 +452,8 @@ static void test_secagg_too_few_survivors(void **state) {
 static void test_secagg_central_dp(void **state) {
     struct fx *f = *state;
     enum { N = 10 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "cdp", .target = N, .min = 5, .secagg = true, .neighbors = 9,
                         .mode = "central", .strategy = "fedadam", .budget = 50.0};
     struct tc c[N];
@@ -515,8 +493,8 @@ static void test_secagg_central_dp(void **state) {
 static void test_secagg_distributed_dp(void **state) {
     struct fx *f = *state;
     enum { N = 10 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "ddp", .target = N, .min = 6, .secagg = true, .neighbors = 9,
                         .mode = "distributed", .budget = 50.0};
     int drop[N] = {0};
@@ -541,8 +519,8 @@ static void test_secagg_distributed_dp(void **state) {
 static void test_plain_round(void **state) {
     struct fx *f = *state;
     enum { N = 5 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "pl", .target = N, .min = 3, .secagg = false, .mode = "none",
                         .weighting = "examples", .bits = 40};
     char *tok[N];
@@ -664,8 +642,8 @@ static void test_budget_refused(void **state) {
 static void test_restart_keeps_ledger(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct hook h = {0};
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     struct popcfg pc = {.name = "rs", .target = N, .min = 3, .secagg = true, .neighbors = 3,
                         .mode = "central", .strategy = "fedadagrad", .budget = 1000.0};
     struct tc c[N];
@@ -687,7 +665,7 @@ static void test_restart_keeps_ledger(void **state) {
     assert_int_equal(db_int(f, q), 1);
     assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 1);
     /* A third round completes after the restart: two entries, no double count. */
-    fl__coord_debug_hook_set(f->co, on_sum, &h);
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
     atomic_fetch_add(&f->now_ms, 120 * 1000);
     int64_t rid3;
     checkin_all(f, c, N, &rid3);

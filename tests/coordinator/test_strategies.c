@@ -13,10 +13,6 @@
 
 #include "coord_testkit.h"
 
-typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
-                             uint32_t count, const float *delta, size_t dim);
-void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
-
 enum { N = 3, ROUNDS = 3 };
 
 struct hook {
