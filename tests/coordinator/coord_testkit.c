@@ -862,3 +862,19 @@ size_t plain_update_body(uint8_t *out, int64_t rid, const uint64_t *words, size_
             out[16 + j * wb + b] = (uint8_t)(words[j] >> (8 * b));
     return 16 + L * wb;
 }
+
+void post_updates(struct fx *f, struct tc *c, int n, int64_t rid) {
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
+    uint8_t body[16 + 4 * 1024];
+    for (int i = 0; i < n; i++) {
+        assert_true(c[i].task.vec_len <= 1024);
+        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
+        struct resp r =
+            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
+        if (r.status != 202)
+            fprintf(stderr, "update %d: %ld %s\n", i, r.status, r.body ? r.body : "");
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+}

@@ -253,5 +253,8 @@ void clients_free(struct tc *c, int n);
 /* Body of POST /v1/rounds/{rid}/update (docs/protocol.md 5.1): the "FLUP" header (version
  * 1, round id), then the L words of wb bytes each, little-endian. Returns its length. */
 size_t plain_update_body(uint8_t *out, int64_t rid, const uint64_t *words, size_t L, size_t wb);
+/* Posts the encoded update of each of c[0..n) (c[i].words, c[i].task.vec_len words of 4
+ * bytes) to round rid as that device, asserting 202 (a refusal prints its body first). */
+void post_updates(struct fx *f, struct tc *c, int n, int64_t rid);
 
 #endif /* FL_COORD_TESTKIT_H */

@@ -33,16 +33,7 @@ static int64_t plain_round(struct fx *f, char **tok) {
     int64_t rid;
     checkin_all(f, c, 2, &rid);
     fetch_tasks(f, c, 2, rid);
-    for (int i = 0; i < 2; i++) {
-        uint8_t body[16 + 4 * 1024];
-        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
-        char path[96];
-        snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-        struct resp r =
-            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
+    post_updates(f, c, 2, rid);
     json_t *st = round_status(f, &c[0], rid);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
     int64_t v = json_integer_value(json_object_get(st, "new_model_version"));

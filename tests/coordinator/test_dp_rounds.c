@@ -22,16 +22,7 @@ static void run_round(struct fx *f, struct tc *c) {
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
     assert_int_equal(c[0].task.mode, 1);
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-    uint8_t body[16 + 4 * 1024];
-    for (int i = 0; i < N; i++) {
-        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
-        struct resp r =
-            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
+    post_updates(f, c, N, rid);
     json_t *st = round_status(f, &c[0], rid);
     assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
     int64_t v = json_integer_value(json_object_get(st, "new_model_version"));

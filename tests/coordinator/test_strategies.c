@@ -68,21 +68,6 @@ static float step(const struct strat *s, float w, float d, float *m, float *v, b
     return (float)out;
 }
 
-static void post_updates(struct fx *f, struct tc *c, int64_t rid) {
-    char path[96];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/update", (long long)rid);
-    uint8_t body[16 + 1024 * 4];
-    for (int i = 0; i < N; i++) {
-        size_t bl = plain_update_body(body, rid, c[i].words, c[i].task.vec_len, 4);
-        struct resp r =
-            http_req(f, "POST", path, c[i].tok, "application/octet-stream", body, bl, c[i].pid);
-        if (r.status != 202)
-            fprintf(stderr, "update %d: %ld %s\n", i, r.status, r.body);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
-}
-
 static void run_strategy(struct fx *f, const struct strat *s) {
     struct hook h = {0};
     fl__coord_debug_hook_set(f->co, on_sum, &h);
@@ -122,7 +107,7 @@ static void run_strategy(struct fx *f, const struct strat *s) {
             resp_free(&r);
         }
         h.calls = 0;
-        post_updates(f, c, rid);
+        post_updates(f, c, N, rid);
         json_t *st = round_status(f, &c[0], rid);
         if (strcmp(json_string_value(json_object_get(st, "state")), "completed") != 0)
             fprintf(stderr, "%s round %d: %s\n", s->name, round,
@@ -220,7 +205,7 @@ static void test_unusable_state_ignored(void **state) {
         checkin_all(f, c, N, &rid);
         fetch_tasks(f, c, N, rid);
         h.calls = 0;
-        post_updates(f, c, rid);
+        post_updates(f, c, N, rid);
         json_t *st = round_status(f, &c[0], rid);
         assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
         version = json_integer_value(json_object_get(st, "new_model_version"));
