@@ -595,24 +595,31 @@ static void round_end(fl_client *c, int64_t now, int64_t delay_ms, int completed
     set_state(c, FL_CLIENT_STATE_IDLE);
 }
 
-/* A transient failure (network, 5xx, 429): retry the same step after a backoff. Inside a
- * round, give up once the round's last deadline has passed. */
+/* A transient failure (network, closed connection, 408, 5xx, 429): retry the same step
+ * after a backoff. The retry rebuilds the same request (same body, same Idempotency-Key:
+ * the round's participation_id), so a request the server did apply is answered as a replay
+ * (docs/protocol.md section 6). Inside a round, give up once the next try would come after
+ * the round's last deadline; the error then says what kept failing. */
 static void transient(fl_client *c, int64_t now, fl_status code, const char *what) {
     c->failures++;
     STAT_ADD(c, transient_errors, 1);
     STAT_SET(c, last_error, code);
     fl__err_set(&c->err, code, "%s", what);
     int64_t delay = backoff_ms(c, retry_after_header_ms(&c->resp));
-    log_msg(c, FL_LOG_WARN, "%s; retrying in %lld ms", what, (long long)delay);
     if (c->r.active && c->r.has_task) {
         int64_t last = 0;
         for (int k = 0; k < 5; k++)
             last = c->r.task.deadlines[k] > last ? c->r.task.deadlines[k] : last;
         if (last && now + delay > last) {
-            round_end(c, now, delay, 0, "deadlines passed while the network failed");
+            char why[FL__ERRMSG_MAX];
+            snprintf(why, sizeof(why), "%.200s; the round's deadlines passed while retrying",
+                     what);
+            fl__err_set(&c->err, code, "%s", why);
+            round_end(c, now, delay, 0, why);
             return;
         }
     }
+    log_msg(c, FL_LOG_WARN, "%s; retrying in %lld ms", what, (long long)delay);
     c->next_ms = now + delay;
     set_state(c, c->state);
 }
@@ -862,6 +869,8 @@ static void on_enroll(fl_client *c, int64_t now) {
     if (st == 401 || st == 403 || st == 400 || st == 404)
         fail_sticky(c, st == 403 ? FL_ERR_STATE : FL_ERR_AUTH, "enrollment refused: %s",
                     code[0] ? code : "unexpected status");
+    else if (st == 408) /* cut by the server's request deadline: nothing was enrolled */
+        transient(c, now, FL_ERR_TIMEOUT, "enrollment timed out on the server (408)");
     else
         transient(c, now, FL_ERR_IO, "enrollment failed (server busy or unavailable)");
 }
@@ -922,6 +931,9 @@ static void on_checkin(fl_client *c, int64_t now) {
     } else if (st == 429) {
         /* Pace steering: never earlier than the server says. */
         transient(c, now, FL_ERR_AGAIN, "checked in too early (429)");
+    } else if (st == 408) {
+        /* Cut by the server's request deadline before it was whole: not applied. */
+        transient(c, now, FL_ERR_TIMEOUT, "check-in timed out on the server (408)");
     } else {
         transient(c, now, st >= 500 ? FL_ERR_IO : FL_ERR_PROTOCOL, "check-in failed");
     }
@@ -954,6 +966,15 @@ static int round_error(fl_client *c, int64_t now, const char *what) {
     }
     if (st == 429 || st >= 500) {
         transient(c, now, FL_ERR_IO, what);
+        return 1;
+    }
+    if (st == 408) {
+        /* The server's request deadline (docs/protocol.md section 7) cut this request before
+         * it had arrived whole, so nothing of it was applied: like a closed connection, it
+         * is sent again (same bytes, same Idempotency-Key) after a backoff, while the
+         * round's deadlines allow. */
+        snprintf(why, sizeof(why), "%s: HTTP 408 %s", what, code[0] ? code : "request_timeout");
+        transient(c, now, FL_ERR_TIMEOUT, why);
         return 1;
     }
     if (st == 401) {
