@@ -3,7 +3,8 @@
  * temporary database).
  *
  *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--rounds R] [--threads T]
- *                     [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] [--json]
+ *                     [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR]
+ *                     [--same-session] [--json]
  *
  * N stand-in devices run R rounds each: check-in, signed task, then the plain update
  * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine). All
@@ -25,19 +26,32 @@
  * parameters the coordinator chose (neighbours k, threshold t) are reported so that a
  * reference run (flower_round.py) can use the same. The coordinator's database goes in a
  * fresh directory under DIR (default /tmp, on disk here: its commits are real fsyncs; a
- * tmpfs such as /dev/shm shows what the fsyncs cost). */
+ * tmpfs such as /dev/shm shows what the fsyncs cost).
+ *
+ * The coordinator runs in a session of its own, as a service does, with the devices on
+ * other machines. Linux with sched_autogroup_enabled (the default on desktop and many VM
+ * kernels) schedules each session as one group: in this process's session, the stand-in
+ * devices and the coordinator shared one group's CPU share, and on a machine busy with other
+ * sessions' work the C = 16 rounds at d = 1e5 took 2-3x as long as C = 1 with the same CPU
+ * time: one request at a time, the group mostly sleeps between short bursts and is run as
+ * soon as it wakes, while 16 uploads in flight keep it runnable and it waits its turn behind
+ * the other groups (the coordinator's run-queue wait went from 0.02-0.05 s to 0.3-1.0 s a
+ * round). --same-session keeps the old arrangement, to show that. Per round the JSON also
+ * has the coordinator's minor page faults, context switches and run-queue wait, and the
+ * stand-in devices' CPU and run-queue wait (this process), so a slow round says whether the
+ * coordinator worked, waited for a lock or waited for a CPU. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,8 +69,6 @@
 #ifndef FL_COORD_EXE
 #define FL_COORD_EXE "flotilla-coordinator"
 #endif
-
-extern char **environ;
 
 #define ADMIN "fla_bench-admin-token-0123456789abcdefgh"
 
@@ -149,6 +161,7 @@ static json_t *req_json(long want, const char *method, const char *path, const c
 
 static pid_t g_child;
 static char g_dir[256];
+static bool g_same_session; /* --same-session: the coordinator stays in this session */
 
 static long rss_kb(const char *field) {
     char p[64], line[256];
@@ -165,10 +178,66 @@ static long rss_kb(const char *field) {
     return v;
 }
 
-/* CPU seconds the child has used so far: the sum over its threads of the run time in
+/* CPU seconds a process has used so far (*run) and seconds its threads spent runnable but
+ * waiting for a CPU (*wait): sums over its threads of the first two fields of
  * /proc/<pid>/task/<tid>/schedstat (nanoseconds; /proc/<pid>/stat counts 10 ms ticks, too
- * coarse for one round). Less sensitive than wall time to other work on a shared machine. */
+ * coarse for one round). CPU time is less sensitive than wall time to other work on a shared
+ * machine; the wait shows how much of the wall time went to other processes' turns. */
+static void sched_s(pid_t pid, double *run, double *wait) {
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/task", (int)pid);
+    *run = *wait = 0;
+    DIR *dir = opendir(p);
+    if (!dir)
+        return;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char q[128];
+        snprintf(q, sizeof(q), "%s/%.20s/schedstat", p, e->d_name);
+        FILE *f = fopen(q, "r");
+        unsigned long long ns = 0, wns = 0;
+        if (f && fscanf(f, "%llu %llu", &ns, &wns) == 2) {
+            *run += (double)ns / 1e9;
+            *wait += (double)wns / 1e9;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(dir);
+}
+
 static double cpu_s(void) {
+    double run, wait;
+    sched_s(g_child, &run, &wait);
+    return run;
+}
+
+/* Minor page faults of the whole child (field 10 of /proc/<pid>/stat counts every thread of
+ * the process) and its context switches (voluntary + involuntary, summed over
+ * /proc/<pid>/task/<tid>/status: the process's own status has the main thread's only).
+ * They tell allocation churn (fresh pages for every body) and lock or I/O waits apart from
+ * plain CPU work. */
+static double minflt(void) {
+    char p[64], line[1024];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)g_child);
+    FILE *f = fopen(p, "r");
+    double v = 0;
+    if (!f)
+        return v;
+    if (fgets(line, sizeof(line), f)) {
+        /* After "pid (comm) ": state is field 3, minflt field 10. */
+        char *s = strrchr(line, ')');
+        unsigned long long x = 0;
+        if (s && sscanf(s + 1, " %*c %*d %*d %*d %*d %*d %*u %llu", &x) == 1)
+            v = (double)x;
+    }
+    fclose(f);
+    return v;
+}
+
+static double ctxsw(void) {
     char p[64];
     snprintf(p, sizeof(p), "/proc/%d/task", (int)g_child);
     DIR *dir = opendir(p);
@@ -179,12 +248,15 @@ static double cpu_s(void) {
     while ((e = readdir(dir)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        char q[128];
-        snprintf(q, sizeof(q), "%s/%.20s/schedstat", p, e->d_name);
+        char q[128], line[256];
+        snprintf(q, sizeof(q), "%s/%.20s/status", p, e->d_name);
         FILE *f = fopen(q, "r");
-        unsigned long long ns = 0;
-        if (f && fscanf(f, "%llu", &ns) == 1)
-            v += (double)ns / 1e9;
+        while (f && fgets(line, sizeof(line), f)) {
+            unsigned long long x = 0;
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &x) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %llu", &x) == 1)
+                v += (double)x;
+        }
         if (f)
             fclose(f);
     }
@@ -232,13 +304,34 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
             "\"limits\":{\"per_ip_connections\":0,\"model_bytes\":1000000000}}\n",
             g_dir, threads, hex);
     fclose(f);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char *argv[] = {(char *)exe, "serve", "--config", conf, NULL};
-    if (posix_spawn(&g_child, exe, &fa, NULL, argv, environ) != 0)
+    if (access(exe, X_OK) != 0)
         bench_die("cannot start flotilla-coordinator (--exe)", NULL);
-    posix_spawn_file_actions_destroy(&fa);
+    int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (lfd < 0)
+        bench_die("cannot create the coordinator's log", NULL);
+    pid_t parent = getpid();
+    g_child = fork();
+    if (g_child < 0)
+        bench_die("fork", NULL);
+    if (g_child == 0) {
+        /* Only async-signal-safe calls until exec. Its own session (own scheduler
+         * autogroup; see the header) unless --same-session; it gets SIGTERM if this process
+         * dies without cleanup (a signal), as Ctrl-C no longer reaches it. */
+        static const char fail[] = "bench_coord_round: exec of the coordinator failed\n";
+        if (!g_same_session)
+            setsid();
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        if (dup2(lfd, 2) == 2) {
+            execv(exe, argv);
+            ssize_t w = write(2, fail, sizeof(fail) - 1);
+            (void)w;
+        }
+        _exit(127);
+    }
+    close(lfd);
     /* The executable logs "listening on 127.0.0.1:<port>" at info level (60 s at most: a
      * sanitizer build on a loaded machine starts slowly). */
     for (int i = 0; i < 1200 && !g_port; i++) {
@@ -624,11 +717,13 @@ int main(int argc, char **argv) {
             base = argv[++i];
         else if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
+        else if (strcmp(argv[i], "--same-session") == 0)
+            g_same_session = true;
         else {
             fprintf(stderr,
                     "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
                     "[--threads T] [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] "
-                    "[--json]\n",
+                    "[--same-session] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -699,8 +794,11 @@ int main(int argc, char **argv) {
     size_t stride = UPDATE_HEADER_BYTES + L * sizeof(uint32_t);
     uint8_t *rows = malloc((size_t)g_distinct * stride);
     double *wall_r = calloc(rounds, sizeof(double)), *coord_r = calloc(rounds, sizeof(double));
-    double *cpu_r = calloc(rounds, sizeof(double));
-    if (!rows || !wall_r || !coord_r || !cpu_r)
+    double *cpu_r = calloc(rounds, sizeof(double)), *flt_r = calloc(rounds, sizeof(double));
+    double *csw_r = calloc(rounds, sizeof(double)), *cwait_r = calloc(rounds, sizeof(double));
+    double *bcpu_r = calloc(rounds, sizeof(double)), *bwait_r = calloc(rounds, sizeof(double));
+    if (!rows || !wall_r || !coord_r || !cpu_r || !flt_r || !csw_r || !cwait_r || !bcpu_r ||
+        !bwait_r)
         bench_die("out of memory", NULL);
     for (unsigned i = 0; i < g_distinct; i++) {
         uint32_t *w = words(rows, stride, i);
@@ -715,7 +813,10 @@ int main(int argc, char **argv) {
     double phase_wall[6] = {0};
     struct round_ctx rc = {.dv = dv, .rows = rows, .stride = stride, .L = L};
     for (unsigned round = 0; round < rounds; round++) {
-        double rcpu0 = cpu_s(), t0 = bench_wall_s(), tp = t0;
+        double rflt0 = minflt(), rcsw0 = ctxsw(), rcpu0, rwait0, bcpu0, bwait0;
+        sched_s(g_child, &rcpu0, &rwait0);
+        sched_s(getpid(), &bcpu0, &bwait0);
+        double t0 = bench_wall_s(), tp = t0;
         rc.client_s = 0;
         batch_run(n, prep_checkin, done_checkin, &rc);
         for (unsigned i = 1; i < n; i++)
@@ -767,7 +868,15 @@ int main(int argc, char **argv) {
         }
         wall_r[round] = bench_wall_s() - t0;
         coord_r[round] = wall_r[round] - rc.client_s;
-        cpu_r[round] = cpu_s() - rcpu0;
+        double rcpu1, rwait1, bcpu1, bwait1;
+        sched_s(g_child, &rcpu1, &rwait1);
+        sched_s(getpid(), &bcpu1, &bwait1);
+        cpu_r[round] = rcpu1 - rcpu0;
+        cwait_r[round] = rwait1 - rwait0;
+        bcpu_r[round] = bcpu1 - bcpu0;
+        bwait_r[round] = bwait1 - bwait0;
+        flt_r[round] = minflt() - rflt0;
+        csw_r[round] = ctxsw() - rcsw0;
         total_wall += wall_r[round];
         total_client += rc.client_s;
     }
@@ -778,23 +887,35 @@ int main(int argc, char **argv) {
     if (as_json) {
         printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,\"rounds\":%u,"
                "\"threads\":%u,\"concurrency\":%u,\"distinct_updates\":%u,"
+               "\"coordinator_session\":\"%s\","
                "\"secagg_k\":%u,\"secagg_t\":%u,"
                "\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
                "\"coordinator_s\":%.4f,\"rounds_per_s\":%.4f,\"coordinator_cpu_s\":%.4f,"
                "\"median_round_wall_s\":%.4f,\"median_coordinator_s\":%.4f,"
+               "\"median_coordinator_cpu_s\":%.4f,\"median_coordinator_minflt\":%.0f,"
+               "\"median_coordinator_ctxsw\":%.0f,\"median_coordinator_runq_wait_s\":%.4f,"
+               "\"median_devices_cpu_s\":%.4f,\"median_devices_runq_wait_s\":%.4f,"
                "\"coordinator_rss_setup_kb\":%ld,"
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}",
-               n, d, secagg ? "true" : "false", rounds, threads, conc, g_distinct, dv[0].k,
+               n, d, secagg ? "true" : "false", rounds, threads, conc, g_distinct,
+               g_same_session ? "same" : "own", dv[0].k,
                dv[0].t, wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu,
-               median(wall_r, rounds), med,
+               median(wall_r, rounds), med, median(cpu_r, rounds), median(flt_r, rounds),
+               median(csw_r, rounds), median(cwait_r, rounds), median(bcpu_r, rounds),
+               median(bwait_r, rounds),
                rss_setup, hwm, phase_wall[0] / rounds, phase_wall[1] / rounds,
                phase_wall[2] / rounds, phase_wall[3] / rounds, phase_wall[4] / rounds,
                phase_wall[5] / rounds);
         print_array("round_wall_times_s", wall_r, rounds);
         print_array("coordinator_times_s", coord_r, rounds);
         print_array("coordinator_cpu_times_s", cpu_r, rounds);
+        print_array("coordinator_minflt", flt_r, rounds);
+        print_array("coordinator_ctxsw", csw_r, rounds);
+        print_array("coordinator_runq_wait_s", cwait_r, rounds);
+        print_array("devices_cpu_s", bcpu_r, rounds);
+        print_array("devices_runq_wait_s", bwait_r, rounds);
         printf("}\n");
     } else {
         printf("n=%u d=%zu secagg=%s concurrency=%u: round %.3f s, device compute %.3f s, "
@@ -807,6 +928,11 @@ int main(int argc, char **argv) {
     free(wall_r);
     free(coord_r);
     free(cpu_r);
+    free(flt_r);
+    free(csw_r);
+    free(cwait_r);
+    free(bcpu_r);
+    free(bwait_r);
     free(rows);
     free(dv);
     free(g_body.p);
