@@ -1011,6 +1011,10 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
     if (pt->posted & (1u << k)) {
         if (fl_memeq_ct(h, pt->hash[k], 32) == 0)
             return reply_accepted(rep, r, k, 200);
+        if (r->rp.buffered)
+            return fl__coord_error(rep, 409, "already_submitted", NULL,
+                                   "this device's update to buffer %lld was already accepted "
+                                   "(one update per device per buffer)", (long long)r->id);
         return fl__coord_error(rep, 409, "already_submitted", NULL,
                                "a different message for phase %s was already accepted",
                                fl__coord_phase_names[k]);
