@@ -154,6 +154,11 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
     rp->q = cap / pop_size;
     if (rp->q > 1.0)
         rp->q = 1.0;
+    /* A FedBuff buffer takes whichever devices happen to arrive first, not a Poisson sample
+     * of the population: nothing random decides who is in it, so no amplification by
+     * sampling may be claimed. Each flush is charged as one unsampled Gaussian step. */
+    if (r->rp.buffered)
+        rp->q = 1.0;
     fl__coord_random(rp->rotation_seed, sizeof(rp->rotation_seed));
     fl__coord_random(rp->quant_seed, sizeof(rp->quant_seed));
 
@@ -304,8 +309,10 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
         rc = fl_dp_ledger_entry_parse_params(&es[i], le[i].params_json, why, why_len);
     }
     fl_dp_ledger_entry proposed;
-    /* The noise of a distributed round is sized for n_min survivors: charge that case. */
-    round_entry(&proposed, rp, rp->dp == FL__DP_DISTRIBUTED ? rp->n_min : r->cap);
+    /* The noise of a distributed round is sized for n_min survivors: charge that case. A
+     * FedBuff buffer flushes with exactly K updates. */
+    round_entry(&proposed, rp,
+                rp->dp == FL__DP_DISTRIBUTED ? rp->n_min : rp->buffered ? rp->buffer_k : r->cap);
     fl_dp_budget_report report;
     memset(&report, 0, sizeof(report));
     char msg[256] = "";
@@ -493,12 +500,54 @@ static fl_status writer_bytes(fl_coord *co, fl_safetensors_writer *w, uint8_t **
 
 /* ---- aggregation ---- */
 
+/* Central DP: adds the population's discrete Gaussian noise (sigma^2 = sigma2_num/den on the
+ * lattice, fixed when the round's parameters were set) to the integer sum z (dim), with a
+ * fresh OS-seeded generator. The one noise step of synchronous rounds and FedBuff flushes. */
+static fl_status central_noise(fl_coord *co, const struct fl__coord_round_params *rp,
+                               int64_t *z, char *why, size_t why_len) {
+    fl_dp_central_params cp;
+    fl_dp_rng *rng = NULL;
+    central_params(&cp, rp);
+    fl_status rc = fl_dp_rng_create_os(&rng, fl__coord_pub_alloc(co));
+    if (rc == FL_OK)
+        rc = fl_dp_central_noise(rng, z, rp->dim, &cp);
+    fl_dp_rng_destroy(rng);
+    if (rc != FL_OK)
+        snprintf(why, why_len, "central noise failed: %s", fl_status_str(rc));
+    return rc;
+}
+
+/* FedBuff with central DP: the buffer holds sum_i trunc(f_i * c_i), c_i device i's clipped
+ * integer update (||c_i|| <= B, the l2_bound the noise is calibrated to) and f_i =
+ * 1/(1+s_i)^alpha its staleness weight, each an integer kept exactly in a double (buffer.c).
+ * The noise goes on that integer sum exactly as on a synchronous round's, and the step
+ * divides by the fixed K, never by a data-dependent total, so the released average has the
+ * sensitivity B * granularity / K the noise was sized for. */
+static fl_status decode_buffer_central(fl_coord *co, const struct fl__coord_round *r,
+                                       float *delta, char *why, size_t why_len) {
+    const struct fl__coord_round_params *rp = &r->rp;
+    int64_t *z = fl__alloc_array(&co->alloc, rp->dim, sizeof(int64_t));
+    if (!z)
+        return FL_ERR_NOMEM;
+    for (size_t i = 0; i < rp->dim; i++)
+        z[i] = (int64_t)r->bnum[i]; /* exact: |sum| <= K * 2^31 < 2^53 */
+    fl_status rc = central_noise(co, rp, z, why, why_len);
+    if (rc == FL_OK)
+        for (size_t i = 0; i < rp->dim; i++)
+            delta[i] = (float)((double)z[i] * rp->granularity / (double)rp->buffer_k);
+    fl_memzero(z, rp->dim * sizeof(int64_t));
+    fl__free(&co->alloc, z, rp->dim * sizeof(int64_t));
+    return rc;
+}
+
 /* Turns the final sum into the averaged delta (dim floats). */
 static fl_status decode_sum(fl_coord *co, const struct fl__coord_round *r,
                             const uint64_t *sum, uint32_t count, float *delta, char *why,
                             size_t why_len) {
     const struct fl__coord_round_params *rp = &r->rp;
     fl_status rc = FL_OK;
+    if (rp->buffered && rp->dp == FL__DP_CENTRAL)
+        return decode_buffer_central(co, r, delta, why, why_len);
     if (rp->buffered) {
         /* FedBuff: the staleness-weighted sum over K (or over the summed weights). */
         double denom = rp->weight_examples ? r->bwsum : (double)count;
@@ -529,17 +578,8 @@ static fl_status decode_sum(fl_coord *co, const struct fl__coord_round *r,
     uint64_t mod = (uint64_t)1 << rp->bits, half = mod >> 1;
     for (size_t i = 0; i < rp->dim; i++)
         z[i] = sum[i] >= half ? -(int64_t)(mod - sum[i]) : (int64_t)sum[i];
-    if (rp->dp == FL__DP_CENTRAL) {
-        fl_dp_central_params cp;
-        fl_dp_rng *rng = NULL;
-        central_params(&cp, rp);
-        rc = fl_dp_rng_create_os(&rng, fl__coord_pub_alloc(co));
-        if (rc == FL_OK)
-            rc = fl_dp_central_noise(rng, z, rp->dim, &cp);
-        fl_dp_rng_destroy(rng);
-        if (rc != FL_OK)
-            snprintf(why, why_len, "central noise failed: %s", fl_status_str(rc));
-    }
+    if (rp->dp == FL__DP_CENTRAL)
+        rc = central_noise(co, rp, z, why, why_len);
     uint64_t wsum = sum[rp->vec_len - 1];
     double denom = rp->weight_examples ? (double)wsum : (double)count;
     if (rc == FL_OK && denom <= 0) {

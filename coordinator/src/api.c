@@ -398,7 +398,13 @@ static int checkin_buffered(fl_coord *co, struct fl__coord_reply *rep, struct fl
                             const char *client_id, int64_t now) {
     struct fl__coord_round *r = p->round;
     if (!r) {
+        /* As for synchronous rounds: a refused budget is checked again after a minute. */
+        if (p->budget_exhausted && now < p->next_round_at)
+            return reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
         fl_status rc = fl__coord_buffer_open(co, p, now, NULL);
+        p->budget_exhausted = rc == FL_ERR_BUDGET;
+        if (rc == FL_ERR_BUDGET)
+            return reply_retry(co, rep, clamp_retry(p, p->sel.max_retry_s), "budget_exhausted");
         if (rc == FL_ERR_BUSY || rc == FL_ERR_NOMEM || rc == FL_ERR_IO)
             return store_fail(co, rep, rc);
         if (rc != FL_OK || !p->round)

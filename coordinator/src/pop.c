@@ -341,8 +341,14 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
                                    "'secagg.norm_proof' is not supported with distributed DP "
                                    "yet (use central DP or none)"), false;
         if (strcmp(mode, "distributed") == 0 && !secagg_on)
-            return fl__coord_error(rep, 400, "invalid_field", "privacy.mode",
-                                   "distributed DP needs secagg.enabled"), false;
+            /* With secagg off, fedbuff is asynchronous FedBuff: it weighs each update by
+             * its staleness in the clear, which rules out distributed DP's masked sum. */
+            return fl__coord_error(rep, 400, "invalid_field", "privacy.mode", "%s",
+                                   strcmp(sname, "fedbuff") == 0
+                                       ? "distributed DP needs secagg.enabled (asynchronous "
+                                         "FedBuff, secagg.enabled false, supports privacy.mode "
+                                         "'none' or 'central')"
+                                       : "distributed DP needs secagg.enabled"), false;
         if (strcmp(json_string_value(json_object_get(up, "weighting")), "uniform") != 0)
             return fl__coord_error(rep, 400, "invalid_field", "update.weighting",
                                    "differential privacy needs uniform weighting"), false;
@@ -352,13 +358,10 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
                                "'secagg.norm_proof' needs secagg.enabled (the server bounds "
                                "plain updates itself)"), false;
     /* FedBuff without secure aggregation runs asynchronously (docs/protocol.md 5.4): the
-     * server weighs each update by its staleness, which needs it in the clear; DP for that
-     * mode (noise per buffer) is not offered yet. */
+     * server weighs each update by its staleness, which needs it in the clear. Central DP
+     * adds its noise to each buffer (buffer.c); distributed DP was refused above (it needs
+     * secure aggregation), and with secagg on fedbuff runs synchronous secure rounds. */
     p->buffered = strcmp(sname, "fedbuff") == 0 && !secagg_on;
-    if (p->buffered && strcmp(mode, "none") != 0)
-        return fl__coord_error(rep, 400, "invalid_field", "privacy.mode",
-                               "asynchronous FedBuff (secagg.enabled false) supports "
-                               "privacy.mode 'none' only"), false;
     /* The distributed-DP encoder always rotates (randomised Hadamard); the others never. */
     const char *rot = json_string_value(json_object_get(pr, "rotation"));
     bool dist = strcmp(mode, "distributed") == 0;

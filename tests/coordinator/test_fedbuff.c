@@ -233,9 +233,9 @@ static void test_fedbuff_async(void **state) {
 static void test_fedbuff_config(void **state) {
     struct fx *f = *state;
     const char *bad[] = {
-        /* DP is not offered with asynchronous FedBuff */
+        /* distributed DP needs secure aggregation (central DP: test_fedbuff_dp.c) */
         "{\"name\":\"x\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false},"
-        "\"strategy\":{\"name\":\"fedbuff\"},\"privacy\":{\"mode\":\"central\"}}",
+        "\"strategy\":{\"name\":\"fedbuff\"},\"privacy\":{\"mode\":\"distributed\"}}",
         "{\"name\":\"x\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false},"
         "\"strategy\":{\"name\":\"fedbuff\",\"buffer_size\":0}}",
         "{\"name\":\"x\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false},"

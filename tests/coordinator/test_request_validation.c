@@ -348,7 +348,7 @@ static void test_population_config_fields(void **state) {
         {"\"strategy\":{\"name\":\"fedbuff\",\"max_staleness\":-1}", "invalid_field",
          "strategy.max_staleness"},
         {"\"strategy\":{\"name\":\"fedbuff\"},\"secagg\":{\"enabled\":false},"
-         "\"privacy\":{\"mode\":\"central\"}", "invalid_field", "privacy.mode"},
+         "\"privacy\":{\"mode\":\"distributed\"}", "invalid_field", "privacy.mode"},
         {"\"secagg\":[]", "invalid_field", "secagg"},
         {"\"secagg\":{\"enabled\":\"yes\"}", "invalid_field", "enabled"},
         {"\"secagg\":{\"neighbors\":65536}", "invalid_field", "secagg.neighbors"},
