@@ -29,12 +29,28 @@
  * (seen on two sweeps in a row, so a complete request that just arrived with its EOF is
  * never cut). shutdown() makes MHD's next read return 0 and MHD closes the connection
  * itself; the fd is closed only by MHD, after CLOSED is notified, and the notification
- * takes the same mutex as the sweep, so a sweep never touches a reused fd. */
+ * takes the same mutex as the sweep, so a sweep never touches a reused fd.
+ *
+ * A request cut by its deadline is answered 408 (JSON error body, Connection: close) before
+ * the close wherever that is safe, and only closed elsewhere (docs/protocol.md section 7):
+ *  - headers that complete past the deadline (before a sweep shut them): 408 queued through
+ *    MHD by the access handler, like any early answer (TLS too);
+ *  - a body chunk that arrives past the deadline: the handler, on MHD's own thread, writes
+ *    the 408 to the socket itself (MHD 0.9.75 refuses MHD_queue_response in the middle of
+ *    a body) and closes; plain HTTP only;
+ *  - the watchdog writes the 408 itself only when MHD cannot be writing to that socket: plain
+ *    HTTP, headers processed, a body arriving, no 100-continue to send (the "quiet" flag).
+ *    While headers arrive MHD may write an error answer of its own (400, 431), and under
+ *    TLS the watchdog owns no session, so there it only shuts the socket, as before.
+ * Whoever answers or closes first claims the request by moving its phase with a
+ * compare-and-swap (READING -> LATE for a deadline, READING -> BUSY for an answer), so one
+ * request never gets two answers and every deadline close is counted once. */
 
 enum conn_phase {
     CONN_IDLE = 0,    /* kept alive between requests */
     CONN_READING = 1, /* a request is arriving (or the first one is awaited) */
-    CONN_BUSY = 2     /* the request is complete: handled, parked or being answered */
+    CONN_BUSY = 2,    /* the request is complete: handled, parked or being answered */
+    CONN_LATE = 3     /* cut by its deadline: answered 408 and/or shut; nothing else is sent */
 };
 
 struct conn_watch {
@@ -43,6 +59,8 @@ struct conn_watch {
     atomic_int phase;                /* enum conn_phase */
     _Atomic int64_t since_ms;        /* monotonic ms: READING since / IDLE since */
     _Atomic int64_t allowance_ms;    /* body allowance added to the deadline */
+    atomic_bool quiet;               /* a body is arriving and MHD writes nothing to the
+                                        socket until it is complete: the watchdog may */
     int eof_sweeps;                  /* sweeps in a row that saw EOF (watchdog only) */
     bool shut;                       /* already shut down (watchdog only) */
 };
@@ -57,6 +75,7 @@ struct fl__coord_http_watch {
     struct conn_watch *head;
     int64_t deadline_ms;             /* request deadline; 0 = none */
     int64_t idle_ms;                 /* the idle timeout */
+    bool tls;                        /* HTTPS: only MHD can write to a connection */
     atomic_uint_fast64_t closed_deadline; /* connections shut for a missed deadline */
     atomic_uint_fast64_t closed_eof;      /* connections shut after an early EOF */
 };
@@ -87,6 +106,48 @@ static bool conn_late(const struct fl__coord_http_watch *wa, const struct conn_w
     if (ph == CONN_IDLE)
         return now - since > wa->idle_ms + wa->deadline_ms;
     return false;
+}
+
+/* Sets the phase of w to `to` unless the deadline claimed the request (CONN_LATE): true when
+ * the caller may go on and answer. NULL (an unwatched connection) is always true. */
+static bool conn_claim(struct conn_watch *w, int to) {
+    if (!w)
+        return true;
+    int ph = atomic_load(&w->phase);
+    while (ph != CONN_LATE)
+        if (atomic_compare_exchange_weak(&w->phase, &ph, to))
+            return true;
+    return false;
+}
+
+/* Claims a request that is still arriving for its deadline (READING -> LATE). */
+static bool conn_claim_late(struct conn_watch *w) {
+    int ph = CONN_READING;
+    return atomic_compare_exchange_strong(&w->phase, &ph, CONN_LATE);
+}
+
+/* Writes the 408 answer to a plain-HTTP socket that nothing else writes to now (see the
+ * section comment), in one non-blocking send: the socket's send buffer is empty at this
+ * point, so it goes out whole; if not, the client sees a cut answer and then the close,
+ * which it treats like the close alone. */
+static void conn_write_408(int fd) {
+    static const char body[] = "{\"error\":{\"status\":408,\"code\":\"request_timeout\","
+                               "\"message\":\"the request did not arrive within its "
+                               "deadline\"}}";
+    char msg[512], date[64];
+    time_t t = time(NULL);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm))
+        date[0] = '\0';
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                     "Server: flotilla-coordinator/" FL_VERSION_STRING "\r\n"
+                     "Cache-Control: no-store\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n%s%s%s\r\n%s",
+                     sizeof(body) - 1, date[0] ? "Date: " : "", date, date[0] ? "\r\n" : "",
+                     body);
+    if (n > 0 && (size_t)n < sizeof(msg))
+        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -143,11 +204,21 @@ static void watch_sweep(struct fl__coord_http_watch *wa) {
     int64_t now = mono_ms();
     pthread_mutex_lock(&wa->mu);
     for (struct conn_watch *w = wa->head; w; w = w->next) {
-        if (w->shut || atomic_load(&w->phase) == CONN_BUSY) {
+        int ph = atomic_load(&w->phase);
+        if (w->shut || ph == CONN_BUSY || ph == CONN_LATE) {
             w->eof_sweeps = 0;
             continue;
         }
         bool late = conn_late(wa, w, now);
+        if (late && ph == CONN_READING) {
+            /* Claimed here unless the handler finished or cut the request meanwhile. */
+            if (!conn_claim_late(w)) {
+                w->eof_sweeps = 0;
+                continue;
+            }
+            if (atomic_load(&w->quiet) && !wa->tls)
+                conn_write_408(w->fd);
+        }
         if (!late) {
             char c;
             ssize_t k = recv(w->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -199,6 +270,7 @@ static struct fl__coord_http_watch *watch_create(fl_coord *co) {
     wa->co = co;
     wa->deadline_ms = (int64_t)co->request_deadline_s * 1000;
     wa->idle_ms = (int64_t)co->limits.connection_timeout_s * 1000;
+    wa->tls = co->tls_cert != NULL;
     return wa;
 }
 
@@ -804,17 +876,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->rq.route = ctx->route;
         ctx->cap = route_cap(co, &ctx->rq, ctx->route, method);
         ctx->watch = co->watch ? conn_watch_of(conn) : NULL;
-        if (early_checks(co, ctx, conn, method, version, &rep)) {
+        bool late = ctx->watch && conn_late(co->watch, ctx->watch, mono_ms());
+        if (late || early_checks(co, ctx, conn, method, version, &rep)) {
             ctx->answered = true;
-            if (ctx->watch)
-                atomic_store(&ctx->watch->phase, CONN_BUSY);
+            if (!conn_claim(ctx->watch, CONN_BUSY))
+                return MHD_NO; /* the watchdog cut it first */
+            if (late) {
+                /* Headers complete past the deadline: 408 through MHD (TLS too). */
+                atomic_fetch_add(&co->watch->closed_deadline, 1);
+                ctx->close = true;
+                fl__coord_error(&rep, 408, "request_timeout", NULL,
+                                "the request did not arrive within its deadline");
+            }
             enum MHD_Result r = queue_reply(co, conn, ctx->route, &rep, ctx->close);
             fl__coord_reply_clear(co, &rep);
             return r;
         }
-        if (ctx->watch && ctx->body_len > 0)
+        if (ctx->watch && ctx->body_len > 0) {
             atomic_store(&ctx->watch->allowance_ms,
                          (int64_t)(ctx->body_len * 1000 / co->request_min_body_rate));
+            /* MHD now only reads the body, unless it has a 100 Continue to send first. */
+            if (!MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT))
+                atomic_store(&ctx->watch->quiet, true);
+        }
         return MHD_YES;
     }
     if (ctx->parked) {
@@ -829,8 +913,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         if (ctx->watch && conn_late(co->watch, ctx->watch, mono_ms())) {
-            /* A body trickling past its deadline: close now (MHD_NO), no reply. */
-            atomic_fetch_add(&co->watch->closed_deadline, 1);
+            /* A body trickling past its deadline: 408 written here, on MHD's thread, where
+             * MHD writes nothing else (plain HTTP; under TLS only MHD could, and it cannot
+             * answer in the middle of a body), then closed (MHD_NO). */
+            if (conn_claim_late(ctx->watch)) {
+                atomic_fetch_add(&co->watch->closed_deadline, 1);
+                if (!co->watch->tls)
+                    conn_write_408(ctx->watch->fd);
+            }
             return MHD_NO;
         }
         if (n > ctx->body_len - ctx->body_got) {
@@ -854,8 +944,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* Body complete. */
     ctx->answered = true;
-    if (ctx->watch)
-        atomic_store(&ctx->watch->phase, CONN_BUSY);
+    if (!conn_claim(ctx->watch, CONN_BUSY))
+        return MHD_NO; /* cut by the watchdog (408 and/or shut) just before */
     ctx->rq.body = ctx->body;
     ctx->rq.body_len = ctx->body_got;
     if (ctx->md) {
@@ -898,6 +988,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     if (ctx->watch) {
         /* Kept alive: the next request's deadline starts at its request line. */
+        atomic_store(&ctx->watch->quiet, false);
         atomic_store(&ctx->watch->since_ms, mono_ms());
         atomic_store(&ctx->watch->phase, CONN_IDLE);
     }

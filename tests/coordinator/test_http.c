@@ -531,8 +531,10 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
 
 /* Request deadline 2 s (idle timeout 30 s): requests that arrive within it are served (also
  * in slow pieces, and a body within its allowance at the minimum body rate); a silent
- * connection, trickled headers and a trickled body are closed at the deadline (well before
- * the idle timeout), with no answer; a half-closed incomplete request is closed at once; a
+ * connection and trickled headers (the request line or header block still arriving, when
+ * libmicrohttpd may be writing an error answer of its own) are closed at the deadline (well
+ * before the idle timeout), with no answer (test_request_deadline_408 has the bodies that
+ * are answered 408); a half-closed incomplete request is closed at once; a
  * kept-alive connection may idle past the deadline between requests. The deadline, the gaps
  * and the bounds checked are times FL_TEST_TIME_SCALE (S), except the slow body's: its
  * allowance at the minimum body rate (1024 B/s, the least allowed) does not grow with S, so
@@ -560,8 +562,8 @@ static void test_request_deadline(void **state) {
     assert_int_equal(raw_trickle(f, get, 1, 0.25 * S, &closed, &el), 0);
     assert_true(closed);
     assert_true(el >= 1.5 * S && el < 12 * S);
-    /* A body trickled past the deadline plus its allowance (40 bytes: 39 ms). */
-    /* 39 of its 40 body bytes: this request is never complete. */
+    /* A request of 39 of its 40 body bytes (never complete) trickled 4 bytes per 0.5 s: its
+     * headers are still arriving at the deadline. */
     const char *post = "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                        "\r\nContent-Length: 40\r\n\r\n"
                        "{\"population\":\"kb-en\",\"region\":\"EU\"   }";
@@ -620,6 +622,113 @@ static void test_request_deadline(void **state) {
     assert_true(raw_read_answer(fd, out, sizeof(out), 5000));
     assert_int_equal(strncmp(out, "HTTP/1.1 200", 12), 0);
     close(fd);
+}
+
+/* Sends head at once, then body one byte every gap_s seconds (gap_s 0: all of it at once,
+ * then nothing), stopping when the server answers or closes; reads what comes until the
+ * close. Returns the status of the first answer (0: none), the bytes in out, whether the
+ * server closed, and the seconds from connect to the close. */
+static int raw_slow_body(struct fx *f, const char *head, const char *body, double gap_s,
+                         char *out, size_t cap, bool *closed, double *elapsed) {
+    int fd = raw_connect(f);
+    double t0 = mono_s();
+    raw_send(fd, head);
+    if (gap_s <= 0) {
+        raw_send(fd, body);
+    } else {
+        for (size_t i = 0; body[i]; i++) {
+            if (send(fd, body + i, 1, MSG_NOSIGNAL) != 1)
+                break;
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, (int)(gap_s * 1000)) > 0)
+                break; /* answered or closed */
+        }
+    }
+    *closed = raw_read_all(fd, out, cap, 15000);
+    *elapsed = mono_s() - t0;
+    close(fd);
+    return strncmp(out, "HTTP/1.", 7) == 0 ? atoi(out + 9) : 0;
+}
+
+static long closed_deadline_count(struct fx *f) {
+    struct resp mr = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
+    assert_int_equal(mr.status, 200);
+    const char *dl =
+        strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"deadline\"} ");
+    assert_non_null(dl);
+    long n = strtol(strchr(dl, '}') + 2, NULL, 10);
+    resp_free(&mr);
+    return n;
+}
+
+/* Checks a 408 answer: status line, Connection: close, the JSON error body. */
+static void assert_408(const char *out) {
+    assert_int_equal(strncmp(out, "HTTP/1.1 408 ", 13), 0);
+    const char *end = strstr(out, "\r\n\r\n");
+    assert_non_null(end);
+    assert_non_null(strstr(out, "\r\nConnection: close\r\n"));
+    assert_non_null(strstr(out, "\r\nContent-Type: application/json\r\n"));
+    json_error_t je;
+    json_t *j = json_loads(end + 4, 0, &je);
+    assert_non_null(j);
+    json_t *e = json_object_get(j, "error");
+    assert_int_equal(json_integer_value(json_object_get(e, "status")), 408);
+    assert_string_equal(json_string_value(json_object_get(e, "code")), "request_timeout");
+    json_decref(j);
+}
+
+/* Request deadline 2 s (times S): a plain-HTTP request whose headers arrived but whose body
+ * misses the deadline is answered 408 (JSON error body, Connection: close) and closed, both
+ * when the body stalls (the watchdog answers) and when it trickles (the watchdog or the
+ * handler at the next chunk, whichever comes first); each counts once as a deadline close
+ * in /metrics. A body announced with Expect: 100-continue that stalls is closed without an
+ * answer: the watchdog cannot know whether libmicrohttpd is writing its 100 Continue. */
+static void test_request_deadline_408(void **state) {
+    struct fx *f = *state;
+    const long S = fl_test_time_scale();
+    const char *head = "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                       "\r\nContent-Length: 40\r\n\r\n";
+    char out[4096];
+    bool closed;
+    double el;
+    long before = closed_deadline_count(f);
+    /* Stalled: 10 of 40 body bytes, then nothing. */
+    int st = raw_slow_body(f, head, "{\"populat", 0, out, sizeof(out), &closed, &el);
+    if (st != 408)
+        fprintf(stderr, "stalled body: %d after %.2f s: %.300s\n", st, el, out);
+    assert_int_equal(st, 408);
+    assert_408(out);
+    assert_true(closed);
+    assert_true(el >= 1.5 * S && el < 12 * S);
+    /* Trickled: one byte per 0.3 s (39 bytes would take ~12 s). */
+    st = raw_slow_body(f, head, "{\"population\":\"kb-en\",\"region\":\"EU\"   ", 0.3 * S, out,
+                       sizeof(out), &closed, &el);
+    if (st != 408)
+        fprintf(stderr, "trickled body: %d after %.2f s: %.300s\n", st, el, out);
+    assert_int_equal(st, 408);
+    assert_408(out);
+    assert_true(closed);
+    assert_true(el >= 1.5 * S && el < 12 * S);
+    /* Each counted once. */
+    assert_int_equal(closed_deadline_count(f) - before, 2);
+    /* Expect: 100-continue, 10 bytes after the 100 Continue, then nothing: closed only. */
+    int fd = raw_connect(f);
+    raw_send(fd, "POST /v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Expect: 100-continue\r\nContent-Length: 40\r\n\r\n");
+    struct pollfd p = {fd, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, (int)fl_test_scaled(1000)), 1);
+    ssize_t k = recv(fd, out, sizeof(out) - 1, 0);
+    assert_true(k > 0);
+    out[k] = '\0';
+    assert_int_equal(strncmp(out, "HTTP/1.1 100 Continue\r\n\r\n", 25), 0);
+    raw_send(fd, "{\"populat");
+    double t0 = mono_s();
+    assert_true(raw_read_all(fd, out, sizeof(out), 15000));
+    el = mono_s() - t0;
+    close(fd);
+    assert_string_equal(out, "");
+    assert_true(el < 12 * S);
+    assert_int_equal(closed_deadline_count(f) - before, 3);
 }
 
 static int setup_deadline(void **state) {
@@ -1222,6 +1331,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_ops_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_strictness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_deadline, setup_deadline, teardown),
+        cmocka_unit_test_setup_teardown(test_request_deadline_408, setup_deadline, teardown),
         cmocka_unit_test_setup_teardown(test_stop_drains_requests, setup_stop, teardown),
         cmocka_unit_test_setup_teardown(test_stop_drain_bound, setup_drain, teardown),
         cmocka_unit_test_setup_teardown(test_admin_refusals_change_nothing, setup, teardown),
