@@ -710,18 +710,31 @@ out:
 }
 
 /* Writes everything a completed round produces in one transaction. */
+/* "commit failed: <why>" for a round commit that failed with rc: the store's message when
+ * the store failed; a failure outside it (the ledger parameters, the accountant) leaves the
+ * store's message at "success", so then the status name. */
+static void commit_why(fl_coord *co, fl_status rc, char *why, size_t why_len) {
+    const char *m = fl_store_errmsg(co->store);
+    if (!m || !*m || strcmp(m, fl_status_str(FL_OK)) == 0)
+        m = fl_status_str(rc);
+    snprintf(why, why_len, "commit failed: %s", m);
+}
+
 static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__coord_round *r,
                               const uint8_t *model, size_t model_len, const uint8_t *opt,
                               size_t opt_len, uint32_t count, int64_t *version_out,
-                              char sha_out[FL_STORE_SHA256_HEX_BYTES]) {
+                              char sha_out[FL_STORE_SHA256_HEX_BYTES], char *why,
+                              size_t why_len) {
     char meta[256], tag[FL__COORD_NAME_MAX + 32];
     fl_store_model_ref ref, oref;
     snprintf(meta, sizeof(meta),
              "{\"source\":\"round\",\"round_id\":%lld,\"participants\":%u,\"key_id\":\"%s\"}",
              (long long)r->id, count, co->key_id);
     fl_status rc = fl_store_begin(co->store);
-    if (rc != FL_OK)
+    if (rc != FL_OK) {
+        commit_why(co, rc, why, why_len);
         return rc;
+    }
     rc = fl_store_model_put(co->store, &ref, p->id, r->base_version, model, model_len, meta);
     snprintf(tag, sizeof(tag), "population/%s", p->name);
     if (rc == FL_OK)
@@ -783,6 +796,9 @@ static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__
     }
     if (rc == FL_OK)
         rc = fl_store_commit(co->store);
+    /* The reason, before the rollback (every store call clears the handle's message). */
+    if (rc != FL_OK)
+        commit_why(co, rc, why, why_len);
     if (rc != FL_OK && fl_store_in_transaction(co->store))
         fl_store_rollback(co->store);
     if (rc == FL_OK) {
@@ -835,9 +851,7 @@ void fl__coord_round_aggregate(fl_coord *co, struct fl__coord_pop *p, const uint
     fl__coord_blob_unref(base);
     if (rc == FL_OK) {
         rc = commit_round(co, p, r, model, model_len, opt, opt_len, count, &version,
-                          sha_hex);
-        if (rc != FL_OK)
-            snprintf(why, sizeof(why), "commit failed: %s", fl_store_errmsg(co->store));
+                          sha_hex, why, sizeof(why));
     }
     if (delta) {
         fl_memzero(delta, rp->dim * sizeof(float));

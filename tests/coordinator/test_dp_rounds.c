@@ -97,6 +97,46 @@ static void test_budget_over_rounds(void **state) {
 }
 
 
+/* The budget lowered while a round runs, below what the round will have spent: the round's
+ * commit (model, ledger entry, audit entry in one transaction) is refused by the audit
+ * rules and rolled back, and the round says why. The reason is taken before the rollback:
+ * it used to read "commit failed: success". */
+static void test_budget_lowered_mid_round(void **state) {
+    struct fx *f = *state;
+    struct popcfg pc = {.name = "dp", .target = N, .min = N, .secagg = false, .mode = "central",
+                        .budget = 50, .bits = 32};
+    char *tok[N];
+    setup_population(f, &pc, tok, N);
+    struct tc c[N];
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[i].tok = tok[i];
+    run_round(f, c);
+    double e1 = epsilon_spent(f);
+    int64_t rid = 0;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    char body[128];
+    /* Above the spent epsilon (/metrics prints 6 digits), below the round's. */
+    snprintf(body, sizeof(body), "{\"privacy\":{\"epsilon_budget\":%.17g}}", e1 * 1.0001);
+    struct resp r = http_json(f, "PATCH", "/v1/admin/populations/dp", ADMIN_TOKEN, body);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    post_updates(f, c, N, rid);
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "abandoned");
+    const char *why = json_string_value(json_object_get(st, "reason"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "commit failed: "));
+    assert_null(strstr(why, "success"));
+    assert_non_null(strstr(why, "budget"));
+    json_decref(st);
+    /* Nothing of the round was kept: one ledger entry, one model version after the base. */
+    assert_int_equal(db_int(f, "SELECT count(*) FROM privacy_ledger"), 1);
+    assert_true(fabs(epsilon_spent(f) - e1) < 1e-9 * e1);
+    clients_free(c, N);
+}
+
 /* A ledger entry the accountant cannot read (its parameters damaged in the database): the
  * budget cannot be checked, so no round forms (retry no_round_forming) and nothing is
  * stored. */
@@ -137,6 +177,7 @@ static void test_unreadable_ledger(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_budget_over_rounds, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_budget_lowered_mid_round, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_ledger, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
