@@ -58,7 +58,7 @@ enum fl__coord_route {
 };
 
 /* Status codes tracked per route in flotilla_http_requests_total. */
-#define FL__COORD_CODES 18
+#define FL__COORD_CODES 20
 
 enum fl__coord_checkin_outcome {
     FL__CHK_SELECTED = 0,
@@ -674,8 +674,9 @@ fl_status fl__coord_http_start(fl_coord *co);
 /* Stops accepting connections (the listening socket is closed; requests in flight go on). */
 void fl__coord_http_quiesce(fl_coord *co);
 void fl__coord_http_stop(fl_coord *co);
-/* Connections shut unanswered so far: a request past its deadline, a client that sent EOF
- * before its request was complete (0 and 0 without a running daemon). */
+/* Connections closed before their request was complete so far: a request past its
+ * deadline (answered 408 first where possible), a client that sent EOF before its request
+ * was complete (0 and 0 without a running daemon). */
 void fl__coord_http_closed(const fl_coord *co, uint64_t *deadline, uint64_t *eof);
 
 /* ---- populations (pop.c) ---- */

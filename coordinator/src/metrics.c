@@ -6,14 +6,21 @@
 
 #include "coord_internal.h"
 
-static const int codes[FL__COORD_CODES] = {200, 201, 202, 204, 304, 400, 401, 403, 404,
-                                           405, 409, 410, 411, 413, 415, 425, 429, 500};
+/* Every status the coordinator answers (408: a request past its deadline; 503: storage
+ * unavailable, busy or draining, which an operator tells apart from a 500). */
+static const int codes[FL__COORD_CODES] = {200, 201, 202, 204, 304, 400, 401, 403, 404, 405,
+                                           408, 409, 410, 411, 413, 415, 425, 429, 500, 503};
 
 static int code_index(int status) {
-    for (int i = 0; i < FL__COORD_CODES; i++)
+    int other = status >= 500 ? 500 : 400; /* any other status: its class's generic bucket */
+    int fallback = 0;
+    for (int i = 0; i < FL__COORD_CODES; i++) {
         if (codes[i] == status)
             return i;
-    return status >= 500 ? FL__COORD_CODES - 1 : 5; /* other 5xx -> 500 bucket, else 400 */
+        if (codes[i] == other)
+            fallback = i;
+    }
+    return fallback;
 }
 
 const double fl__coord_dur_bounds[FL__COORD_DUR_BUCKETS] = {1, 5, 10, 30, 60, 120, 300, 600,
@@ -225,9 +232,10 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
               atomic_load(&co->inflight));
     uint64_t closed_deadline = 0, closed_eof = 0;
     fl__coord_http_closed(co, &closed_deadline, &closed_eof);
-    sb_printf(&b, "# HELP flotilla_http_connections_closed_total Connections shut unanswered: "
-                  "a request past its deadline (limits.request_deadline_s), or a client that "
-                  "closed its side before its request was complete.\n"
+    sb_printf(&b, "# HELP flotilla_http_connections_closed_total Connections closed before "
+                  "their request was complete: a request past its deadline "
+                  "(limits.request_deadline_s; answered 408 first where the connection "
+                  "allows), or a client that closed its side.\n"
                   "# TYPE flotilla_http_connections_closed_total counter\n"
                   "flotilla_http_connections_closed_total{reason=\"deadline\"} %llu\n"
                   "flotilla_http_connections_closed_total{reason=\"eof\"} %llu\n",

@@ -213,6 +213,9 @@ static void test_full_disk_refuses_writes(void **state) {
     r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
                   "{\"name\":\"b\",\"allowed_regions\":[\"EU\"]}");
     expect_503(&r, "storage_unavailable", "5", "create");
+    /* Counted as 503, not in the 500 bucket (an operator tells overload from a fault). */
+    assert_true(metric_value(f, "flotilla_http_requests_total{route=\"admin_populations\","
+                                "code=\"503\"}") == 1);
     r = upload(f, "a");
     expect_503(&r, "storage_unavailable", "5", "upload");
     r = admin_post(f, "a", "stop");
