@@ -2,6 +2,7 @@
  * check (active mode), unmasking. See docs/secagg.md for the protocol and wire format. */
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "secagg_internal.h"
@@ -87,8 +88,24 @@ fl_status fl_secagg_client_create(fl_secagg_client **out, const fl_secagg_config
         return st;
     if (index >= c.num_clients)
         return FL_ERR_MISUSE;
-    if (c.active && (!id || id->struct_size != sizeof(fl_secagg_identity)))
+    /* The identity grew at the end (device_id): an older caller's struct means v1. */
+    if (c.active && (!id || (id->struct_size != sizeof(fl_secagg_identity) &&
+                             id->struct_size != offsetof(fl_secagg_identity, device_id))))
         return FL_ERR_MISUSE;
+    if (c.active && c.device_certs) {
+        /* No handle exists yet to hold a message: the reason goes to the logger. */
+        uint8_t any = 0;
+        if (id->struct_size == sizeof(fl_secagg_identity))
+            for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
+                any |= id->device_id[i];
+        if (!any) {
+            fl__log(&c.logger, FL_LOG_ERROR,
+                    "secagg client %u: config.device_certs needs identity.device_id (set, "
+                    "not all zero, struct_size = sizeof(fl_secagg_identity))",
+                    index);
+            return FL_ERR_MISUSE;
+        }
+    }
     fl_secagg_client *cli = fl__calloc(&a, 1, sizeof(*cli));
     if (!cli)
         return FL_ERR_NOMEM;
@@ -104,7 +121,8 @@ fl_status fl_secagg_client_create(fl_secagg_client **out, const fl_secagg_config
         return FL_ERR_NOMEM;
     }
     if (c.active) {
-        cli->id = *id;
+        memcpy(&cli->id, id, id->struct_size); /* device_id stays zero for an older struct */
+        cli->id.struct_size = sizeof(cli->id);
         memcpy(cli->vk, id->signing_key + 32, 32);
     }
     fl__err_clear(&cli->err);
@@ -191,7 +209,7 @@ fl_status fl_secagg_client_start(fl_secagg_client *c, const uint8_t **out, size_
     if (c->started)
         return fl__err_set(&c->err, FL_ERR_STATE, "start: already started");
     const struct fl__sa_crypto *cr = c->crypto;
-    size_t body = c->cfg.active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
+    size_t body = fl__sa_adv_bytes(&c->cfg);
     size_t len = FL_SECAGG_HEADER_BYTES + body;
     if (fl__sa_buf_reserve(&c->out, &c->alloc, len) != 0)
         return fl__err_set(&c->err, FL_ERR_NOMEM, "start: out of memory");
@@ -210,6 +228,8 @@ fl_status fl_secagg_client_start(fl_secagg_client *c, const uint8_t **out, size_
         memcpy(p + 96, c->id.cert, 64);
         if (cr->ed25519_sign(p + 160, stmt, sl, c->id.signing_key) != 0)
             return client_fail(c, FL_ERR_CRYPTO, "start: signing failed");
+        if (c->cfg.device_certs)
+            memcpy(p + FL__SA_ADV_DEVICE_OFF, c->id.device_id, FL_SECAGG_DEVICE_ID_BYTES);
     }
     c->out.len = len;
     c->started = 1;
@@ -222,12 +242,16 @@ fl_status fl_secagg_client_start(fl_secagg_client *c, const uint8_t **out, size_
 
 /* ---- round 1: KEYS -> SHARES ---- */
 
-/* Verifies a neighbour's certificate and advertisement signature (active mode). */
+/* Verifies a neighbour's certificate (over its index, or over the device id it carries in
+ * device-certificate mode) and advertisement signature (active mode). */
 static int verify_adv(const fl_secagg_client *c, uint32_t idx, const uint8_t *adv) {
     const struct fl__sa_crypto *cr = c->crypto;
     uint8_t stmt[FL__SA_STMT_BYTES];
     const uint8_t *vk = adv + 64, *cert = adv + 96, *sig = adv + 160;
-    size_t sl = fl__sa_cert_statement(stmt, sizeof(stmt), idx, vk);
+    size_t sl = c->cfg.device_certs
+                    ? fl__sa_cert_statement_device(stmt, sizeof(stmt),
+                                                   adv + FL__SA_ADV_DEVICE_OFF, vk)
+                    : fl__sa_cert_statement(stmt, sizeof(stmt), idx, vk);
     if (cr->ed25519_verify(cert, stmt, sl, c->cfg.verify_key) != 0)
         return -1;
     sl = fl__sa_adv_statement(stmt, sizeof(stmt), c->round_id, idx, adv, adv + 32,
@@ -257,6 +281,25 @@ static size_t share_nonce_ad(const fl_secagg_client *c, uint8_t nonce[12],
     return SHARE_AD_MAX;
 }
 
+static int cmp_device_id(const void *a, const void *b) {
+    return memcmp(*(const uint8_t *const *)a, *(const uint8_t *const *)b,
+                  FL_SECAGG_DEVICE_ID_BYTES);
+}
+
+/* Device-certificate mode: 0 if the count device ids in ids (pointers into the message)
+ * are pairwise distinct, else -1. Sorts ids. Each id was certified for its neighbour's key,
+ * so a repeat means one device holds two indices of the round (a Sybil the server or the
+ * coordinator let in). */
+static int device_ids_distinct(const uint8_t **ids, uint32_t count) {
+    if (count < 2)
+        return 0;
+    qsort(ids, count, sizeof(*ids), cmp_device_id);
+    for (uint32_t i = 1; i < count; i++)
+        if (memcmp(ids[i - 1], ids[i], FL_SECAGG_DEVICE_ID_BYTES) == 0)
+            return -1;
+    return 0;
+}
+
 static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len) {
     const fl_secagg_config *cfg = &c->cfg;
     const struct fl__sa_crypto *cr = c->crypto;
@@ -273,14 +316,14 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         fl__sa_read_bytes(&r, &pad, 2) || fl__sa_read_u32(&r, &d) ||
         fl__sa_read_bytes(&r, &seed, 32) || fl__sa_read_u32(&r, &count))
         return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: truncated");
-    size_t adv = cfg->active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
+    size_t adv = fl__sa_adv_bytes(cfg);
     if (pad[0] || pad[1])
         return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: nonzero padding");
     if (count > cfg->degree || r.left != (size_t)count * (4 + adv))
         return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: %u entries do not fit %zu bytes",
                            count, r.left);
     if (n != cfg->num_clients || k != cfg->degree || t != cfg->threshold || b != cfg->bits ||
-        active != (uint8_t)cfg->active || d != cfg->dim)
+        active != fl__sa_mode_byte(cfg) || d != cfg->dim)
         return client_fail(c, FL_ERR_PROTOCOL, "KEYS: round parameters differ from config");
 
     /* Graph and neighbour table, built aside and committed only on success. */
@@ -294,10 +337,14 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
     struct fl__sa_share *ss = fl__calloc(&c->alloc, (size_t)count + 1, sizeof(*ss));
     struct fl__sa_share *bs = fl__calloc(&c->alloc, (size_t)count + 1, sizeof(*bs));
     uint32_t *xs = fl__calloc(&c->alloc, (size_t)count + 1, sizeof(uint32_t));
+    const uint8_t **dev = NULL; /* (count) device ids (pointers into msg) */
+    if (cfg->device_certs && count > 0)
+        dev = fl__alloc_array(&c->alloc, count, sizeof(*dev));
     size_t out_len = FL_SECAGG_HEADER_BYTES + FL__SA_COMMIT_BYTES + 4 +
                      (size_t)count * (4 + FL__SA_SHARE_CT_BYTES);
     uint8_t pt[FL__SA_SHARE_PT_BYTES];
-    if (!peers || !ss || !bs || !xs || fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
+    if (!peers || !ss || !bs || !xs || (cfg->device_certs && count > 0 && !dev) ||
+        fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0) {
         st = fl__err_set(&c->err, FL_ERR_NOMEM, "KEYS: out of memory");
         goto out;
     }
@@ -316,6 +363,19 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         if (cfg->active && verify_adv(c, idx, e) != 0) {
             st = client_fail(c, FL_ERR_CRYPTO, "KEYS: bad neighbour signature");
             goto out;
+        }
+        if (cfg->device_certs) {
+            /* A neighbour certified as this device: someone else holds a key certified for
+             * our id, and the round would count this device twice. */
+            if (memcmp(e + FL__SA_ADV_DEVICE_OFF, c->id.device_id,
+                       FL_SECAGG_DEVICE_ID_BYTES) == 0) {
+                char m[96];
+                snprintf(m, sizeof(m), "KEYS: client %u advertises this client's device id",
+                         idx);
+                st = client_fail(c, FL_ERR_PROTOCOL, m);
+                goto out;
+            }
+            dev[i] = e + FL__SA_ADV_DEVICE_OFF;
         }
         /* The server refuses these; relaying one anyway is a server attack (or bug). No
          * share or mask may depend on it, and this client cannot leave the peer out on its
@@ -337,6 +397,10 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         if (cfg->active)
             memcpy(p->vk, e + 64, 32);
         xs[i] = idx + 1;
+    }
+    if (cfg->device_certs && device_ids_distinct(dev, count) != 0) {
+        st = client_fail(c, FL_ERR_PROTOCOL, "KEYS: two neighbours advertise one device id");
+        goto out;
     }
     if (count + 1 < t) {
         st = client_fail(c, FL_ERR_ABORTED, "KEYS: fewer than t neighbours left");
@@ -404,6 +468,8 @@ out:
         fl__free(&c->alloc, bs, ((size_t)count + 1) * sizeof(*bs));
     }
     fl__free(&c->alloc, xs, ((size_t)count + 1) * sizeof(uint32_t));
+    if (dev)
+        fl__free(&c->alloc, dev, (size_t)count * sizeof(*dev));
     if (peers)
         fl_memzero(peers, peers_bytes);
     fl__free(&c->alloc, peers, peers_bytes);

@@ -320,6 +320,19 @@ size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t
     return o + 36;
 }
 
+size_t fl__sa_cert_statement_device(uint8_t *buf, size_t cap,
+                                    const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+                                    const uint8_t vk[32]) {
+    static const char label[] = "flotilla-secagg-cert-v2";
+    size_t o = sizeof(label) - 1;
+    if (cap < o + FL_SECAGG_DEVICE_ID_BYTES + 32)
+        return 0;
+    memcpy(buf, label, o);
+    memcpy(buf + o, device_id, FL_SECAGG_DEVICE_ID_BYTES);
+    memcpy(buf + o + FL_SECAGG_DEVICE_ID_BYTES, vk, 32);
+    return o + FL_SECAGG_DEVICE_ID_BYTES + 32;
+}
+
 uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,
                              uint32_t n, const uint8_t *bitmap, size_t bitmap_len) {
     static const char label[] = "flotilla-secagg-u3-v1";

@@ -19,6 +19,7 @@ size_t fl_secagg_max_clients(void) { return FL_SECAGG_MAX_CLIENTS; }
 size_t fl_secagg_max_dim(void) { return FL_SECAGG_MAX_DIM; }
 size_t fl_secagg_max_edges(void) { return FL_SECAGG_MAX_EDGES; }
 size_t fl_secagg_context_bytes(void) { return FL_SECAGG_CONTEXT_BYTES; }
+size_t fl_secagg_device_id_bytes(void) { return FL_SECAGG_DEVICE_ID_BYTES; }
 
 /* ---- backends ---- */
 
@@ -174,7 +175,8 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
      * passes the older size and gets an all-zero context. */
     if (in->struct_size != sizeof(fl_secagg_config) &&
         in->struct_size != offsetof(fl_secagg_config, context) &&
-        in->struct_size != offsetof(fl_secagg_config, norm_bits))
+        in->struct_size != offsetof(fl_secagg_config, norm_bits) &&
+        in->struct_size != offsetof(fl_secagg_config, device_certs))
         return fl__err_set(err, FL_ERR_MISUSE, "config.struct_size: %zu, expected %zu",
                            in->struct_size, sizeof(fl_secagg_config));
     fl_secagg_config c;
@@ -195,6 +197,11 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
         return fl__err_set(err, FL_ERR_MISUSE, "config.dropout_rate: not in [0, 1)");
     if (c.active != 0 && c.active != 1)
         return fl__err_set(err, FL_ERR_MISUSE, "config.active: must be 0 or 1");
+    if (c.device_certs != 0 && c.device_certs != 1)
+        return fl__err_set(err, FL_ERR_MISUSE, "config.device_certs: must be 0 or 1");
+    if (c.device_certs && !c.active)
+        return fl__err_set(err, FL_ERR_MISUSE,
+                           "config.device_certs: device certificates need active = 1");
     if (c.backend != FL_SECAGG_BACKEND_DEFAULT && c.backend != FL_SECAGG_BACKEND_SODIUM &&
         c.backend != FL_SECAGG_BACKEND_MBEDTLS)
         return fl__err_set(err, FL_ERR_MISUSE, "config.backend: unknown value %d",
@@ -257,7 +264,7 @@ fl_status fl_secagg_config_resolve(fl_secagg_config *cfg, char *errmsg, size_t e
 
 size_t fl__sa_msg_limit(const fl_secagg_config *cfg, fl_secagg_msg_type type) {
     size_t k = cfg->degree, n = cfg->num_clients;
-    size_t adv = cfg->active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
+    size_t adv = fl__sa_adv_bytes(cfg);
     size_t h = FL_SECAGG_HEADER_BYTES, bm = fl__sa_bitmap_bytes(cfg->num_clients);
     switch (type) {
     case FL_SECAGG_MSG_ADVERTISE:
@@ -331,5 +338,30 @@ fl_status fl_secagg_cert_issue(uint8_t cert[FL_SECAGG_CERT_BYTES],
     size_t len = fl__sa_cert_statement(stmt, sizeof(stmt), client_index, client_verify_key);
     if (c->ed25519_sign(cert, stmt, len, authority_key) != 0)
         return FL_ERR_CRYPTO;
+    return FL_OK;
+}
+
+fl_status fl_secagg_cert_issue_device(uint8_t cert[FL_SECAGG_CERT_BYTES],
+                                      const uint8_t authority_key[FL_SECAGG_SIGNING_KEY_BYTES],
+                                      const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+                                      const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES],
+                                      fl_secagg_backend backend) {
+    if (!cert || !authority_key || !device_id || !client_verify_key)
+        return FL_ERR_MISUSE;
+    /* All zero is what an identity left unset holds: never a device. */
+    uint8_t any = 0;
+    for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
+        any |= device_id[i];
+    if (!any)
+        return FL_ERR_MISUSE;
+    const struct fl__sa_crypto *c = fl__sa_backend(backend);
+    if (!c)
+        return FL_ERR_UNSUPPORTED; /* backend not built */
+    uint8_t stmt[FL__SA_STMT_BYTES];
+    size_t len = fl__sa_cert_statement_device(stmt, sizeof(stmt), device_id, client_verify_key);
+    if (len == 0 || c->ed25519_sign(cert, stmt, len, authority_key) != 0) {
+        fl_memzero(cert, FL_SECAGG_CERT_BYTES);
+        return FL_ERR_CRYPTO;
+    }
     return FL_OK;
 }

@@ -19,6 +19,13 @@
 #define FL__SA_KEY_BYTES 32                      /* X25519 keys */
 #define FL__SA_ADV_BASE_BYTES 64                 /* c_pk || s_pk */
 #define FL__SA_ADV_ACTIVE_BYTES (64 + 32 + 64 + 64) /* + vk || cert || sig */
+/* Device-certificate mode: the active advertisement + device_id, appended so that the v1
+ * fields keep their offsets (c_pk 0, s_pk 32, vk 64, cert 96, sig 160, device_id 224). */
+#define FL__SA_ADV_DEVICE_BYTES (FL__SA_ADV_ACTIVE_BYTES + FL_SECAGG_DEVICE_ID_BYTES)
+#define FL__SA_ADV_DEVICE_OFF FL__SA_ADV_ACTIVE_BYTES
+/* KEYS mode byte (body offset 13): 0 semi-honest, 1 active (v1 certificates), 2 active with
+ * device certificates. A v1 parser refuses 2 (length or parameter mismatch). */
+#define FL__SA_MODE_DEVICE 2
 #define FL__SA_SHARE_PT_BYTES (4 + 4 + 2 * FL__SA_SHARE_Y_BYTES) /* from || to || ys || yb */
 #define FL__SA_SHARE_CT_BYTES (FL__SA_SHARE_PT_BYTES + FL__SA_AEAD_TAG_BYTES)
 #define FL__SA_COMMIT_BYTES 32                   /* SHA-256 commitment to b_u */
@@ -46,6 +53,18 @@ static inline size_t fl__sa_elem_bytes(uint32_t bits) { return (bits + 7u) / 8u;
 /* Mask reducing uint32 arithmetic (mod 2^32) to Z_{2^b}. */
 static inline uint32_t fl__sa_bitmask(uint32_t bits) {
     return bits >= 32 ? 0xFFFFFFFFu : ((1u << bits) - 1u);
+}
+
+/* Bytes of one advertisement (ADVERTISE body, KEYS entry after the index) for a resolved
+ * config: 64 semi-honest, 224 active, 256 active with device certificates. */
+static inline size_t fl__sa_adv_bytes(const fl_secagg_config *cfg) {
+    return !cfg->active ? FL__SA_ADV_BASE_BYTES
+                        : cfg->device_certs ? FL__SA_ADV_DEVICE_BYTES : FL__SA_ADV_ACTIVE_BYTES;
+}
+
+/* The KEYS mode byte for a resolved config (FL__SA_MODE_DEVICE or cfg->active). */
+static inline uint8_t fl__sa_mode_byte(const fl_secagg_config *cfg) {
+    return cfg->active && cfg->device_certs ? FL__SA_MODE_DEVICE : (uint8_t)cfg->active;
 }
 
 /* Per-type size limit of a whole message (header included) for a resolved config. */
@@ -163,6 +182,10 @@ size_t fl__sa_adv_statement(uint8_t *buf, size_t cap, uint64_t round_id, uint32_
                             const uint8_t c_pk[32], const uint8_t s_pk[32],
                             const uint8_t *context);
 size_t fl__sa_cert_statement(uint8_t *buf, size_t cap, uint32_t u, const uint8_t vk[32]);
+/* Device certificate (v2): "flotilla-secagg-cert-v2" || device_id || vk (87 bytes). */
+size_t fl__sa_cert_statement_device(uint8_t *buf, size_t cap,
+                                    const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+                                    const uint8_t vk[32]);
 /* The survivor-set statement: "flotilla-secagg-u3-v1" || round || n || bitmap. Allocated
  * with a; *out_len set. NULL on failure. */
 uint8_t *fl__sa_u3_statement(size_t *out_len, const fl_allocator *a, uint64_t round_id,

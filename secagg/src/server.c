@@ -49,7 +49,9 @@ struct fl_secagg_server {
     struct fl__sa_srv_client *cl;       /* (n) per-client state */
     uint8_t *flags;                     /* (n) C_* per client; apart from cl so that the
                                            neighbour scans (count_nbrs, prune) stay in cache */
-    uint8_t *adv_active;                /* (n, 160) vk || cert || sig (active mode) */
+    uint8_t *adv_active;                /* (n, act) vk || cert || sig [|| device_id] (active
+                                           mode; act = adv_active_bytes: 160, or 192 with
+                                           device certificates) */
     uint8_t *u3sig;                     /* (n, 64) consistency signatures (active mode) */
     uint8_t *u3;                        /* survivor bitmap (after masked input) */
     uint8_t *u3_stmt;                   /* signed survivor statement (active mode) */
@@ -74,6 +76,11 @@ static fl_status server_fail(fl_secagg_server *s, fl_status code, const char *ms
     fl__log(&s->cfg.logger, FL_LOG_ERROR, "secagg round %llu failed: %s",
             (unsigned long long)s->round_id, msg);
     return code;
+}
+
+/* Bytes per client of adv_active: the advertisement after c_pk || s_pk. */
+static size_t adv_active_bytes(const fl_secagg_server *s) {
+    return fl__sa_adv_bytes(&s->cfg) - FL__SA_ADV_BASE_BYTES;
 }
 
 static size_t ct_bytes(const fl_secagg_server *s) { return (size_t)s->k * FL__SA_SHARE_CT_BYTES; }
@@ -160,7 +167,7 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
     if (!s->cl || !s->flags || !s->outq || !s->acc)
         goto out_fail;
     if (c.active) {
-        s->adv_active = fl__calloc(&a, s->n, 160);
+        s->adv_active = fl__calloc(&a, s->n, adv_active_bytes(s));
         s->u3sig = fl__calloc(&a, s->n, FL__SA_SIG_BYTES);
         if (!s->adv_active || !s->u3sig)
             goto out_fail;
@@ -189,7 +196,8 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
         free_outq(s);
         fl__free(&a, s->outq, (size_t)s->n * sizeof(*s->outq));
     }
-    fl__free(&a, s->adv_active, (size_t)s->n * 160);
+    if (s->adv_active)
+        fl__free(&a, s->adv_active, (size_t)s->n * adv_active_bytes(s));
     fl__free(&a, s->u3sig, (size_t)s->n * FL__SA_SIG_BYTES);
     fl__free(&a, s->u3, bm_bytes(s));
     fl__free(&a, s->u3_stmt, s->u3_stmt_len);
@@ -238,6 +246,20 @@ fl_status fl_secagg_server_outgoing(const fl_secagg_server *s, uint32_t to, cons
     return FL_OK;
 }
 
+fl_status fl_secagg_server_device_id(const fl_secagg_server *s, uint32_t index,
+                                    uint8_t out[FL_SECAGG_DEVICE_ID_BYTES]) {
+    if (!s || !out || index >= s->n || !s->cfg.active || !s->cfg.device_certs)
+        return FL_ERR_MISUSE;
+    /* C_ADV is set only after the certificate over this id verified (recv_advertise). */
+    if (!(s->flags[index] & C_ADV))
+        return FL_ERR_STATE;
+    memcpy(out,
+           s->adv_active + (size_t)index * adv_active_bytes(s) +
+               (FL__SA_ADV_DEVICE_OFF - FL__SA_ADV_BASE_BYTES),
+           FL_SECAGG_DEVICE_ID_BYTES);
+    return FL_OK;
+}
+
 fl_status fl_secagg_server_result(const fl_secagg_server *s, const uint32_t **sum, size_t *dim,
                                   uint32_t *count) {
     if (!s)
@@ -256,7 +278,7 @@ fl_status fl_secagg_server_result(const fl_secagg_server *s, const uint32_t **su
 /* ---- receiving ---- */
 
 static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__sa_reader *r) {
-    size_t adv = s->cfg.active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
+    size_t adv = fl__sa_adv_bytes(&s->cfg);
     const uint8_t *p;
     if (r->left != adv)
         return fl__err_set(&s->err, FL_ERR_FORMAT, "ADVERTISE: body of %zu bytes, expected %zu",
@@ -272,14 +294,19 @@ static fl_status recv_advertise(fl_secagg_server *s, uint32_t from, struct fl__s
     if (s->cfg.active) {
         const struct fl__sa_crypto *cr = s->crypto;
         uint8_t stmt[FL__SA_STMT_BYTES];
-        size_t sl = fl__sa_cert_statement(stmt, sizeof(stmt), from, p + 64);
+        /* v2: the certificate binds the device id carried after the signature. */
+        size_t sl = s->cfg.device_certs
+                        ? fl__sa_cert_statement_device(stmt, sizeof(stmt),
+                                                       p + FL__SA_ADV_DEVICE_OFF, p + 64)
+                        : fl__sa_cert_statement(stmt, sizeof(stmt), from, p + 64);
         if (cr->ed25519_verify(p + 96, stmt, sl, s->cfg.verify_key) != 0)
             return fl__err_set(&s->err, FL_ERR_CRYPTO, "ADVERTISE: bad certificate");
         sl = fl__sa_adv_statement(stmt, sizeof(stmt), s->round_id, from, p, p + 32,
                                   s->cfg.context);
         if (cr->ed25519_verify(p + 160, stmt, sl, p + 64) != 0)
             return fl__err_set(&s->err, FL_ERR_CRYPTO, "ADVERTISE: bad signature");
-        memcpy(s->adv_active + (size_t)from * 160, p + 64, 160);
+        memcpy(s->adv_active + (size_t)from * adv_active_bytes(s), p + 64,
+               adv_active_bytes(s));
     }
     memcpy(s->cl[from].c_pk, p, 32);
     memcpy(s->cl[from].s_pk, p + 32, 32);
@@ -383,7 +410,7 @@ static fl_status recv_consistency(fl_secagg_server *s, uint32_t from, struct fl_
         return fl__err_set(&s->err, FL_ERR_FORMAT, "CONSISTENCY_SIG: body of %zu bytes",
                            r->left);
     fl__sa_read_bytes(r, &sig, FL__SA_SIG_BYTES); /* cannot fail: the length was checked */
-    const uint8_t *vk = s->adv_active + (size_t)from * 160;
+    const uint8_t *vk = s->adv_active + (size_t)from * adv_active_bytes(s);
     if (s->crypto->ed25519_verify(sig, s->u3_stmt, s->u3_stmt_len, vk) != 0)
         return fl__err_set(&s->err, FL_ERR_CRYPTO, "CONSISTENCY_SIG: bad signature");
     memcpy(s->u3sig + (size_t)from * FL__SA_SIG_BYTES, sig, FL__SA_SIG_BYTES);
@@ -607,7 +634,7 @@ static fl_status abort_few(fl_secagg_server *s, const char *what, uint32_t have,
 }
 
 static fl_status build_keys(fl_secagg_server *s) {
-    size_t adv = s->cfg.active ? FL__SA_ADV_ACTIVE_BYTES : FL__SA_ADV_BASE_BYTES;
+    size_t adv = fl__sa_adv_bytes(&s->cfg), act = adv_active_bytes(s);
     for (uint32_t u = 0; u < s->n; u++) {
         if (!(s->flags[u] & C_U1))
             continue;
@@ -623,7 +650,7 @@ static fl_status build_keys(fl_secagg_server *s) {
         fl__put_u32le(p + 4, s->k);
         fl__put_u32le(p + 8, s->t);
         p[12] = (uint8_t)s->cfg.bits;
-        p[13] = (uint8_t)s->cfg.active;
+        p[13] = fl__sa_mode_byte(&s->cfg);
         p[14] = p[15] = 0;
         fl__put_u32le(p + 16, s->cfg.dim);
         memcpy(p + 20, s->seed, 32);
@@ -637,7 +664,7 @@ static fl_status build_keys(fl_secagg_server *s) {
             memcpy(p + 4, s->cl[v].c_pk, 32);
             memcpy(p + 36, s->cl[v].s_pk, 32);
             if (s->cfg.active)
-                memcpy(p + 68, s->adv_active + (size_t)v * 160, 160);
+                memcpy(p + 68, s->adv_active + (size_t)v * act, act);
             p += 4 + adv;
         }
         b->len = FL_SECAGG_HEADER_BYTES + body;

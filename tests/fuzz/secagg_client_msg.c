@@ -11,9 +11,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    int phase, active;
+    int phase, mode;
     uint32_t who;
-    if (fz_frame(data, size, &phase, &active, &who) != 0)
+    if (fz_frame(data, size, &phase, &mode, &who) != 0)
         return 0;
     (void)fl_secagg_message_peek(NULL, NULL, NULL, data + 2, size - 2);
     /* The client waits for the message that opens `phase`: set the round up one phase
@@ -21,9 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (phase == FL_SECAGG_PHASE_ADVERTISE)
         phase = FL_SECAGG_PHASE_SHARE_KEYS;
     int before = phase - 1;
-    if (phase == FL_SECAGG_PHASE_UNMASK && !active)
+    if (phase == FL_SECAGG_PHASE_UNMASK && !mode)
         before = FL_SECAGG_PHASE_MASKED_INPUT;
-    struct fz *f = fz_get(before, active);
+    struct fz *f = fz_get(before, mode);
     if (!f)
         return 0;
     fl_secagg_phase ph = fl_secagg_client_phase(f->cl[who]);
@@ -31,9 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t rl;
     fl_status st = fl_secagg_client_handle(f->cl[who], data + 2, size - 2, &r, &rl);
     if (st != FL_OK && fl_secagg_client_phase(f->cl[who]) == ph) {
-        fz_check_reused(before, active); /* rejected, not failed: must be as before */
+        fz_check_reused(before, mode); /* rejected, not failed: must be as before */
         return 0;
     }
-    fz_drop(before, active);
+    fz_drop(before, mode);
     return 0;
 }

@@ -1,9 +1,11 @@
 /* Shared driver of the secagg fuzz targets: a small deterministic round (n = 4, k = 3,
- * t = 2, d = 8; optionally active) run up to a chosen phase with real clients, so a fuzz
- * input can be fed to the parser of that phase on either side.
+ * t = 2, d = 8; optionally active, with index (v1) or device (v2) certificates) run up to a
+ * chosen phase with real clients, so a fuzz input can be fed to the parser of that phase on
+ * either side.
  *
- * Input framing: byte 0 = phase (bits 0-2, mod 5) | active (bit 3); byte 1 = client index
- * (mod n); the rest is the message. */
+ * Input framing: byte 0 = phase (bits 0-2, mod 5) | active (bit 3) | device certificates
+ * (bit 4, with bit 3 only); byte 1 = client index (mod n); the rest is the message. The
+ * mode below is 0 (semi-honest), 1 (active) or 2 (active, device certificates). */
 #ifndef SECAGG_FUZZ_DRIVER_H
 #define SECAGG_FUZZ_DRIVER_H
 
@@ -44,7 +46,8 @@ static void fz_free(struct fz *f) {
 
 /* Builds the round and advances it until the server is in `phase` (its clients have
  * handled the server messages that opened it). Returns 0 on success. */
-static int fz_setup(struct fz *f, int phase, int active) {
+static int fz_setup(struct fz *f, int phase, int mode) {
+    int active = mode >= 1, dev = mode == 2;
     memset(f, 0, sizeof(*f));
     fl_secagg_config_init(&f->cfg);
     f->cfg.num_clients = FZ_N;
@@ -53,30 +56,38 @@ static int fz_setup(struct fz *f, int phase, int active) {
     f->cfg.threshold = 2;
     f->cfg.bits = 20;
     f->cfg.active = active;
+    f->cfg.device_certs = dev;
     if (active) {
         /* Identities are long-term keys (a device keeps its certified key across rounds), so
-         * they are made once and shared by every active round; round keys stay fresh. */
-        static uint8_t auth_vk[32];
-        static fl_secagg_identity ids[FZ_N];
-        static int have_ids;
-        if (!have_ids) {
+         * they are made once per certificate kind and shared by every active round of that
+         * kind; round keys stay fresh. Device i's id is 0xD1 || i || 0... */
+        static uint8_t auth_vk[2][32];
+        static fl_secagg_identity ids[2][FZ_N];
+        static int have_ids[2];
+        if (!have_ids[dev]) {
             uint8_t ask[64];
-            if (fl_secagg_signing_keygen(auth_vk, ask, FL_SECAGG_BACKEND_DEFAULT) != FL_OK)
+            if (fl_secagg_signing_keygen(auth_vk[dev], ask, FL_SECAGG_BACKEND_DEFAULT) != FL_OK)
                 return -1;
             for (uint32_t i = 0; i < FZ_N; i++) {
                 uint8_t vk[32];
-                ids[i].struct_size = sizeof(ids[i]);
-                if (fl_secagg_signing_keygen(vk, ids[i].signing_key, FL_SECAGG_BACKEND_DEFAULT) ||
-                    fl_secagg_cert_issue(ids[i].cert, ask, i, vk, FL_SECAGG_BACKEND_DEFAULT)) {
+                fl_secagg_identity *id = &ids[dev][i];
+                id->struct_size = sizeof(*id);
+                id->device_id[0] = 0xD1;
+                id->device_id[1] = (uint8_t)i;
+                if (fl_secagg_signing_keygen(vk, id->signing_key, FL_SECAGG_BACKEND_DEFAULT) ||
+                    (dev ? fl_secagg_cert_issue_device(id->cert, ask, id->device_id, vk,
+                                                       FL_SECAGG_BACKEND_DEFAULT)
+                         : fl_secagg_cert_issue(id->cert, ask, i, vk,
+                                                FL_SECAGG_BACKEND_DEFAULT))) {
                     fl_memzero(ask, sizeof(ask));
                     return -1;
                 }
             }
             fl_memzero(ask, sizeof(ask));
-            have_ids = 1;
+            have_ids[dev] = 1;
         }
-        memcpy(f->cfg.verify_key, auth_vk, sizeof(auth_vk));
-        memcpy(f->id, ids, sizeof(ids));
+        memcpy(f->cfg.verify_key, auth_vk[dev], sizeof(auth_vk[dev]));
+        memcpy(f->id, ids[dev], sizeof(ids[dev]));
     }
     uint8_t seed[32] = {7};
     if (fl_secagg_server_create(&f->srv, &f->cfg, FZ_ROUND, seed, NULL) != FL_OK)
@@ -168,15 +179,15 @@ struct fz_slot {
     int ready; /* f holds a fixture that no accepted input has touched */
 };
 
-static struct fz_slot fz_slots[5][2]; /* [setup phase][active] */
+static struct fz_slot fz_slots[5][3]; /* [setup phase][mode] */
 static unsigned long fz_inputs;       /* inputs run, for the periodic end-of-round check */
 
-/* The fixture for (phase, active), built on first use or after fz_drop. NULL if the round
+/* The fixture for (phase, mode), built on first use or after fz_drop. NULL if the round
  * could not be set up. */
-static struct fz *fz_get(int phase, int active) {
-    struct fz_slot *s = &fz_slots[phase][active];
+static struct fz *fz_get(int phase, int mode) {
+    struct fz_slot *s = &fz_slots[phase][mode];
     if (!s->ready) {
-        if (fz_setup(&s->f, phase, active) != 0) {
+        if (fz_setup(&s->f, phase, mode) != 0) {
             fz_free(&s->f);
             return NULL;
         }
@@ -186,30 +197,32 @@ static struct fz *fz_get(int phase, int active) {
 }
 
 /* Forgets the fixture (its state was changed); the next fz_get builds a fresh one. */
-static void fz_drop(int phase, int active) {
-    struct fz_slot *s = &fz_slots[phase][active];
+static void fz_drop(int phase, int mode) {
+    struct fz_slot *s = &fz_slots[phase][mode];
     fz_free(&s->f);
     s->ready = 0;
 }
 
 /* Called after each input that was rejected: now and then, runs the reused fixture to the
  * end of the round and traps unless the sum is exact (a rejected input left state behind). */
-static void fz_check_reused(int phase, int active) {
+static void fz_check_reused(int phase, int mode) {
     fz_inputs++;
     if (fz_inputs != 16 && fz_inputs % FZ_CHECK_EVERY != 0)
         return;
-    if (fz_finish(&fz_slots[phase][active].f) != 0)
+    if (fz_finish(&fz_slots[phase][mode].f) != 0)
         __builtin_trap();
-    fz_drop(phase, active);
+    fz_drop(phase, mode);
 }
 
 /* Decodes the framing; returns 0 if the phase is usable. */
-static int fz_frame(const uint8_t *data, size_t size, int *phase, int *active, uint32_t *who) {
+static int fz_frame(const uint8_t *data, size_t size, int *phase, int *mode, uint32_t *who) {
     if (size < 2)
         return -1;
     *phase = (data[0] & 7) % 5;
-    *active = (data[0] >> 3) & 1;
-    if (*phase == FL_SECAGG_PHASE_CONSISTENCY && !*active)
+    *mode = (data[0] >> 3) & 1;
+    if (*mode && ((data[0] >> 4) & 1))
+        *mode = 2;
+    if (*phase == FL_SECAGG_PHASE_CONSISTENCY && !*mode)
         *phase = FL_SECAGG_PHASE_UNMASK;
     *who = data[1] % FZ_N;
     return 0;

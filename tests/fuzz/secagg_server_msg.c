@@ -10,11 +10,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    int phase, active;
+    int phase, mode;
     uint32_t who;
-    if (fz_frame(data, size, &phase, &active, &who) != 0)
+    if (fz_frame(data, size, &phase, &mode, &who) != 0)
         return 0;
-    struct fz *f = fz_get(phase, active);
+    struct fz *f = fz_get(phase, mode);
     if (!f)
         return 0;
     fl_secagg_phase ph = fl_secagg_server_phase(f->srv);
@@ -24,12 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* Documented: on any error the server state is unchanged. */
         if (fl_secagg_server_phase(f->srv) != ph || fl_secagg_server_pending(f->srv) != pending)
             __builtin_trap();
-        fz_check_reused(phase, active);
+        fz_check_reused(phase, mode);
         return 0;
     }
     /* Accepted: whatever arrived, the round can still be closed without crashing. */
     (void)fl_secagg_server_pending(f->srv);
     (void)fl_secagg_server_advance(f->srv);
-    fz_drop(phase, active);
+    fz_drop(phase, mode);
     return 0;
 }

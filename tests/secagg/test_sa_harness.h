@@ -48,6 +48,10 @@ struct sa_opts {
     const fl_secagg_config *client_cfg; /* client 0's config, NULL = cfg */
     const fl_secagg_config *ticket_cfg; /* config the tickets are made with, NULL = the
                                     server's */
+    const fl_secagg_identity *ids; /* (n) active mode: the clients' identities, certified
+                                    by ids_authority_vk; NULL = made by sa_run (v2 device
+                                    certificates when cfg.device_certs) */
+    const uint8_t *ids_authority_vk; /* (32) the authority key pinned with ids */
 };
 
 struct sa_result {
@@ -89,6 +93,33 @@ static inline void sa_make_identities(struct sa_identities *I, uint32_t n) {
     }
 }
 
+/* Device id of client i in the tests' device-certificate rounds: never all zero. */
+static inline void sa_device_id(uint8_t id[FL_SECAGG_DEVICE_ID_BYTES], uint32_t i) {
+    for (uint32_t j = 0; j < FL_SECAGG_DEVICE_ID_BYTES; j++)
+        id[j] = (uint8_t)(0xD0 + j * 29u + i * 7u);
+    for (uint32_t j = 0; j < 4; j++) /* the index, little endian */
+        id[j] = (uint8_t)(i >> (8 * j));
+    id[4] = 0xDE;
+}
+
+/* As sa_make_identities, with v2 certificates over the device ids sa_device_id(i). */
+static inline void sa_make_device_identities(struct sa_identities *I, uint32_t n,
+                                             fl_secagg_backend backend) {
+    assert_int_equal(fl_secagg_signing_keygen(I->authority_vk, I->authority_sk, backend),
+                     FL_OK);
+    I->ids = calloc(n, sizeof(*I->ids));
+    assert_non_null(I->ids);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t vk[32];
+        I->ids[i].struct_size = sizeof(fl_secagg_identity);
+        sa_device_id(I->ids[i].device_id, i);
+        assert_int_equal(fl_secagg_signing_keygen(vk, I->ids[i].signing_key, backend), FL_OK);
+        assert_int_equal(fl_secagg_cert_issue_device(I->ids[i].cert, I->authority_sk,
+                                                     I->ids[i].device_id, vk, backend),
+                         FL_OK);
+    }
+}
+
 /* Delivers one message (copied so tamper can edit it). */
 static inline fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct sa_opts *o,
                                       uint32_t from, const uint8_t *msg, size_t len) {
@@ -125,8 +156,13 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
     uint64_t rs = o->seed * 7919 + 1;
     uint32_t bm = cfg.bits >= 32 ? 0xFFFFFFFFu : ((1u << cfg.bits) - 1u);
     struct sa_identities I = {0};
-    if (cfg.active) {
-        sa_make_identities(&I, n);
+    if (cfg.active && o->ids) {
+        memcpy(cfg.verify_key, o->ids_authority_vk, 32);
+    } else if (cfg.active) {
+        if (cfg.device_certs)
+            sa_make_device_identities(&I, n, o->client_backend);
+        else
+            sa_make_identities(&I, n);
         memcpy(cfg.verify_key, I.authority_vk, 32);
     }
     fl_secagg_config scfg = cfg, ccfg = cfg;
@@ -150,7 +186,10 @@ static inline void sa_run(const struct sa_opts *o, struct sa_result *res) {
         fl_secagg_config c0 = o->client_cfg && i == 0 ? *o->client_cfg : ccfg;
         c0.backend = ccfg.backend;
         assert_int_equal(fl_secagg_client_create(&cl[i], &c0, round_id, i,
-                                                 cfg.active ? &I.ids[i] : NULL, o->alloc),
+                                                 !cfg.active ? NULL
+                                                 : o->ids    ? &o->ids[i]
+                                                             : &I.ids[i],
+                                                 o->alloc),
                          FL_OK);
         for (uint32_t j = 0; j < d; j++)
             x[(size_t)i * d + j] =

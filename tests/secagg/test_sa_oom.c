@@ -19,8 +19,8 @@
         _st;                                                                                 \
     })
 
-/* Runs one round; `victim` = -1 for the server, else a client index. Returns the number of
- * NOMEM results seen. */
+/* Runs one round; `victim` = -1 for the server, else a client index; active 2 = active with
+ * device certificates. Returns the number of NOMEM results seen. */
 static int walk_once(int victim, long fail_at, int active, int norm,
                      struct fl_test_counting *cnt) {
     int nomem = 0;
@@ -33,14 +33,18 @@ static int walk_once(int victim, long fail_at, int active, int norm,
     cfg.dim = D;
     cfg.degree = 3;
     cfg.threshold = 2;
-    cfg.active = active;
+    cfg.active = active != 0;
+    cfg.device_certs = active == 2;
     if (norm) { /* norm proofs: the prover's and the verifier's work memory too */
         cfg.norm_bits = 6;
         cfg.norm_dim = D - 1;
         cfg.norm_bound2 = 1000;
     }
     struct sa_identities I = {0};
-    if (active) {
+    if (active == 2) {
+        sa_make_device_identities(&I, N, FL_SECAGG_BACKEND_SODIUM);
+        memcpy(cfg.verify_key, I.authority_vk, 32);
+    } else if (active) {
         sa_make_identities(&I, N);
         memcpy(cfg.verify_key, I.authority_vk, 32);
     }
@@ -107,6 +111,7 @@ static void test_oom_server(void **state) {
     (void)state;
     walk(-1, 0, 0);
     walk(-1, 1, 0);
+    walk(-1, 2, 0);
     walk(-1, 0, 1);
 }
 
@@ -114,6 +119,7 @@ static void test_oom_client(void **state) {
     (void)state;
     walk(0, 0, 0);
     walk(2, 1, 0);
+    walk(3, 2, 0);
     walk(1, 0, 1);
 }
 

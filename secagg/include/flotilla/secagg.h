@@ -35,6 +35,7 @@ extern "C" {
 #define FL_SECAGG_MAX_DIM 268435456u    /* upper bound on d (2^28 elements) */
 #define FL_SECAGG_MAX_EDGES 4194304u    /* upper bound on n * k (graph edges, both directions) */
 #define FL_SECAGG_CONTEXT_BYTES 32      /* round context bound into keys and shares */
+#define FL_SECAGG_DEVICE_ID_BYTES 32    /* stable device identity in device certificates */
 
 FL_API size_t fl_secagg_seed_bytes(void);
 FL_API size_t fl_secagg_verify_key_bytes(void);
@@ -46,6 +47,7 @@ FL_API size_t fl_secagg_max_clients(void);
 FL_API size_t fl_secagg_max_dim(void);
 FL_API size_t fl_secagg_max_edges(void);
 FL_API size_t fl_secagg_context_bytes(void);
+FL_API size_t fl_secagg_device_id_bytes(void);
 
 /* ---- configuration ---- */
 
@@ -106,6 +108,11 @@ typedef struct fl_secagg_config {
     uint32_t norm_tail_max;   /* 0 = the other inputs (j >= norm_dim) have the m-bit range
                                  too; else each must lie in [1, norm_tail_max] (a weight),
                                  with norm_tail_max * n < 2^(b-1) */
+    /* Added in 0.4: device-bound certificates (docs/secagg.md "Active mode"); a struct_size
+     * of offsetof(fl_secagg_config, device_certs) is still accepted and means 0. */
+    int device_certs;         /* active mode: 1 = certificates bind a device id
+                                 (fl_secagg_cert_issue_device), 0 = the client index (v1,
+                                 default); 1 requires active = 1 */
 } fl_secagg_config;
 
 /* Fills cfg with the documented defaults (num_clients and dim are 0 = unset). cfg NULL is
@@ -168,15 +175,32 @@ FL_API fl_status fl_secagg_message_peek(fl_secagg_msg_type *type, uint64_t *roun
                                         uint32_t *client, const uint8_t *msg, size_t len);
 
 /* ---- active mode: identities ----
- * In active mode every client holds an Ed25519 signing key certified by an authority (for
- * example the coordinator's key), and every client pins the authority's verification key.
- * The certificate is the authority's signature over ("flotilla-secagg-cert-v1" || client
- * index || client verification key). */
+ * In active mode every client holds an Ed25519 signing key certified by an authority, and
+ * every client pins the authority's verification key (cfg.verify_key). Two certificate
+ * kinds exist:
+ *  - v1 (cfg.device_certs = 0): the authority's signature over ("flotilla-secagg-cert-v1" ||
+ *    u32 LE client index || client verification key). The index is assigned per round, so
+ *    the authority must be online and per-round (in practice the coordinator itself, which
+ *    could then certify clients of its own making).
+ *  - v2 (cfg.device_certs = 1): the signature over ("flotilla-secagg-cert-v2" || device_id
+ *    || client verification key). It binds a stable device identity, so it is issued once,
+ *    offline, by an authority that must not be the coordinator for the guarantee to hold.
+ *    The device id travels in the ADVERTISE and in KEYS; the server checks the certificate,
+ *    and so does every neighbour, which also refuses a KEYS message listing one device id
+ *    twice or its own (fl_secagg_server_device_id lets the coordinator check the mapping of
+ *    round indices to devices). */
 
 typedef struct fl_secagg_identity {
-    size_t struct_size;                                 /* sizeof(fl_secagg_identity) */
+    size_t struct_size;                                 /* sizeof(fl_secagg_identity), or
+                                                           offsetof(..., device_id) for a
+                                                           caller built before device ids
+                                                           (then v1 certificates only) */
     uint8_t signing_key[FL_SECAGG_SIGNING_KEY_BYTES];  /* client's Ed25519 secret key */
     uint8_t cert[FL_SECAGG_CERT_BYTES];                 /* authority's certificate */
+    /* Added in 0.4. */
+    uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES];       /* device-certificate mode: the id
+                                                           the certificate binds (public; not
+                                                           all zero) */
 } fl_secagg_identity;
 
 /* Generates a fresh Ed25519 key pair with the backend's CSPRNG (authority or client key).
@@ -186,13 +210,25 @@ FL_API fl_status fl_secagg_signing_keygen(uint8_t verify_key[FL_SECAGG_VERIFY_KE
                                           uint8_t signing_key[FL_SECAGG_SIGNING_KEY_BYTES],
                                           fl_secagg_backend backend);
 
-/* Authority side: certifies client_verify_key for client_index. Returns the same codes as
- * fl_secagg_signing_keygen. */
+/* Authority side: certifies client_verify_key for client_index (v1 certificate, for
+ * cfg.device_certs = 0). Returns the same codes as fl_secagg_signing_keygen. */
 FL_API fl_status fl_secagg_cert_issue(uint8_t cert[FL_SECAGG_CERT_BYTES],
                                       const uint8_t authority_key[FL_SECAGG_SIGNING_KEY_BYTES],
                                       uint32_t client_index,
                                       const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES],
                                       fl_secagg_backend backend);
+
+/* Authority side: certifies client_verify_key for the device device_id (v2 certificate, for
+ * cfg.device_certs = 1): the authority's Ed25519 signature over ("flotilla-secagg-cert-v2"
+ * || device_id || client_verify_key). Meant to be issued once per device key, offline, by
+ * an authority other than the coordinator. Outputs first; all inputs are public except
+ * authority_key. FL_ERR_MISUSE on NULL or an all-zero device_id, FL_ERR_UNSUPPORTED if the
+ * backend is not built, FL_ERR_CRYPTO on a backend failure (cert is then zeroed). */
+FL_API fl_status fl_secagg_cert_issue_device(
+    uint8_t cert[FL_SECAGG_CERT_BYTES],
+    const uint8_t authority_key[FL_SECAGG_SIGNING_KEY_BYTES],
+    const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+    const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES], fl_secagg_backend backend);
 
 /* ---- server ---- */
 
@@ -341,6 +377,14 @@ FL_API fl_status fl_secagg_server_result(const fl_secagg_server *srv, const uint
 FL_API void fl_secagg_server_params(const fl_secagg_server *srv, uint32_t *degree,
                                     uint32_t *threshold);
 
+/* Device-certificate mode: copies into out the device id that client `index` advertised
+ * (its certificate over it was verified when the ADVERTISE was accepted), so that the
+ * coordinator can check that index is the device it assigned. Public data. Returns FL_OK;
+ * FL_ERR_MISUSE (NULL argument, index >= n, or a round without cfg.device_certs);
+ * FL_ERR_STATE (no ADVERTISE accepted from that client). Does not touch errmsg. */
+FL_API fl_status fl_secagg_server_device_id(const fl_secagg_server *srv, uint32_t index,
+                                            uint8_t out[FL_SECAGG_DEVICE_ID_BYTES]);
+
 /* Detail of the last failure on srv (never NULL; valid until the next call on srv). */
 FL_API const char *fl_secagg_server_errmsg(const fl_secagg_server *srv);
 
@@ -350,8 +394,9 @@ typedef struct fl_secagg_client fl_secagg_client;
 
 /* Creates client `index` (0..n-1, as assigned by the coordinator) for round round_id. cfg
  * is copied and resolved. id is required in active mode (copied and wiped at destroy) and
- * ignored otherwise. alloc NULL = libc. Returns FL_OK, FL_ERR_MISUSE, FL_ERR_UNSUPPORTED or
- * FL_ERR_NOMEM. */
+ * ignored otherwise; with cfg.device_certs it must have the device_id field (struct_size
+ * = sizeof(fl_secagg_identity)) set to a non-zero id. alloc NULL = libc. Returns FL_OK,
+ * FL_ERR_MISUSE, FL_ERR_UNSUPPORTED or FL_ERR_NOMEM. */
 FL_API fl_status fl_secagg_client_create(fl_secagg_client **out, const fl_secagg_config *cfg,
                                          uint64_t round_id, uint32_t index,
                                          const fl_secagg_identity *id,
