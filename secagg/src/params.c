@@ -365,3 +365,26 @@ fl_status fl_secagg_cert_issue_device(uint8_t cert[FL_SECAGG_CERT_BYTES],
     }
     return FL_OK;
 }
+
+fl_status fl_secagg_cert_check_device(const uint8_t cert[FL_SECAGG_CERT_BYTES],
+                                      const uint8_t authority_vk[FL_SECAGG_VERIFY_KEY_BYTES],
+                                      const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+                                      const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES],
+                                      fl_secagg_backend backend) {
+    if (!cert || !authority_vk || !device_id || !client_verify_key)
+        return FL_ERR_MISUSE;
+    /* The same refusal as at issue: an all-zero id is an unset identity, never a device. */
+    uint8_t any = 0;
+    for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
+        any |= device_id[i];
+    if (!any)
+        return FL_ERR_MISUSE;
+    const struct fl__sa_crypto *c = fl__sa_backend(backend);
+    if (!c)
+        return FL_ERR_UNSUPPORTED; /* backend not built */
+    uint8_t stmt[FL__SA_STMT_BYTES];
+    size_t len = fl__sa_cert_statement_device(stmt, sizeof(stmt), device_id, client_verify_key);
+    if (len == 0 || c->ed25519_verify(cert, stmt, len, authority_vk) != 0)
+        return FL_ERR_CRYPTO;
+    return FL_OK;
+}

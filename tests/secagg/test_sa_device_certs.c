@@ -651,6 +651,55 @@ static void test_lying_server_caught(void **state) {
         }
 }
 
+/* fl_secagg_cert_check_device, the enrollment-time check: FL_OK for the certificate
+ * fl_secagg_cert_issue_device made, on every backend and across backends (one issues, the
+ * other checks); FL_ERR_CRYPTO for another device id, another client key, another
+ * authority, a v1 certificate over the same key, or one flipped bit; FL_ERR_MISUSE on NULL
+ * or an all-zero device id. */
+static void test_cert_check_device(void **state) {
+    (void)state;
+    for (int b = 0; b < nbackends(); b++)
+        for (int v = 0; v < nbackends(); v++) {
+            fl_secagg_backend be = backend_at(b), ve = backend_at(v);
+            uint8_t avk[32], ask[64], avk2[32], ask2[64], vk[32], sk[64], vk2[32], sk2[64];
+            uint8_t did[32], did2[32], cert[64], bad[64], zero[32] = {0};
+            assert_int_equal(fl_secagg_signing_keygen(avk, ask, be), FL_OK);
+            assert_int_equal(fl_secagg_signing_keygen(avk2, ask2, be), FL_OK);
+            assert_int_equal(fl_secagg_signing_keygen(vk, sk, be), FL_OK);
+            assert_int_equal(fl_secagg_signing_keygen(vk2, sk2, be), FL_OK);
+            for (int i = 0; i < 32; i++) {
+                did[i] = (uint8_t)(i + 1);
+                did2[i] = (uint8_t)(i + 2);
+            }
+            assert_int_equal(fl_secagg_cert_issue_device(cert, ask, did, vk, be), FL_OK);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, did, vk, ve), FL_OK);
+            /* wrong device id, wrong client key, wrong authority */
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, did2, vk, ve), FL_ERR_CRYPTO);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, did, vk2, ve), FL_ERR_CRYPTO);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk2, did, vk, ve), FL_ERR_CRYPTO);
+            /* a certificate by another authority over the same statement */
+            assert_int_equal(fl_secagg_cert_issue_device(bad, ask2, did, vk, be), FL_OK);
+            assert_int_equal(fl_secagg_cert_check_device(bad, avk, did, vk, ve), FL_ERR_CRYPTO);
+            /* a v1 certificate over the same key is not a device certificate */
+            assert_int_equal(fl_secagg_cert_issue(bad, ask, 0, vk, be), FL_OK);
+            assert_int_equal(fl_secagg_cert_check_device(bad, avk, did, vk, ve), FL_ERR_CRYPTO);
+            /* any flipped bit */
+            for (int i = 0; i < 64; i += 9) {
+                memcpy(bad, cert, 64);
+                bad[i] ^= (uint8_t)(1u << (i % 8));
+                assert_int_equal(fl_secagg_cert_check_device(bad, avk, did, vk, ve),
+                                 FL_ERR_CRYPTO);
+            }
+            assert_int_equal(fl_secagg_cert_check_device(NULL, avk, did, vk, ve), FL_ERR_MISUSE);
+            assert_int_equal(fl_secagg_cert_check_device(cert, NULL, did, vk, ve), FL_ERR_MISUSE);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, NULL, vk, ve), FL_ERR_MISUSE);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, did, NULL, ve), FL_ERR_MISUSE);
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, zero, vk, ve), FL_ERR_MISUSE);
+            /* the good certificate still verifies: nothing above changed state */
+            assert_int_equal(fl_secagg_cert_check_device(cert, avk, did, vk, ve), FL_OK);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kat),
@@ -662,6 +711,7 @@ int main(void) {
         cmocka_unit_test(test_server_device_id),
         cmocka_unit_test(test_v1_v2_refuse_each_other),
         cmocka_unit_test(test_lying_server_caught),
+        cmocka_unit_test(test_cert_check_device),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -230,6 +230,19 @@ FL_API fl_status fl_secagg_cert_issue_device(
     const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
     const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES], fl_secagg_backend backend);
 
+/* Checks a v2 (device) certificate outside a round: FL_OK when cert is authority_vk's
+ * Ed25519 signature over ("flotilla-secagg-cert-v2" || device_id || client_verify_key), the
+ * statement fl_secagg_cert_issue_device signs and every round participant checks. Lets a
+ * coordinator refuse a device at enrollment rather than in a round. All inputs are public;
+ * nothing is written. Thread-safe. Returns FL_OK; FL_ERR_CRYPTO (the certificate does not
+ * verify: no detail, no oracle); FL_ERR_MISUSE on NULL or an all-zero device_id (never a
+ * device); FL_ERR_UNSUPPORTED if the backend is not built. */
+FL_API fl_status fl_secagg_cert_check_device(
+    const uint8_t cert[FL_SECAGG_CERT_BYTES],
+    const uint8_t authority_vk[FL_SECAGG_VERIFY_KEY_BYTES],
+    const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+    const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES], fl_secagg_backend backend);
+
 /* ---- server ---- */
 
 typedef struct fl_secagg_server fl_secagg_server;
