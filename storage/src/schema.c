@@ -189,11 +189,31 @@ static const char fl__store_migration_4[] =
     "  CHECK (revoked_at IS NULL OR revoked_at > 0);\n"
     "PRAGMA user_version = 4;\n";
 
+/* v5: device identities for secure aggregation in active mode (docs/protocol.md "Device
+ * identities"): a client's Ed25519 verification key, the 32-byte device id its v2
+ * certificate binds, and that certificate, written in the enrollment's transaction. One
+ * device per population: UNIQUE (population_id, device_id) is what keeps one device from
+ * enrolling as two clients. The row lives exactly as long as the client's: erasure and the
+ * retention sweep delete the client, and ON DELETE CASCADE takes the identity with it in the
+ * same statement (foreign keys are on); revocation keeps both, so a revoked device cannot
+ * come back as a new client. population_id is a copy of the client's, for the constraint. */
+static const char fl__store_migration_5[] =
+    "CREATE TABLE client_identities (\n"
+    "  client_id TEXT PRIMARY KEY REFERENCES clients(client_id) ON DELETE CASCADE,\n"
+    "  population_id INTEGER NOT NULL REFERENCES populations(id),\n"
+    "  device_id BLOB NOT NULL CHECK (length(device_id) = 32),\n"
+    "  verify_key BLOB NOT NULL CHECK (length(verify_key) = 32),\n"
+    "  cert BLOB NOT NULL CHECK (length(cert) = 64),\n"
+    "  UNIQUE (population_id, device_id)\n"
+    ") WITHOUT ROWID;\n"
+    "PRAGMA user_version = 5;\n";
+
 static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
     fl__store_migration_1,
     fl__store_migration_2,
     fl__store_migration_3,
     fl__store_migration_4,
+    fl__store_migration_5,
 };
 
 /* Reads user_version, application_id and the number of schema objects in one statement, so

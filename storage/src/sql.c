@@ -47,6 +47,17 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_CLIENT_GET] = "SELECT " CLIENT_COLS " FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_HASH] = "SELECT token_sha256 FROM clients WHERE client_id = ?1",
     [FL__STORE_CLIENT_TOUCH] = "UPDATE clients SET last_seen = ?2 WHERE client_id = ?1",
+    /* Inserts nothing for an unknown client (the caller reads sqlite3_changes). */
+    [FL__STORE_IDENTITY_INSERT] = "INSERT INTO client_identities (client_id, population_id, "
+                                  "device_id, verify_key, cert) SELECT client_id, "
+                                  "population_id, ?2, ?3, ?4 FROM clients WHERE client_id = ?1",
+    [FL__STORE_IDENTITY_GET] = "SELECT device_id, verify_key, cert FROM client_identities "
+                               "WHERE client_id = ?1",
+    /* Whether ?2 is registered to a client other than ?1 in ?1's population. */
+    [FL__STORE_IDENTITY_DEVICE_OWNER] = "SELECT 1 FROM client_identities i JOIN clients c "
+                                        "ON c.client_id = ?1 WHERE i.population_id = "
+                                        "c.population_id AND i.device_id = ?2 "
+                                        "AND i.client_id <> ?1",
 
     [FL__STORE_MODEL_FIND_SHA] = "SELECT version FROM models "
                                  "WHERE ifnull(population_id, 0) = ?1 AND sha256 = ?2",

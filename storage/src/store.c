@@ -39,6 +39,15 @@ size_t fl_store_json_max(void) {
 size_t fl_store_token_min_bytes(void) {
     return FL_STORE_TOKEN_MIN_BYTES;
 }
+size_t fl_store_device_id_bytes(void) {
+    return FL_STORE_DEVICE_ID_BYTES;
+}
+size_t fl_store_verify_key_bytes(void) {
+    return FL_STORE_VERIFY_KEY_BYTES;
+}
+size_t fl_store_cert_bytes(void) {
+    return FL_STORE_CERT_BYTES;
+}
 
 /* ---- errors ---- */
 

@@ -426,6 +426,100 @@ fl_status fl_store_client_touch(fl_store *st, const char *client_id) {
     return fl__store_op_end(st, r);
 }
 
+/* ==== client identities ==== */
+
+/* 1 if device_id is registered to a client of client_id's population other than client_id,
+ * 0 if not, or a negative status (err set). Runs inside the caller's op. */
+static int device_taken(fl_store *st, const char *client_id, const uint8_t *device_id) {
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_IDENTITY_DEVICE_OWNER);
+    if (!s)
+        return -1;
+    sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 2, device_id, FL_STORE_DEVICE_ID_BYTES, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    int r = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    if (r < 0)
+        fl__store_sqlerr(st, rc, "reading the device identities");
+    fl__store_done(s);
+    return r;
+}
+
+fl_status fl_store_client_identity_put(fl_store *st, const char *client_id,
+                                       const fl_store_client_identity *id) {
+    fl_status r = fl__store_enter(st, "client_identity_put");
+    if (r != FL_OK)
+        return r;
+    if (!id)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "id is NULL");
+    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
+    if (r != FL_OK)
+        return r;
+    r = fl__store_op_begin(st, 1);
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_IDENTITY_INSERT);
+    if (!s) {
+        r = st->err.code;
+    } else {
+        sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
+        sqlite3_bind_blob(s, 2, id->device_id, FL_STORE_DEVICE_ID_BYTES, SQLITE_STATIC);
+        sqlite3_bind_blob(s, 3, id->verify_key, FL_STORE_VERIFY_KEY_BYTES, SQLITE_STATIC);
+        sqlite3_bind_blob(s, 4, id->cert, FL_STORE_CERT_BYTES, SQLITE_STATIC);
+        r = step_write(st, s, "recording the client's identity");
+        if (r == FL_OK && sqlite3_changes(st->db) == 0)
+            r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not enrolled", client_id);
+        if (r == FL_ERR_EXISTS) {
+            /* Two constraints can refuse it; say which. */
+            int taken = device_taken(st, client_id, id->device_id);
+            if (taken < 0)
+                r = st->err.code;
+            else if (taken)
+                fl__err_set(&st->err, r, "the device is already enrolled in the population");
+            else
+                fl__err_set(&st->err, r, "client '%s' already has an identity", client_id);
+        }
+    }
+    return fl__store_op_end(st, r);
+}
+
+fl_status fl_store_client_identity_get(fl_store *st, fl_store_client_identity *out,
+                                       const char *client_id) {
+    fl_status r = fl__store_enter(st, "client_identity_get");
+    if (r != FL_OK)
+        return r;
+    if (!out)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "out is NULL");
+    memset(out, 0, sizeof(*out));
+    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_IDENTITY_GET);
+    if (!s)
+        return st->err.code;
+    sqlite3_bind_text(s, 1, client_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        /* The CHECK constraints fix the lengths; check them anyway before copying. */
+        const void *d = sqlite3_column_blob(s, 0), *k = sqlite3_column_blob(s, 1),
+                   *c = sqlite3_column_blob(s, 2);
+        if (d && k && c && sqlite3_column_bytes(s, 0) == FL_STORE_DEVICE_ID_BYTES &&
+            sqlite3_column_bytes(s, 1) == FL_STORE_VERIFY_KEY_BYTES &&
+            sqlite3_column_bytes(s, 2) == FL_STORE_CERT_BYTES) {
+            memcpy(out->device_id, d, FL_STORE_DEVICE_ID_BYTES);
+            memcpy(out->verify_key, k, FL_STORE_VERIFY_KEY_BYTES);
+            memcpy(out->cert, c, FL_STORE_CERT_BYTES);
+        } else {
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT, "client identity row has bad lengths");
+        }
+    } else if (rc == SQLITE_DONE) {
+        r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' has no identity", client_id);
+    } else {
+        r = fl__store_sqlerr(st, rc, "reading the client's identity");
+    }
+    fl__store_done(s);
+    return r;
+}
+
 /* ==== rounds ==== */
 
 static void decode_round(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

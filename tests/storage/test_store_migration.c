@@ -1,6 +1,7 @@
 #include <stdio.h>
 /* Schema versions: upgrade of a v1 database built here with raw SQL (as the first release
- * wrote it) and of a v3 one (clients stay active after the revocation column arrives),
+ * wrote it), of a v3 one (clients stay active after the revocation column arrives) and of a
+ * v4 one (client_identities arrives empty and usable),
  * atomicity of a failing migration, refusal of a newer database, and several
  * processes opening (and so migrating) one fresh file at once. */
 #include <signal.h>
@@ -194,8 +195,8 @@ static void test_upgrade_v1_to_current(void **state) {
     store_tdir_rm(&t);
 }
 
-/* A version-3 file: a fresh store with migration 4 undone by raw SQL (the clients table
- * loses revoked_at, exactly its v3 shape), holding a client written the way v3 wrote it. */
+/* A version-3 file: a fresh store with migrations 5 and 4 undone by raw SQL (no
+ * client_identities, and the clients table loses revoked_at: exactly its v3 shape), holding a client written the way v3 wrote it. */
 static void make_v3_database(const char *path, const char *token, size_t token_len) {
     fl_store *st = store_open_ok(path, NULL);
     int64_t pop = 0;
@@ -204,6 +205,7 @@ static void make_v3_database(const char *path, const char *token, size_t token_l
     fl_store_close(st);
     sqlite3 *db = store_raw_open(path);
     exec_ok(db, "BEGIN");
+    exec_ok(db, "DROP TABLE client_identities"); /* migration 5 undone */
     exec_ok(db, "ALTER TABLE clients DROP COLUMN revoked_at");
     exec_ok(db, "PRAGMA user_version = 3");
     /* Seven columns, as v3 inserted them. */
@@ -244,6 +246,66 @@ static void test_upgrade_v3_keeps_clients_active(void **state) {
     STORE_OK(st, fl_store_client_revoke(st, &at, NULL, "old-client", 1700000000000, revoke_key));
     assert_int_equal(at, 1700000000000);
     STORE_OK(st, fl_store_client_reinstate(st, NULL, "old-client", revoke_key));
+    assert_int_equal(fl_store_check(st), FL_OK);
+    fl_store_close(st);
+
+    /* The upgraded file has exactly the schema of a fresh one. */
+    struct store_tdir fresh;
+    store_tdir_make(&fresh, "fresh.db");
+    st = store_open_ok(fresh.path, NULL);
+    fl_store_close(st);
+    char *a = schema_fingerprint(t.path), *b = schema_fingerprint(fresh.path);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    store_tdir_rm(&fresh);
+    store_tdir_rm(&t);
+}
+
+/* A version-4 file: a fresh store with migration 5 undone by raw SQL (no client_identities),
+ * holding a revoked client and an active one, as v4 wrote them. */
+static void make_v4_database(const char *path, const char *token, size_t token_len) {
+    fl_store *st = store_open_ok(path, NULL);
+    int64_t pop = 0;
+    STORE_OK(st, fl_store_population_create(st, &pop, "legacy", NULL, 2.5, 1e-7, NULL));
+    STORE_OK(st, fl_store_client_enroll(st, "v4-client", token, token_len, "eu", pop));
+    STORE_OK(st, fl_store_client_enroll(st, "v4-revoked", token, token_len, "eu", pop));
+    STORE_OK(st, fl_store_client_revoke(st, NULL, NULL, "v4-revoked", 1700000000000, revoke_key));
+    fl_store_close(st);
+    sqlite3 *db = store_raw_open(path);
+    exec_ok(db, "BEGIN");
+    exec_ok(db, "DROP TABLE client_identities");
+    exec_ok(db, "PRAGMA user_version = 4");
+    exec_ok(db, "COMMIT");
+    sqlite3_close(db);
+}
+
+static void test_upgrade_v4_adds_identities(void **state) {
+    (void)state;
+    static const char token[] = "v4-client-token-0123456789";
+    struct store_tdir t;
+    store_tdir_make(&t, "v4.db");
+    make_v4_database(t.path, token, sizeof(token) - 1);
+
+    fl_store *st = store_open_ok(t.path, NULL);
+    sqlite3 *raw = store_raw_open(t.path);
+    assert_int_equal(store_raw_int(raw, "PRAGMA user_version"), FL_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM client_identities"), 0);
+    sqlite3_close(raw);
+    /* Old clients are intact (the revoked one still revoked) and have no identity... */
+    fl_store_client *c = NULL;
+    STORE_OK(st, fl_store_client_get(st, &c, "v4-revoked"));
+    assert_int_equal(c->revoked_at, 1700000000000);
+    fl_store_free(st, c);
+    STORE_OK(st, fl_store_client_authenticate(st, "v4-client", token, sizeof(token) - 1));
+    fl_store_client_identity id, got;
+    assert_int_equal(fl_store_client_identity_get(st, &got, "v4-client"), FL_ERR_NOT_FOUND);
+    /* ...and can be given one on the new table, with its constraints. */
+    memset(&id, 0x42, sizeof(id));
+    STORE_OK(st, fl_store_client_identity_put(st, "v4-client", &id));
+    STORE_OK(st, fl_store_client_identity_get(st, &got, "v4-client"));
+    assert_memory_equal(&got, &id, sizeof(id));
+    assert_int_equal(fl_store_client_identity_put(st, "v4-revoked", &id), FL_ERR_EXISTS);
     assert_int_equal(fl_store_check(st), FL_OK);
     fl_store_close(st);
 
@@ -370,6 +432,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upgrade_v1_to_current),
         cmocka_unit_test(test_upgrade_v3_keeps_clients_active),
+        cmocka_unit_test(test_upgrade_v4_adds_identities),
         cmocka_unit_test(test_failed_migration_is_rolled_back),
         cmocka_unit_test(test_newer_database_refused),
         cmocka_unit_test(test_concurrent_first_open),

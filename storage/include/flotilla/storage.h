@@ -40,7 +40,7 @@ extern "C" {
 /* Bytes of a lowercase hex SHA-256 digest including the terminating NUL. */
 #define FL_STORE_SHA256_HEX_BYTES 65
 /* Schema version this library creates and upgrades to (PRAGMA user_version). */
-#define FL_STORE_SCHEMA_VERSION 4
+#define FL_STORE_SCHEMA_VERSION 5
 /* Longest name accepted for populations, tags and client IDs, in bytes. */
 #define FL_STORE_NAME_MAX 128
 /* Longest JSON text accepted in any *_json argument, in bytes. */
@@ -54,6 +54,16 @@ FL_API int fl_store_schema_version(void);
 FL_API size_t fl_store_name_max(void);
 FL_API size_t fl_store_json_max(void);
 FL_API size_t fl_store_token_min_bytes(void);
+
+/* Sizes of a client's device identity (fl_store_client_identity, schema version 5): the
+ * device id its certificate binds, its Ed25519 verification key, and the certificate (the
+ * device authority's Ed25519 signature). */
+#define FL_STORE_DEVICE_ID_BYTES 32
+#define FL_STORE_VERIFY_KEY_BYTES 32
+#define FL_STORE_CERT_BYTES 64
+FL_API size_t fl_store_device_id_bytes(void);
+FL_API size_t fl_store_verify_key_bytes(void);
+FL_API size_t fl_store_cert_bytes(void);
 
 /* ---- handle and configuration ---- */
 
@@ -283,6 +293,35 @@ FL_API fl_status fl_store_client_authenticate(fl_store *st, const char *client_i
 /* Sets the client's last_seen to now. Returns FL_OK; FL_ERR_NOT_FOUND; FL_ERR_MISUSE;
  * FL_ERR_BUSY; FL_ERR_IO; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_touch(fl_store *st, const char *client_id);
+
+/* ---- client identities (schema version 5) ----
+ * A client's device identity for secure aggregation in active mode: the device id, the
+ * device's Ed25519 verification key and the device authority's certificate over both. The
+ * store keeps the bytes and enforces one client per device and population; it does not
+ * check the certificate (the coordinator does, before the put). Public data, not secrets.
+ * The identity lives as long as the client's row: fl_store_client_erase and the retention
+ * sweep delete it with the client (same transaction); revocation keeps it. */
+
+typedef struct fl_store_client_identity {
+    uint8_t device_id[FL_STORE_DEVICE_ID_BYTES];   /* device id the certificate binds */
+    uint8_t verify_key[FL_STORE_VERIFY_KEY_BYTES]; /* device's Ed25519 verification key */
+    uint8_t cert[FL_STORE_CERT_BYTES];             /* authority's signature (v2 certificate) */
+} fl_store_client_identity;
+
+/* Records client_id's identity (once; identities are not replaced). Inside fl_store_begin()
+ * it joins the caller's transaction, so enrollment writes the client and its identity
+ * atomically. Returns FL_OK; FL_ERR_EXISTS (the client already has an identity, or the device
+ * id is registered to another client of the same population; the message says which);
+ * FL_ERR_NOT_FOUND (no such client); FL_ERR_MISUSE (NULL, bad client_id); FL_ERR_BUSY;
+ * FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_client_identity_put(fl_store *st, const char *client_id,
+                                              const fl_store_client_identity *id);
+
+/* Reads client_id's identity into the caller's *out. Returns FL_OK; FL_ERR_NOT_FOUND (no such
+ * client, or a client without an identity; *out is then zeroed); FL_ERR_MISUSE; FL_ERR_BUSY;
+ * FL_ERR_IO; FL_ERR_STATE. */
+FL_API fl_status fl_store_client_identity_get(fl_store *st, fl_store_client_identity *out,
+                                              const char *client_id);
 
 
 /* ---- model registry ----
@@ -659,7 +698,7 @@ FL_API fl_status fl_store_audit_pseudonym(char out[FL_STORE_AUDIT_PSEUDONYM_BYTE
                                           const char *client_id);
 
 /* Erasure request (GDPR art. 17): deletes client_id's registry row (token hash, region,
- * times) and its round participations, and appends an "erasure" entry naming the client
+ * times), its device identity (fl_store_client_identity_put) and its round participations, and appends an "erasure" entry naming the client
  * only by its pseudonym under pseudonym_key, all in one transaction. The key stays with
  * the caller; wipe it after use. Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
  * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
