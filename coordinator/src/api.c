@@ -89,6 +89,33 @@ static void enroll_take(struct fl__coord_pop *p) {
         p->enroll_tokens -= 1.0;
 }
 
+/* Reads the optional "secagg_identity" of an enrollment body: device_id (64 hex), verify_key
+ * (64 hex) and cert (128 hex), each checked for its exact length before it is decoded.
+ * *has is false when the field is absent. false with a 400 in rep on a malformed one. */
+static bool parse_identity(json_t *body, fl_store_client_identity *id, bool *has,
+                           struct fl__coord_reply *rep) {
+    static const char *const keys[3] = {"device_id", "verify_key", "cert"};
+    uint8_t *out[3] = {id->device_id, id->verify_key, id->cert};
+    const size_t len[3] = {sizeof(id->device_id), sizeof(id->verify_key), sizeof(id->cert)};
+    json_t *o = json_object_get(body, "secagg_identity");
+    *has = o != NULL;
+    if (!o)
+        return true;
+    if (!json_is_object(o))
+        return fl__coord_error(rep, 400, "invalid_field", "secagg_identity",
+                               "'secagg_identity' must be an object {device_id, verify_key, "
+                               "cert}"), false;
+    for (int i = 0; i < 3; i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (!v || !json_is_string(v) || json_string_length(v) != 2 * len[i] ||
+            !fl__coord_unhex(out[i], len[i], json_string_value(v)))
+            return fl__coord_error(rep, 400, "invalid_field", "secagg_identity",
+                                   "'secagg_identity.%s' must be %zu hex characters", keys[i],
+                                   2 * len[i]), false;
+    }
+    return true;
+}
+
 int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     fl_coord *co = rq->co;
     const char *tok = fl__coord_bearer(rq);
@@ -132,6 +159,9 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         goto out;
     }
     const char *region = json_string_value(jr);
+    fl_store_client_identity ident;
+    bool has_ident = false;
+    memset(&ident, 0, sizeof(ident));
     uint8_t h[32];
     fl__coord_sha256(h, tok, strlen(tok));
     fl__coord_lock(co);
@@ -147,6 +177,27 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
                                  "population '%s' does not accept region '%s'", p->name, region);
         goto out_unlock;
     }
+    /* Active-adversary SecAgg: the device's v2 certificate must verify under the population's
+     * authority key before anything is written. Elsewhere the identity is ignored (not even
+     * parsed). */
+    if (p->active && !parse_identity(body, &ident, &has_ident, rep)) {
+        status = rep->status;
+        goto out_unlock;
+    }
+    if (p->active && !has_ident) {
+        status = fl__coord_error(rep, 400, "invalid_field", "secagg_identity",
+                                 "population '%s' requires 'secagg_identity' (secagg "
+                                 "consistency_check: device certificates)", p->name);
+        goto out_unlock;
+    }
+    if (p->active && fl_secagg_cert_check_device(ident.cert, p->authority_key, ident.device_id,
+                                                 ident.verify_key,
+                                                 FL_SECAGG_BACKEND_DEFAULT) != FL_OK) {
+        status = fl__coord_error(rep, 400, "invalid_field", "secagg_identity",
+                                 "'secagg_identity': the certificate does not verify under the "
+                                 "population's authority key");
+        goto out_unlock;
+    }
     status = enroll_limits(co, p, fl__coord_now(co), rep);
     if (status != 0)
         goto out_unlock;
@@ -154,7 +205,11 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     char cid[FL__COORD_CLIENT_ID_CHARS + 1], sec[FL__COORD_SECRET_CHARS + 1];
     char token[4 + FL__COORD_CLIENT_ID_CHARS + 1 + FL__COORD_SECRET_CHARS + 1];
     fl_status rc;
-    for (int attempt = 0;; attempt++) {
+    /* With an identity, the client row and its identity are one transaction: a device id
+     * already registered in the population leaves no client behind. */
+    bool own_tx = p->active && !fl_store_in_transaction(co->store);
+    rc = own_tx ? fl_store_begin(co->store) : FL_OK;
+    for (int attempt = 0; rc == FL_OK; attempt++) {
         fl__coord_random(idb, sizeof(idb));
         fl__coord_random(secret, sizeof(secret));
         fl__coord_hex(cid, idb, 8);
@@ -164,11 +219,25 @@ int fl__coord_h_enroll(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
         if (rc != FL_ERR_EXISTS || attempt == 3)
             break;
     }
+    bool device_taken = false;
+    if (rc == FL_OK && p->active) {
+        rc = fl_store_client_identity_put(co->store, cid, &ident);
+        device_taken = rc == FL_ERR_EXISTS; /* a fresh client has none: the device is taken */
+    }
+    if (own_tx) {
+        if (rc == FL_OK)
+            rc = fl_store_commit(co->store);
+        if (rc != FL_OK && fl_store_in_transaction(co->store))
+            fl_store_rollback(co->store);
+    }
     fl_memzero(secret, sizeof(secret));
     fl_memzero(sec, sizeof(sec));
     if (rc != FL_OK) {
         fl_memzero(token, sizeof(token));
-        status = store_fail(co, rep, rc);
+        status = device_taken ? fl__coord_error(rep, 409, "conflict", "secagg_identity",
+                                                "device already enrolled in population '%s'",
+                                                p->name)
+                              : store_fail(co, rep, rc);
         goto out_unlock;
     }
     p->clients++;
@@ -702,6 +771,12 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
         FL__TSET(sa, "threshold", json_integer(rp->threshold));
         FL__TSET(sa, "modulus_bits", json_integer(rp->bits));
         FL__TSET(sa, "vector_length", json_integer((json_int_t)rp->vec_len));
+        if (rp->active) {
+            /* Active mode: devices pin the authority key from their own configuration,
+             * never from the coordinator, so the task does not carry it. */
+            FL__TSET(sa, "consistency_check", json_true());
+            FL__TSET(sa, "device_certs", json_true());
+        }
         if (rp->norm_bits)
             FL__TSET(sa, "norm_proof",
                      json_pack("{s:I, s:I, s:I, s:I}", "bits", (json_int_t)rp->norm_bits,

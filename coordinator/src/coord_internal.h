@@ -150,6 +150,11 @@ struct fl__coord_participant {
                                           buffered participation outlives its buffer) */
     int64_t base_version;              /* model version the device trains from */
     int64_t deadline;                  /* buffered: Unix ms by which its update must arrive */
+    uint8_t device_id[32];             /* active rounds: the device id registered to the
+                                          client (its enrollment's secagg_identity) */
+    bool evicted;                      /* active rounds: dropped by the coordinator while the
+                                          secagg server still expected its advertisement
+                                          (no identity, or one naming another device) */
 };
 
 /* Finished synchronous rounds each population keeps in memory (p->last and p->older):
@@ -171,6 +176,8 @@ enum fl__coord_dp_mode { FL__DP_NONE = 0, FL__DP_CENTRAL = 1, FL__DP_DISTRIBUTED
  * is created (docs/protocol.md sections 4.2, 5.1 and 9). */
 struct fl__coord_round_params {
     bool secagg;                /* secure aggregation on */
+    bool active;                /* secagg in active mode with device certificates
+                                   (secagg.consistency_check): adds the consistency phase */
     enum fl__coord_dp_mode dp;  /* privacy mode */
     bool weight_examples;       /* weighting "examples" (else uniform) */
     int64_t weight_cap;         /* largest device weight */
@@ -250,6 +257,10 @@ struct fl__coord_pop {
     size_t regions_cap;                      /* entries allocated in regions */
     bool any_region;
     bool buffered;                           /* FedBuff without secagg: asynchronous */
+    bool active;                             /* secagg.consistency_check: active-adversary
+                                                SecAgg with device certificates */
+    uint8_t authority_key[32];               /* active: secagg.authority_key, the device
+                                                authority's Ed25519 verification key */
     bool running;                            /* admin started it */
     int64_t model_version;                   /* current version, 0 = none */
     struct fl__coord_blob *model_blob;       /* signed bytes of a model version (normally

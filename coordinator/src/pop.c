@@ -111,6 +111,58 @@ static json_t *sub_object(json_t *obj, const char *key, struct fl__coord_reply *
 
 /* ---- population config ---- */
 
+/* secagg.consistency_check (SecAgg's active-adversary mode, docs/protocol.md "Device
+ * identities") and secagg.authority_key, the device authority's Ed25519 verification key
+ * (64 hex characters) that every device's v2 certificate must verify under. They come
+ * together: the consistency check means little unless clients are certified by an
+ * authority that is not the coordinator, and a key without the check would be unused.
+ * Refused with what the coordinator cannot combine yet: secagg off, FedBuff (its own
+ * slotting, not the phased rounds), and norm proofs (untested with active mode). Sets
+ * p->active and p->authority_key; false with a 400 in rep. */
+static bool active_parse(struct fl__coord_pop *p, json_t *sa, bool check, bool secagg_on,
+                         bool norm_proof, const char *strategy, struct fl__coord_reply *rep) {
+    json_t *ak = json_object_get(sa, "authority_key");
+    p->active = false;
+    memset(p->authority_key, 0, sizeof(p->authority_key));
+    if (!check) {
+        if (ak)
+            return fl__coord_error(rep, 400, "invalid_field", "secagg.authority_key",
+                                   "'secagg.authority_key' is only used with "
+                                   "secagg.consistency_check true"), false;
+        return true;
+    }
+    if (!secagg_on)
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
+                               "'secagg.consistency_check' needs secagg.enabled"), false;
+    if (strcmp(strategy, "fedbuff") == 0)
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
+                               "'secagg.consistency_check' is not supported with the fedbuff "
+                               "strategy"), false;
+    if (norm_proof)
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
+                               "'secagg.consistency_check' cannot be combined with "
+                               "secagg.norm_proof yet"), false;
+    uint8_t key[FL_SECAGG_VERIFY_KEY_BYTES], any = 0;
+    if (!ak || !json_is_string(ak) || json_string_length(ak) != 2 * sizeof(key) ||
+        !fl__coord_unhex(key, sizeof(key), json_string_value(ak)))
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.authority_key",
+                               "'secagg.authority_key' must be the device authority's Ed25519 "
+                               "verification key, 64 hex characters"), false;
+    for (size_t i = 0; i < sizeof(key); i++)
+        any |= key[i];
+    if (!any)
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.authority_key",
+                               "'secagg.authority_key' must not be all zero"), false;
+    /* Normalised to lowercase, as the population shows it. */
+    char hex[2 * FL_SECAGG_VERIFY_KEY_BYTES + 1];
+    fl__coord_hex(hex, key, sizeof(key));
+    if (json_object_set_new(sa, "authority_key", json_string(hex)) != 0)
+        return fl__coord_oom(rep), false;
+    memcpy(p->authority_key, key, sizeof(key));
+    p->active = true;
+    return true;
+}
+
 static void regions_free(fl_coord *co, struct fl__coord_pop *p) {
     for (size_t i = 0; i < p->n_regions; i++)
         fl__free(fl__coord_alloc(co), p->regions[i], strlen(p->regions[i]) + 1);
@@ -303,13 +355,9 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     bool norm_proof;
     if (!get_bool(sa, "secagg", "norm_proof", false, &norm_proof, rep))
         return false;
-    if (b)
-        /* The consistency phase is SecAgg's active-adversary mode, which needs per-client
-         * signing keys certified by an authority; protocol v1 carries none yet. */
-        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
-                               "'secagg.consistency_check' is not supported yet (needs client "
-                               "identity certificates)"), false;
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
+    if (!active_parse(p, sa, b, secagg_on, norm_proof, sname, rep))
+        return false;
 
     /* privacy */
     json_t *pr = sub_object(cfg, "privacy", rep);

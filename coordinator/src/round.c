@@ -411,6 +411,40 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
     fl__coord_waiters_wake(co, r->id, -1);
 }
 
+/* Active rounds: reads the device id registered to each participant (its enrollment's
+ * secagg_identity) into pt->device_id. A participant without one (erased since it checked
+ * in) is evicted: the secagg server still expects its ADVERTISE, but it is dropped now and
+ * never heard. Any other storage failure is returned. Lock held. */
+static fl_status load_device_ids(fl_coord *co, struct fl__coord_pop *p,
+                                 struct fl__coord_round *r) {
+    for (size_t i = 0; i < r->n; i++) {
+        struct fl__coord_participant *pt = &r->parts[i];
+        fl_store_client_identity id;
+        fl_status rc = fl_store_client_identity_get(co->store, &id, pt->client_id);
+        if (rc == FL_ERR_NOT_FOUND) {
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s has no device "
+                    "identity; dropped", (long long)r->id, pt->client_id);
+            pt->evicted = true;
+            pt->dropped_at = FL__PH_ADVERTISE;
+            p->dropouts[FL__PH_ADVERTISE]++;
+            continue;
+        }
+        if (rc != FL_OK)
+            return rc;
+        memcpy(pt->device_id, id.device_id, sizeof(pt->device_id));
+    }
+    return FL_OK;
+}
+
+/* Evicted participants that the secagg server still counts as pending in phase k. */
+static uint32_t evicted_pending(const struct fl__coord_round *r, int k) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < r->n; i++)
+        n += r->parts[i].evicted && r->parts[i].dropped_at == k &&
+             !(r->parts[i].posted & (1u << k));
+    return n;
+}
+
 fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     struct fl__coord_round *r = p->round;
     char why[256];
@@ -448,7 +482,7 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
     r->started_at = now;
     int64_t t = now;
     for (int k = 0; k < FL__PH_COUNT; k++) {
-        bool used = r->rp.secagg ? k != FL__PH_CONSISTENCY : k == FL__PH_MASKED;
+        bool used = r->rp.secagg ? k != FL__PH_CONSISTENCY || r->rp.active : k == FL__PH_MASKED;
         if (used)
             t += p->deadlines_s[k] * 1000;
         r->phase_deadline[k] = t;
@@ -483,6 +517,18 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             uint32_t th = (uint32_t)(frac * k + 0.999999);
             cfg.degree = k;
             cfg.threshold = th < 1 ? 1 : th > k ? k : th;
+        }
+        if (r->rp.active) {
+            /* Active mode with device certificates under the population's authority key;
+             * each participant's registered device id is what its ADVERTISE must name. */
+            cfg.active = 1;
+            cfg.device_certs = 1;
+            memcpy(cfg.verify_key, p->authority_key, sizeof(cfg.verify_key));
+            rc = load_device_ids(co, p, r);
+            if (rc != FL_OK) {
+                fl__coord_round_abandon(co, p, "storage error reading device identities");
+                return rc;
+            }
         }
         fl_secagg_config tried = cfg;
         rc = fl_secagg_config_resolve(&cfg, why, sizeof(why));
@@ -687,7 +733,8 @@ static void maybe_close(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         int k = r->phase;
         bool all;
         if (r->rp.secagg) {
-            all = fl_secagg_server_pending(r->sa) == 0;
+            /* An evicted participant will never post; the server still waits for it. */
+            all = fl_secagg_server_pending(r->sa) <= (r->rp.active ? evicted_pending(r, k) : 0);
         } else {
             uint32_t alive = 0;
             for (size_t i = 0; i < r->n; i++)
@@ -991,6 +1038,19 @@ static bool plain_header_ok(struct fl__coord_reply *rep, const uint8_t *b, size_
     return true;
 }
 
+/* Active rounds: true when an ADVERTISE body names the device registered to pt. The device
+ * id sits at a fixed offset of the device-certificate ADVERTISE (docs/secagg.md "Wire
+ * format": header, then c_pk s_pk vk cert sig device_id, 256 bytes). A body of another length
+ * is not this check's to refuse: the server refuses it as malformed (true here). */
+static bool advertise_names_device(const struct fl__coord_participant *pt,
+                                   const struct fl__coord_req *rq) {
+    const size_t body = 32 + 32 + FL_SECAGG_VERIFY_KEY_BYTES + FL_SECAGG_CERT_BYTES + 64;
+    if (rq->body_len != FL_SECAGG_HEADER_BYTES + body + FL_SECAGG_DEVICE_ID_BYTES)
+        return true;
+    return fl_memeq_ct(rq->body + FL_SECAGG_HEADER_BYTES + body, pt->device_id,
+                       FL_SECAGG_DEVICE_ID_BYTES) == 0;
+}
+
 /* Common part of secagg posts and plain updates (lock held). */
 static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_reply *rep,
                         struct fl__coord_pop *p, struct fl__coord_round *r,
@@ -1067,10 +1127,36 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
             return fl__coord_error(rep, 400, "invalid_message", NULL,
                                    "not a %s message of this client for round %lld",
                                    fl__coord_phase_names[k], (long long)r->id);
+        if (r->rp.active && k == FL__PH_ADVERTISE && !advertise_names_device(pt, rq)) {
+            /* Another device in this client's seat (another enrolled device's certificate):
+             * refused before the server records it, and the participant is dropped, since
+             * the server cannot un-seat an advertisement it accepted. */
+            pt->evicted = true;
+            pt->dropped_at = FL__PH_ADVERTISE;
+            p->dropouts[FL__PH_ADVERTISE]++;
+            fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s advertised another "
+                    "device; dropped", (long long)r->id, pt->client_id);
+            fl__coord_error(rep, 400, "invalid_message", NULL,
+                            "the advertisement names another device");
+            maybe_close(co, p, now);
+            return 400;
+        }
         fl_status rc = ticket ? fl_secagg_server_receive_checked(r->sa, pt->index, rq->body,
                                                                  rq->body_len, ticket)
                               : fl_secagg_server_receive(r->sa, pt->index, rq->body,
                                                          rq->body_len);
+        if (rc == FL_OK && r->rp.active && k == FL__PH_ADVERTISE) {
+            /* The server's view of the seat must match what was checked above. */
+            uint8_t dev[FL_SECAGG_DEVICE_ID_BYTES];
+            if (fl_secagg_server_device_id(r->sa, pt->index, dev) != FL_OK ||
+                fl_memeq_ct(dev, pt->device_id, sizeof(dev)) != 0) {
+                /* Cannot happen when the wire format holds; the seat cannot be un-taken, so
+                 * the round cannot go on with it. */
+                fl__coord_round_abandon(co, p, "an advertisement names another device");
+                return fl__coord_error(rep, 400, "invalid_message", NULL,
+                                       "the advertisement names another device");
+            }
+        }
         switch (rc) {
         case FL_OK:
             status = 202;
@@ -1190,7 +1276,7 @@ int fl__coord_h_secagg_post(struct fl__coord_req *rq, struct fl__coord_reply *re
         status = fl__coord_error(rep, 404, "not_found", NULL,
                                  "round %lld has no secure aggregation: POST .../update",
                                  (long long)rid);
-    } else if (k == FL__PH_CONSISTENCY) {
+    } else if (k == FL__PH_CONSISTENCY && !r->rp.active) {
         status = fl__coord_error(rep, 404, "not_found", "phase",
                                  "round %lld has no consistency phase", (long long)rid);
     } else {
@@ -1276,7 +1362,7 @@ int fl__coord_h_secagg_result(struct fl__coord_req *rq, struct fl__coord_reply *
         status = rep->status;
         goto out_unlock;
     }
-    if (!r->rp.secagg || k == FL__PH_CONSISTENCY) {
+    if (!r->rp.secagg || (k == FL__PH_CONSISTENCY && !r->rp.active)) {
         status = fl__coord_error(rep, 404, "not_found", "phase", "round %lld has no %s phase",
                                  (long long)rid, fl__coord_phase_names[k]);
         goto out_unlock;

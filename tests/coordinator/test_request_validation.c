@@ -355,7 +355,10 @@ static void test_population_config_fields(void **state) {
         {"\"secagg\":{\"threshold_fraction\":0.4}", "invalid_field",
          "secagg.threshold_fraction"},
         {"\"secagg\":{\"consistency_check\":1}", "invalid_field", "consistency_check"},
-        {"\"secagg\":{\"consistency_check\":true}", "invalid_field", "secagg.consistency_check"},
+        /* active mode needs the device authority's key (test_secagg_active.c) */
+        {"\"secagg\":{\"consistency_check\":true}", "invalid_field", "secagg.authority_key"},
+        {"\"secagg\":{\"enabled\":false,\"consistency_check\":true}", "invalid_field",
+         "secagg.consistency_check"},
         {"\"privacy\":false", "invalid_field", "privacy"},
         {"\"privacy\":{\"mode\":\"local\"}", "invalid_field", "privacy.mode"},
         {"\"privacy\":{\"modulus_bits\":33}", "invalid_field", "privacy.modulus_bits"},

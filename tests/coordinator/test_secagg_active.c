@@ -1,0 +1,563 @@
+/* Secure aggregation in active-adversary mode with device certificates
+ * (secagg.consistency_check, docs/protocol.md "Device identities"): population rules for
+ * consistency_check and authority_key; enrollment with a device identity (good, a certificate
+ * that does not verify, one for another device or by another authority, a device id already
+ * enrolled, a missing or malformed identity, revocation keeping the device, erasure freeing
+ * it, a population without the check ignoring the field); a complete active round with a
+ * dropout in the masked phase and the consistency phase, whose sum is exact; and an
+ * ADVERTISE naming another enrolled device refused and its sender dropped while the round
+ * completes without it. Devices are the library's secagg clients with their own identities
+ * (coord_testkit.c's stand-ins do the rest). */
+#include "coord_testkit.h"
+#include "flotilla/secagg.h"
+
+/* The device authority: an Ed25519 key pair held outside the coordinator. */
+struct authority {
+    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
+    uint8_t sk[FL_SECAGG_SIGNING_KEY_BYTES];
+    char vk_hex[2 * FL_SECAGG_VERIFY_KEY_BYTES + 1];
+};
+
+static void hex(char *out, const uint8_t *in, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", in[i]);
+}
+
+static void authority_make(struct authority *a) {
+    assert_int_equal(fl_secagg_signing_keygen(a->vk, a->sk, FL_SECAGG_BACKEND_DEFAULT), FL_OK);
+    hex(a->vk_hex, a->vk, sizeof(a->vk));
+}
+
+/* A device: its key pair, a device id derived from seed, and the authority's certificate. */
+static void identity_make(fl_secagg_identity *id, uint8_t vk[32], const struct authority *a,
+                          uint8_t seed) {
+    memset(id, 0, sizeof(*id));
+    id->struct_size = sizeof(*id);
+    assert_int_equal(fl_secagg_signing_keygen(vk, id->signing_key, FL_SECAGG_BACKEND_DEFAULT),
+                     FL_OK);
+    for (int i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
+        id->device_id[i] = (uint8_t)(seed * 31 + i + 1);
+    assert_int_equal(
+        fl_secagg_cert_issue_device(id->cert, a->sk, id->device_id, vk, FL_SECAGG_BACKEND_DEFAULT),
+        FL_OK);
+}
+
+/* The enrollment body's secagg_identity for (device_id, vk, cert). */
+static void identity_json(char *out, size_t n, const uint8_t *device_id, const uint8_t *vk,
+                          const uint8_t *cert) {
+    char d[65], k[65], c[129];
+    hex(d, device_id, 32);
+    hex(k, vk, 32);
+    hex(c, cert, 64);
+    snprintf(out, n, "{\"device_id\":\"%s\",\"verify_key\":\"%s\",\"cert\":\"%s\"}", d, k, c);
+}
+
+/* POST /admin/populations with secagg extras (raw JSON after "enabled"), model, start.
+ * Returns the creation response; on 201 *etok receives the enrollment token (strdup). */
+static struct resp pop_create(struct fx *f, const char *name, int target, int min,
+                              const char *secagg, const char *strategy, char **etok) {
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
+             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
+             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
+             "\"max_retry_s\":60},"
+             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"consistency\":30,"
+             "\"unmask\":30},"
+             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"uniform\",\"weight_cap\":50},"
+             "\"strategy\":{\"name\":\"%s\"},"
+             "\"secagg\":{%s},"
+             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0,\"modulus_bits\":32}}",
+             name, target, min, strategy ? strategy : "fedavg", secagg);
+    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
+    if (r.status != 201 || !etok)
+        return r;
+    json_t *j = body_json(&r);
+    *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
+    json_decref(j);
+    size_t mlen;
+    uint8_t *model = make_model(&mlen);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
+    struct resp m =
+        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
+    assert_int_equal(m.status, 201);
+    resp_free(&m);
+    free(model);
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
+    m = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(m.status, 200);
+    resp_free(&m);
+    return r;
+}
+
+/* Creates an active population (consistency_check, authority a) and returns its
+ * enrollment token. */
+static char *active_pop(struct fx *f, const char *name, int target, int min,
+                        const struct authority *a) {
+    char sa[256], *etok = NULL;
+    snprintf(sa, sizeof(sa),
+             "\"enabled\":true,\"neighbors\":0,\"threshold_fraction\":0.5,"
+             "\"consistency_check\":true,\"authority_key\":\"%s\"",
+             a->vk_hex);
+    struct resp r = pop_create(f, name, target, min, sa, NULL, &etok);
+    if (r.status != 201)
+        fprintf(stderr, "%s\n", r.body);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    return etok;
+}
+
+/* POST /v1/enroll to pop with the secagg_identity JSON ident (NULL: none). */
+static struct resp enroll(struct fx *f, const char *etok, const char *pop, const char *ident) {
+    char body[1024];
+    snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"%s%s}", pop,
+             ident ? ",\"secagg_identity\":" : "", ident ? ident : "");
+    return http_json(f, "POST", "/v1/enroll", etok, body);
+}
+
+/* enroll(), asserting 201; returns the client token (strdup) and, if cid, the client id. */
+static char *enroll_ok(struct fx *f, const char *etok, const char *pop, const char *ident,
+                       char *cid, size_t cid_len) {
+    struct resp r = enroll(f, etok, pop, ident);
+    if (r.status != 201)
+        fprintf(stderr, "enroll: %ld %s\n", r.status, r.body);
+    assert_int_equal(r.status, 201);
+    json_t *j = body_json(&r);
+    char *tok = strdup(json_string_value(json_object_get(j, "client_token")));
+    if (cid)
+        snprintf(cid, cid_len, "%s", json_string_value(json_object_get(j, "client_id")));
+    json_decref(j);
+    resp_free(&r);
+    return tok;
+}
+
+/* Asserts r is error status/code naming field. */
+static void assert_field_error(struct resp *r, long status, const char *code, const char *field) {
+    assert_error(r, status, code);
+    json_t *j = body_json(r);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "field")), field);
+    json_decref(j);
+    resp_free(r);
+}
+
+/* ---- population rules ---- */
+
+static void test_population_rules(void **state) {
+    struct fx *f = *state;
+    struct authority a;
+    authority_make(&a);
+    char sa[512];
+    struct resp r;
+    /* consistency_check without a key, with a short, a non-hex or an all-zero key */
+    const char *bad_keys[] = {
+        "", ",\"authority_key\":\"abcd\"", ",\"authority_key\":7",
+        ",\"authority_key\":\"zz00000000000000000000000000000000000000000000000000000000000000\"",
+        ",\"authority_key\":\"0000000000000000000000000000000000000000000000000000000000000000\""};
+    for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
+        snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true%s", bad_keys[i]);
+        r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+        assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
+    }
+    /* a key without the check */
+    snprintf(sa, sizeof(sa), "\"enabled\":true,\"authority_key\":\"%s\"", a.vk_hex);
+    r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
+    /* what the check cannot be combined with: secagg off, FedBuff, norm proofs */
+    snprintf(sa, sizeof(sa),
+             "\"enabled\":false,\"consistency_check\":true,\"authority_key\":\"%s\"", a.vk_hex);
+    r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
+    snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
+             a.vk_hex);
+    r = pop_create(f, "bad", 3, 2, sa, "fedbuff", NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
+    snprintf(sa, sizeof(sa),
+             "\"enabled\":true,\"norm_proof\":true,\"consistency_check\":true,"
+             "\"authority_key\":\"%s\"",
+             a.vk_hex);
+    r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM populations"), 0);
+
+    /* Accepted with an uppercase key, shown normalised to lowercase. */
+    char upper[65];
+    for (int i = 0; i < 64; i++)
+        upper[i] = (char)(a.vk_hex[i] >= 'a' ? a.vk_hex[i] - 32 : a.vk_hex[i]);
+    upper[64] = '\0';
+    snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
+             upper);
+    r = pop_create(f, "act", 3, 2, sa, NULL, NULL);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    r = http_json(f, "GET", "/v1/admin/populations/act", ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    json_t *s = json_object_get(json_object_get(j, "config"), "secagg");
+    if (!s)
+        s = json_object_get(j, "secagg");
+    assert_non_null(s);
+    assert_true(json_is_true(json_object_get(s, "consistency_check")));
+    assert_string_equal(json_string_value(json_object_get(s, "authority_key")), a.vk_hex);
+    json_decref(j);
+    resp_free(&r);
+    /* Not changeable by PATCH. */
+    snprintf(sa, sizeof(sa), "{\"secagg\":{\"authority_key\":\"%s\"}}", a.vk_hex);
+    r = http_json(f, "PATCH", "/v1/admin/populations/act", ADMIN_TOKEN, sa);
+    assert_error(&r, 400, "invalid_field");
+    resp_free(&r);
+}
+
+/* ---- enrollment ---- */
+
+static void test_enrollment(void **state) {
+    struct fx *f = *state;
+    struct authority a, other;
+    authority_make(&a);
+    authority_make(&other);
+    char *etok = active_pop(f, "en", 3, 2, &a);
+    fl_secagg_identity d0, d1;
+    uint8_t vk0[32], vk1[32];
+    identity_make(&d0, vk0, &a, 1);
+    identity_make(&d1, vk1, &a, 2);
+    char ident[512], cid[32];
+
+    /* Missing, malformed, or not verifying: 400 and nothing enrolled. */
+    struct resp r = enroll(f, etok, "en", NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    r = enroll(f, etok, "en", "\"x\"");
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    identity_json(ident, sizeof(ident), d0.device_id, vk0, d0.cert);
+    size_t il = strlen(ident); /* ...<hex>"}: drop the cert's last two hex characters */
+    ident[il - 4] = '"';
+    ident[il - 3] = '}';
+    ident[il - 2] = '\0';
+    r = enroll(f, etok, "en", ident);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    uint8_t bad[64];
+    memcpy(bad, d0.cert, 64);
+    bad[5] ^= 1;
+    identity_json(ident, sizeof(ident), d0.device_id, vk0, bad);
+    r = enroll(f, etok, "en", ident);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    identity_json(ident, sizeof(ident), d1.device_id, vk0, d0.cert); /* another device's id */
+    r = enroll(f, etok, "en", ident);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    uint8_t by_other[64];
+    assert_int_equal(fl_secagg_cert_issue_device(by_other, other.sk, d0.device_id, vk0,
+                                                 FL_SECAGG_BACKEND_DEFAULT),
+                     FL_OK);
+    identity_json(ident, sizeof(ident), d0.device_id, vk0, by_other);
+    r = enroll(f, etok, "en", ident);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 0);
+
+    /* Good: enrolled, identity stored. */
+    identity_json(ident, sizeof(ident), d0.device_id, vk0, d0.cert);
+    char *tok0 = enroll_ok(f, etok, "en", ident, cid, sizeof(cid));
+    assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
+
+    /* The same device again, even with a fresh key and a valid certificate: 409, and no
+     * client is left behind. */
+    uint8_t vk0b[32], sk0b[64], cert0b[64];
+    assert_int_equal(fl_secagg_signing_keygen(vk0b, sk0b, FL_SECAGG_BACKEND_DEFAULT), FL_OK);
+    assert_int_equal(
+        fl_secagg_cert_issue_device(cert0b, a.sk, d0.device_id, vk0b, FL_SECAGG_BACKEND_DEFAULT),
+        FL_OK);
+    char ident_b[512];
+    identity_json(ident_b, sizeof(ident_b), d0.device_id, vk0b, cert0b);
+    r = enroll(f, etok, "en", ident_b);
+    assert_field_error(&r, 409, "conflict", "secagg_identity");
+    assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 1);
+
+    /* Revoked: the device stays registered and cannot come back as a new client. */
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%s/revoke", cid);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    r = enroll(f, etok, "en", ident_b);
+    assert_field_error(&r, 409, "conflict", "secagg_identity");
+    /* Erased: the identity goes with the client; the device may enroll again. */
+    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_true(r.status == 200 || r.status == 204);
+    resp_free(&r);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 0);
+    char *tok0b = enroll_ok(f, etok, "en", ident_b, NULL, 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
+
+    /* A population without the check ignores the field, even a malformed one. */
+    char sa[128], *etok2 = NULL;
+    snprintf(sa, sizeof(sa), "\"enabled\":true");
+    r = pop_create(f, "plain", 3, 2, sa, NULL, &etok2);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    char *tok_p = enroll_ok(f, etok2, "plain", "\"not an identity\"", NULL, 0);
+    char *tok_q = enroll_ok(f, etok2, "plain", ident, NULL, 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
+    free(tok0);
+    free(tok0b);
+    free(tok_p);
+    free(tok_q);
+    free(etok);
+    free(etok2);
+    fl_memzero(&d0, sizeof(d0));
+    fl_memzero(&d1, sizeof(d1));
+    fl_memzero(sk0b, sizeof(sk0b));
+}
+
+/* ---- rounds ---- */
+
+/* n devices enrolled in an active population (target n, min 3) with their identities; the
+ * devices check in and fetch their tasks, which must carry the active-mode fields. id[i] is
+ * device i's identity; the round id is returned. */
+static int64_t active_round(struct fx *f, const char *name, const struct authority *a, struct tc *c,
+                            fl_secagg_identity *id, int n) {
+    char *etok = active_pop(f, name, n, 3, a);
+    memset(c, 0, sizeof(*c) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        uint8_t vk[32];
+        char ident[512];
+        identity_make(&id[i], vk, a, (uint8_t)(10 + i));
+        identity_json(ident, sizeof(ident), id[i].device_id, vk, id[i].cert);
+        c[i].tok = enroll_ok(f, etok, name, ident, NULL, 0);
+    }
+    free(etok);
+    int64_t rid;
+    checkin_all(f, c, n, &rid);
+    fetch_tasks(f, c, n, rid);
+    /* The task says active mode and device certificates, and carries no authority key. */
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
+    struct resp r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
+    assert_int_equal(r.status, 200);
+    json_t *j = body_json(&r);
+    json_t *sa = json_object_get(j, "secagg");
+    assert_true(json_is_true(json_object_get(sa, "enabled")));
+    assert_true(json_is_true(json_object_get(sa, "consistency_check")));
+    assert_true(json_is_true(json_object_get(sa, "device_certs")));
+    assert_null(json_object_get(sa, "authority_key"));
+    assert_true(
+        json_integer_value(
+            json_object_get(json_object_get(j, "deadlines"), "consistency_unix_ms")) >
+        json_integer_value(json_object_get(json_object_get(j, "deadlines"), "masked_unix_ms")));
+    json_decref(j);
+    resp_free(&r);
+    assert_true(c[0].task.secagg);
+    return rid;
+}
+
+/* Creates device i's active secagg client with identity id (pinning authority a) and its
+ * ADVERTISE. */
+static void active_client(struct tc *c, const fl_secagg_identity *id, const struct authority *a,
+                          int64_t rid, const uint8_t **out, size_t *out_len) {
+    fl_secagg_config cfg;
+    fl_secagg_config_init(&cfg);
+    cfg.num_clients = c->task.n;
+    cfg.dim = (uint32_t)c->task.vec_len;
+    cfg.bits = c->task.bits;
+    cfg.degree = c->task.k;
+    cfg.threshold = c->task.t;
+    cfg.active = 1;
+    cfg.device_certs = 1;
+    memcpy(cfg.verify_key, a->vk, sizeof(cfg.verify_key));
+    assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, c->task.index, id, NULL),
+                     FL_OK);
+    uint32_t x[1024];
+    for (size_t j = 0; j < c->task.vec_len; j++)
+        x[j] = (uint32_t)c->words[j];
+    assert_int_equal(fl_secagg_client_set_input(c->sa, x, c->task.vec_len), FL_OK);
+    assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
+}
+
+/* Runs the five phases for the alive devices (alive[i]); a device with c[i].drop ==
+ * DROP_MASKED posts nothing from the masked phase on (the phase then closes at its deadline).
+ * Returns the outcome JSON the first device reads from the unmask result. */
+static json_t *run_active(struct fx *f, struct tc *c, int n, int64_t rid, bool *alive,
+                          const uint8_t **out, size_t *out_len) {
+    static const char *phases[5] = {"advertise", "share", "masked", "consistency", "unmask"};
+    json_t *outcome = NULL;
+    for (int ph = 0; ph < 5; ph++) {
+        bool skipped = false;
+        for (int i = 0; i < n; i++) {
+            if (!alive[i])
+                continue;
+            if (ph == 2 && c[i].drop == DROP_MASKED) {
+                alive[i] = false;
+                skipped = true;
+                continue;
+            }
+            struct resp r = post_phase(f, &c[i], rid, phases[ph], out[i], out_len[i]);
+            if (r.status != 202)
+                fprintf(stderr, "post %s device %d: %ld %s\n", phases[ph], i, r.status, r.body);
+            assert_int_equal(r.status, 202);
+            resp_free(&r);
+        }
+        if (skipped)
+            fx_advance(f, c[0].task.dl[ph] + 1 - atomic_load(&f->now_ms));
+        for (int i = 0; i < n; i++) {
+            if (!alive[i])
+                continue;
+            struct resp r = get_result(f, &c[i], rid, phases[ph], 10);
+            if (ph == 4) {
+                if (r.status == 200 && !outcome)
+                    outcome = body_json(&r);
+                resp_free(&r);
+                continue;
+            }
+            if (r.status != 200)
+                fprintf(stderr, "result %s device %d: %ld %s\n", phases[ph], i, r.status,
+                        r.body ? r.body : "");
+            assert_int_equal(r.status, 200);
+            fl_status st = fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len, &out[i],
+                                                   &out_len[i]);
+            if (st != FL_OK)
+                fprintf(stderr, "device %d handle %s: %s\n", i, phases[ph],
+                        fl_secagg_client_errmsg(c[i].sa));
+            assert_int_equal(st, FL_OK);
+            resp_free(&r);
+        }
+    }
+    return outcome;
+}
+
+/* The exact sum of the devices still in (alive at the end), as the hook saw it. */
+static void check_exact_sum(const struct sum_hook *h, const struct tc *c, const bool *in, int n) {
+    size_t L = c[0].task.vec_len;
+    uint64_t mask = c[0].task.bits == 64 ? ~0ull : ((uint64_t)1 << c[0].task.bits) - 1;
+    uint64_t expect[1024] = {0};
+    uint32_t count = 0;
+    for (int i = 0; i < n; i++) {
+        if (!in[i])
+            continue;
+        count++;
+        for (size_t j = 0; j < L; j++)
+            expect[j] = (expect[j] + c[i].words[j]) & mask;
+    }
+    assert_int_equal(h->calls, 1);
+    assert_int_equal(h->count, count);
+    assert_int_equal(h->vec_len, L);
+    assert_memory_equal(h->sum, expect, L * sizeof(uint64_t));
+}
+
+static void test_active_round_with_dropout(void **state) {
+    struct fx *f = *state;
+    enum { N = 6 };
+    struct authority a;
+    authority_make(&a);
+    struct tc c[N];
+    fl_secagg_identity id[N];
+    struct sum_hook h;
+    memset(&h, 0, sizeof(h));
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
+    int64_t rid = active_round(f, "ar", &a, c, id, N);
+    c[4].drop = DROP_MASKED;
+    const uint8_t *out[N];
+    size_t out_len[N];
+    bool alive[N];
+    for (int i = 0; i < N; i++) {
+        alive[i] = true;
+        active_client(&c[i], &id[i], &a, rid, &out[i], &out_len[i]);
+    }
+    json_t *o = run_active(f, c, N, rid, alive, out, out_len);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), N - 1);
+    json_decref(o);
+    check_exact_sum(&h, c, alive, N);
+    /* The round record counts the consistency phase: every survivor posted it. */
+    json_t *j = admin_round(f, rid);
+    json_t *pc = json_object_get(j, "phase_counts");
+    assert_int_equal(json_integer_value(json_object_get(pc, "consistency")), N - 1);
+    assert_int_equal(json_integer_value(json_object_get(pc, "masked")), N - 1);
+    json_decref(j);
+    fl__coord_debug_hook_set(f->co, NULL, NULL);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+    fl_memzero(id, sizeof(id));
+}
+
+/* Device 1 advertises with device 0's identity (its key and certificate, which verify):
+ * refused with 400 before the server seats it, dropped, and the round completes with the
+ * other devices, without waiting for the advertise deadline. */
+static void test_advertise_other_device(void **state) {
+    struct fx *f = *state;
+    enum { N = 5 };
+    struct authority a;
+    authority_make(&a);
+    struct tc c[N];
+    fl_secagg_identity id[N];
+    struct sum_hook h;
+    memset(&h, 0, sizeof(h));
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
+    int64_t rid = active_round(f, "ao", &a, c, id, N);
+    const uint8_t *out[N];
+    size_t out_len[N];
+    bool alive[N];
+    for (int i = 0; i < N; i++) {
+        alive[i] = true;
+        active_client(&c[i], i == 1 ? &id[0] : &id[i], &a, rid, &out[i], &out_len[i]);
+    }
+    int64_t t0 = atomic_load(&f->now_ms);
+    struct resp r = post_phase(f, &c[1], rid, "advertise", out[1], out_len[1]);
+    assert_error(&r, 400, "invalid_message");
+    assert_non_null(strstr(r.body, "the advertisement names another device"));
+    resp_free(&r);
+    /* Dropped: its next try, even with its own identity, is refused. */
+    fl_secagg_client_destroy(c[1].sa);
+    c[1].sa = NULL;
+    const uint8_t *own;
+    size_t own_len;
+    active_client(&c[1], &id[1], &a, rid, &own, &own_len);
+    r = post_phase(f, &c[1], rid, "advertise", own, own_len);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+    alive[1] = false;
+    json_t *o = run_active(f, c, N, rid, alive, out, out_len);
+    assert_int_equal(atomic_load(&f->now_ms), t0); /* no deadline was waited for */
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), N - 1);
+    json_decref(o);
+    check_exact_sum(&h, c, alive, N);
+    json_t *j = admin_round(f, rid);
+    json_t *pc = json_object_get(j, "phase_counts");
+    assert_int_equal(json_integer_value(json_object_get(pc, "advertise")), N - 1);
+    json_decref(j);
+    fl__coord_debug_hook_set(f->co, NULL, NULL);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+    fl_memzero(id, sizeof(id));
+}
+
+/* A semi-honest round has no consistency phase: its endpoints answer 404. */
+static void test_no_consistency_without_check(void **state) {
+    struct fx *f = *state;
+    enum { N = 3 };
+    struct popcfg pc = {.name = "sh", .target = N, .min = 2, .secagg = true, .mode = "none"};
+    struct tc c[N];
+    setup_devices(f, &pc, c, N);
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    struct resp r = post_phase(f, &c[0], rid, "consistency", (const uint8_t *)"x", 1);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    r = get_result(f, &c[0], rid, "consistency", 0);
+    assert_error(&r, 404, "not_found");
+    resp_free(&r);
+    clients_free(c, N);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_population_rules, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_enrollment, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_active_round_with_dropout, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_advertise_other_device, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_no_consistency_without_check, fx_setup, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
