@@ -35,8 +35,8 @@ static int setup(void **state) {
     for (int i = 0; i < 3; i++)
         STORE_OK(f->st,
                  fl_store_client_enroll(f->st, ids[i], token, sizeof(token) - 1, "eu", f->pop));
-    STORE_OK(f->st, fl_store_client_enroll(f->st, "other-1", token, sizeof(token) - 1, "eu",
-                                           f->pop2));
+    STORE_OK(f->st,
+             fl_store_client_enroll(f->st, "other-1", token, sizeof(token) - 1, "eu", f->pop2));
     *state = f;
     return 0;
 }

@@ -159,6 +159,31 @@ static fl_status op_client_enroll(struct world *w, int i) {
     snprintf(id, sizeof(id), "oom-client-%d", i);
     return fl_store_client_enroll(w->st, id, "0123456789abcdef", 16, "eu", w->pop);
 }
+/* Enrollment with a device identity, as the coordinator does it: client and identity in one
+ * transaction, then read back. A fresh client and device id per call. */
+static fl_status op_enroll_identity(struct world *w, int i) {
+    char id[32];
+    snprintf(id, sizeof(id), "oom-ident-%d", i);
+    fl_store_client_identity ci, got;
+    memset(&ci, 0, sizeof(ci));
+    memcpy(ci.device_id, &i, sizeof(i));
+    ci.device_id[31] = 1;
+    fl_status r = fl_store_begin(w->st);
+    if (r != FL_OK)
+        return r;
+    r = fl_store_client_enroll(w->st, id, "0123456789abcdef", 16, "eu", w->pop);
+    if (r == FL_OK)
+        r = fl_store_client_identity_put(w->st, id, &ci);
+    if (r == FL_OK)
+        r = fl_store_commit(w->st);
+    if (r != FL_OK && fl_store_in_transaction(w->st))
+        fl_store_rollback(w->st);
+    if (r == FL_OK)
+        r = fl_store_client_identity_get(w->st, &got, id);
+    if (r == FL_OK)
+        assert_memory_equal(&got, &ci, sizeof(ci));
+    return r;
+}
 static fl_status op_round_create(struct world *w, int i) {
     (void)i;
     return fl_store_round_create(w->st, NULL, w->pop, 0, 0, "{}");
@@ -229,6 +254,7 @@ static const struct {
     {"model_put", op_model_put},
     {"population_create", op_population_create},
     {"client_enroll", op_client_enroll},
+    {"begin+enroll+identity_put+commit+get", op_enroll_identity},
     {"round_create", op_round_create},
     {"tag_set", op_tag},
     {"ledger_append", op_ledger_append},
