@@ -4,10 +4,10 @@
  * that does not verify, one for another device or by another authority, a device id already
  * enrolled, a missing or malformed identity, revocation keeping the device, erasure freeing
  * it, a population without the check ignoring the field); a complete active round with a
- * dropout in the masked phase and the consistency phase, whose sum is exact; and an
- * ADVERTISE naming another enrolled device refused and its sender dropped while the round
- * completes without it. Devices are the library's secagg clients with their own identities
- * (coord_testkit.c's stand-ins do the rest). */
+ * dropout in the masked phase and the consistency phase, whose sum is exact; an ADVERTISE
+ * naming another enrolled device refused and its sender dropped while the round completes
+ * without it; and a restart keeping all of it. Devices are the library's secagg clients with
+ * their own identities (coord_testkit.c's stand-ins do the rest). */
 #include "coord_testkit.h"
 #include "flotilla/secagg.h"
 
@@ -532,6 +532,44 @@ static void test_advertise_other_device(void **state) {
     fl_memzero(id, sizeof(id));
 }
 
+/* A restarted coordinator reloads the population's active mode and authority key from
+ * storage: enrollment still requires an identity, checks it under the same key, and the
+ * registered devices stay registered. */
+static void test_restart_keeps_active(void **state) {
+    struct fx *f = *state;
+    struct authority a;
+    authority_make(&a);
+    char *etok = active_pop(f, "rs", 3, 2, &a);
+    fl_secagg_identity d0, d1;
+    uint8_t vk0[32], vk1[32];
+    identity_make(&d0, vk0, &a, 1);
+    identity_make(&d1, vk1, &a, 2);
+    char ident0[512], ident1[512];
+    identity_json(ident0, sizeof(ident0), d0.device_id, vk0, d0.cert);
+    identity_json(ident1, sizeof(ident1), d1.device_id, vk1, d1.cert);
+    char *tok0 = enroll_ok(f, etok, "rs", ident0, NULL, 0);
+    fx_stop(f);
+    fx_start(f);
+    struct resp r = enroll(f, etok, "rs", NULL);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    uint8_t bad[64];
+    memcpy(bad, d1.cert, 64);
+    bad[0] ^= 0x80;
+    char ident_bad[512];
+    identity_json(ident_bad, sizeof(ident_bad), d1.device_id, vk1, bad);
+    r = enroll(f, etok, "rs", ident_bad);
+    assert_field_error(&r, 400, "invalid_field", "secagg_identity");
+    r = enroll(f, etok, "rs", ident0);
+    assert_field_error(&r, 409, "conflict", "secagg_identity");
+    char *tok1 = enroll_ok(f, etok, "rs", ident1, NULL, 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 2);
+    free(tok0);
+    free(tok1);
+    free(etok);
+    fl_memzero(&d0, sizeof(d0));
+    fl_memzero(&d1, sizeof(d1));
+}
+
 /* A semi-honest round has no consistency phase: its endpoints answer 404. */
 static void test_no_consistency_without_check(void **state) {
     struct fx *f = *state;
@@ -557,6 +595,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_enrollment, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_active_round_with_dropout, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_advertise_other_device, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_keeps_active, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_no_consistency_without_check, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
