@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,12 @@
 #define HDR_MAX 6
 #define HDR_LEN 320
 #define RESP_HDR_MAX 128
+
+/* The device identity's sizes are the secagg library's (client.h cannot include secagg.h). */
+_Static_assert(FL_CLIENT_SIGNING_KEY_BYTES == FL_SECAGG_SIGNING_KEY_BYTES, "signing key size");
+_Static_assert(FL_CLIENT_DEVICE_ID_BYTES == FL_SECAGG_DEVICE_ID_BYTES, "device id size");
+_Static_assert(FL_CLIENT_CERT_BYTES == FL_SECAGG_CERT_BYTES, "certificate size");
+_Static_assert(FL_CLIENT_PUBLIC_KEY_BYTES == FL_SECAGG_VERIFY_KEY_BYTES, "verify key size");
 
 /* ---- response sink ---- */
 
@@ -262,6 +269,11 @@ struct fl_client {
     uint64_t max_model_bytes;
     uint32_t backoff_initial_ms, backoff_max_ms, request_timeout_ms, long_poll_s;
     int secagg_backend;
+    int has_identity;                    /* the device identity below is set */
+    uint8_t sa_signing_key[FL_CLIENT_SIGNING_KEY_BYTES]; /* secret; wiped at destroy */
+    uint8_t sa_device_id[FL_CLIENT_DEVICE_ID_BYTES];     /* bound by sa_cert */
+    uint8_t sa_cert[FL_CLIENT_CERT_BYTES];               /* v2 certificate */
+    uint8_t sa_authority[FL_CLIENT_PUBLIC_KEY_BYTES];    /* pinned device-authority key */
     fl_client_clock_fn clock;
     void *clock_user;
     struct fl__client_rng rng;           /* jitter and shuffling */
@@ -344,8 +356,52 @@ void fl_client_config_init(fl_client_config *cfg) {
     cfg->long_poll_s = 30;
 }
 
+/* The config before the device identity was appended (an older app's struct): its sizeof
+ * ended right after clock_user (no tail padding), where has_secagg_identity now begins. */
+#define CONFIG_V0_SIZE offsetof(fl_client_config, has_secagg_identity)
+_Static_assert(CONFIG_V0_SIZE == offsetof(fl_client_config, clock_user) + sizeof(void *),
+               "the older fl_client_config ends at clock_user");
+
+/* 1 if cfg carries the identity fields (struct_size of this header) and sets them. */
+static int config_has_identity(const fl_client_config *cfg) {
+    return cfg->struct_size >= sizeof(*cfg) && cfg->has_secagg_identity;
+}
+
+/* The v2 device certificate must verify under the pinned authority key for the device id
+ * and the signing key's verification key (its last 32 bytes, as the secagg library reads
+ * it): a device that would only be refused by its neighbours or the coordinator later is
+ * refused here, with the reason. */
+static const char *check_identity(const fl_client_config *cfg) {
+    static const char label[] = "flotilla-secagg-cert-v2";
+    uint8_t stmt[sizeof(label) - 1 + FL_CLIENT_DEVICE_ID_BYTES + FL_CLIENT_PUBLIC_KEY_BYTES];
+    uint8_t any_id = 0, any_auth = 0;
+    if (cfg->has_secagg_identity != 1)
+        return "cfg.has_secagg_identity must be 0 or 1";
+    for (size_t i = 0; i < FL_CLIENT_DEVICE_ID_BYTES; i++)
+        any_id |= cfg->secagg_device_id[i];
+    for (size_t i = 0; i < FL_CLIENT_PUBLIC_KEY_BYTES; i++)
+        any_auth |= cfg->secagg_authority_key[i];
+    if (!any_id)
+        return "cfg.secagg_device_id must not be all zero";
+    if (!any_auth)
+        return "cfg.secagg_authority_key: the device authority's key is required with an "
+               "identity";
+    memcpy(stmt, label, sizeof(label) - 1);
+    memcpy(stmt + sizeof(label) - 1, cfg->secagg_device_id, FL_CLIENT_DEVICE_ID_BYTES);
+    memcpy(stmt + sizeof(label) - 1 + FL_CLIENT_DEVICE_ID_BYTES, cfg->secagg_signing_key + 32,
+           FL_CLIENT_PUBLIC_KEY_BYTES);
+    int vr = fl__client_ed25519_verify(cfg->secagg_cert, stmt, sizeof(stmt),
+                                       cfg->secagg_authority_key);
+    if (vr == FL_ERR_UNSUPPORTED)
+        return "cfg.secagg_cert cannot be checked: this build has no Ed25519 verifier";
+    if (vr != FL_OK)
+        return "cfg.secagg_cert does not verify under cfg.secagg_authority_key for "
+               "cfg.secagg_device_id and the signing key";
+    return NULL;
+}
+
 static const char *check_config(const fl_client_config *cfg) {
-    if (cfg->struct_size < sizeof(*cfg))
+    if (cfg->struct_size != CONFIG_V0_SIZE && cfg->struct_size < sizeof(*cfg))
         return "cfg.struct_size: call fl_client_config_init first";
     if (!cfg->population || !chars_ok(cfg->population, 64, "_.-"))
         return "cfg.population: 1-64 chars [A-Za-z0-9_.-] required";
@@ -380,7 +436,15 @@ static const char *check_config(const fl_client_config *cfg) {
         return "cfg.long_poll_s must be 0..60";
     if (cfg->secagg_backend < 0 || cfg->secagg_backend > FL_SECAGG_BACKEND_MBEDTLS)
         return "cfg.secagg_backend: an fl_secagg_backend value";
+    if (cfg->struct_size >= sizeof(*cfg) && cfg->has_secagg_identity)
+        return check_identity(cfg);
     return NULL;
+}
+
+fl_status fl_client_identity_keygen(uint8_t *verify_key, uint8_t *signing_key) {
+    if (!verify_key || !signing_key)
+        return FL_ERR_MISUSE;
+    return fl_secagg_signing_keygen(verify_key, signing_key, FL_SECAGG_BACKEND_DEFAULT);
 }
 
 fl_status fl_client_create(fl_client **out, const fl_client_config *cfg, char *errmsg_out,
@@ -429,6 +493,13 @@ fl_status fl_client_create(fl_client **out, const fl_client_config *cfg, char *e
     c->request_timeout_ms = cfg->request_timeout_ms;
     c->long_poll_s = cfg->long_poll_s;
     c->secagg_backend = cfg->secagg_backend;
+    if (config_has_identity(cfg)) {
+        c->has_identity = 1;
+        memcpy(c->sa_signing_key, cfg->secagg_signing_key, sizeof(c->sa_signing_key));
+        memcpy(c->sa_device_id, cfg->secagg_device_id, sizeof(c->sa_device_id));
+        memcpy(c->sa_cert, cfg->secagg_cert, sizeof(c->sa_cert));
+        memcpy(c->sa_authority, cfg->secagg_authority_key, sizeof(c->sa_authority));
+    }
     c->clock = cfg->clock ? cfg->clock : fl__client_now_real;
     c->clock_user = cfg->clock_user;
     uint64_t seed = cfg->seed;
@@ -476,6 +547,7 @@ void fl_client_destroy(fl_client *c) {
     resp_reset(&c->resp, 0);
     pthread_mutex_destroy(&c->lock);
     fl_allocator a = c->alloc;
+    /* Everything, the identity's signing key and the token included. */
     fl_memzero(c, sizeof(*c));
     fl__free(&a, c, sizeof(*c));
 }
@@ -694,6 +766,21 @@ static fl_status build_request(fl_client *c, size_t *limit) {
         fl__client_jw_str(&w, c->region);
         fl__client_jw_raw(&w, ",\"platform\":");
         fl__client_jw_str(&w, c->platform);
+        if (c->has_identity) {
+            /* Public parts only: the coordinator checks the certificate under the
+             * population's authority key and binds the device id to this client. */
+            char hex[2 * FL_CLIENT_CERT_BYTES + 1];
+            fl__client_hex(hex, c->sa_device_id, sizeof(c->sa_device_id));
+            fl__client_jw_raw(&w, ",\"secagg_identity\":{\"device_id\":");
+            fl__client_jw_str(&w, hex);
+            fl__client_hex(hex, c->sa_signing_key + 32, FL_CLIENT_PUBLIC_KEY_BYTES);
+            fl__client_jw_raw(&w, ",\"verify_key\":");
+            fl__client_jw_str(&w, hex);
+            fl__client_hex(hex, c->sa_cert, sizeof(c->sa_cert));
+            fl__client_jw_raw(&w, ",\"cert\":");
+            fl__client_jw_str(&w, hex);
+            fl__client_jw_raw(&w, "}");
+        }
         fl__client_jw_raw(&w, ",\"sdk_version\":\"" FL_VERSION_STRING "\"}");
         req_body(c, "application/json", (const uint8_t *)c->json, w.len);
         return fl__client_jw_ok(&w) ? FL_OK : FL_ERR_INTERNAL;
@@ -788,6 +875,23 @@ static void error_code(fl_client *c, char *code, size_t cap) {
                                                      "code"), code, cap);
 }
 
+/* The error body's "field" and "message" as "field: message" ("" if none), cut to cap and
+ * to printable ASCII (it goes into errmsg and the log). */
+static void error_message(fl_client *c, char *out, size_t cap) {
+    struct jdoc d;
+    char field[64] = "", msg[160] = "";
+    out[0] = '\0';
+    if (parse_json(c, &d) != FL_OK)
+        return;
+    long e = fl__client_json_get(&d.j, 0, "error");
+    fl__client_json_str(&d.j, fl__client_json_get(&d.j, e, "field"), field, sizeof(field));
+    fl__client_json_str(&d.j, fl__client_json_get(&d.j, e, "message"), msg, sizeof(msg));
+    snprintf(out, cap, "%s%s%s", field, field[0] && msg[0] ? ": " : "", msg);
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+            *p = '?';
+}
+
 /* Verifies the signature headers of a signed body (docs/protocol.md 4.1). */
 static fl_status verify_signed(fl_client *c, const char *context, uint64_t id) {
     fl_client_response *rp = &c->resp;
@@ -866,10 +970,16 @@ static void on_enroll(fl_client *c, int64_t now) {
         return;
     }
     error_code(c, code, sizeof(code));
-    if (st == 401 || st == 403 || st == 400 || st == 404)
-        fail_sticky(c, st == 403 ? FL_ERR_STATE : FL_ERR_AUTH, "enrollment refused: %s",
-                    code[0] ? code : "unexpected status");
-    else if (st == 408) /* cut by the server's request deadline: nothing was enrolled */
+    if (st == 401 || st == 403 || st == 400 || st == 404 || st == 409) {
+        /* The server's message says why (e.g. which field, or that the device identity's
+         * certificate does not verify under the population's authority key); a device id
+         * already enrolled (409 conflict) cannot enroll again as a new client. */
+        char msg[200];
+        error_message(c, msg, sizeof(msg));
+        fail_sticky(c, st == 403 || st == 409 ? FL_ERR_STATE : FL_ERR_AUTH,
+                    "enrollment refused: %s%s%s", code[0] ? code : "unexpected status",
+                    msg[0] ? ": " : "", msg);
+    } else if (st == 408) /* cut by the server's request deadline: nothing was enrolled */
         transient(c, now, FL_ERR_TIMEOUT, "enrollment timed out on the server (408)");
     else
         transient(c, now, FL_ERR_IO, "enrollment failed (server busy or unavailable)");
@@ -1339,13 +1449,15 @@ static void do_train(fl_client *c, int64_t now) {
     sc.norm_tail_max = r->task.sa_norm_weight_max;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
     secagg_context(sc.context, r);
-    char em[160];
+    char em[160] = "";
     rc = fl_secagg_config_resolve(&sc, em, sizeof(em));
     if (rc == FL_OK)
         rc = fl_secagg_client_create(&r->sa, &sc, (uint64_t)r->id, r->task.sa_index, NULL,
                                      fl__client_ext_alloc(&c->alloc));
     else
         fl__err_set(&c->err, rc, "secagg parameters: %s", em);
+    if (rc != FL_OK && !r->sa && !em[0])
+        fl__err_set(&c->err, rc, "secagg client: %s", fl_status_str(rc));
     if (rc == FL_OK)
         rc = fl_secagg_client_set_input(r->sa, vec, vlen);
     fl_memzero(vec, vlen * wb);

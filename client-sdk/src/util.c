@@ -600,6 +600,15 @@ size_t fl_client_max_tensors(void) {
 size_t fl_client_max_json_bytes(void) {
     return FL_CLIENT_MAX_JSON_BYTES;
 }
+size_t fl_client_signing_key_bytes(void) {
+    return FL_CLIENT_SIGNING_KEY_BYTES;
+}
+size_t fl_client_device_id_bytes(void) {
+    return FL_CLIENT_DEVICE_ID_BYTES;
+}
+size_t fl_client_cert_bytes(void) {
+    return FL_CLIENT_CERT_BYTES;
+}
 
 /* ---- version, status names, trainer creation with its reason ---- */
 

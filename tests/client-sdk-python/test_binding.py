@@ -324,3 +324,36 @@ def test_client_create_errors_and_leaks(counting):
         c2 = fc.Client("http://127.0.0.1:9", "pop", "EU", key, st, enrollment_token="x" * 30,
                        allocator=counting)
     assert c2.closed
+
+
+def test_identity_keygen_and_create_check():
+    # The device authority is Python's own Ed25519 (cryptography): its v2 certificate over
+    # ("flotilla-secagg-cert-v2" || device id || the SDK-made verification key) is accepted
+    # at creation; one byte changed anywhere is refused with the field named.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    vk, sk = fc.identity_keygen()
+    vk2, _ = fc.identity_keygen()
+    assert len(vk) == 32 and len(sk) == fc.sizes()["signing_key_bytes"] == 64
+    assert sk[32:] == vk and vk != vk2
+    auth = Ed25519PrivateKey.generate()
+    auth_vk = auth.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    dev = b"python-device-1".ljust(32, b"\0")
+    cert = auth.sign(b"flotilla-secagg-cert-v2" + dev + vk)
+    key = bytes(32)
+    ident = {"signing_key": sk, "device_id": dev, "cert": cert, "authority_key": auth_vk}
+    with fc.Store(":memory:", feature_dim=2) as st:
+        fc.Client("http://127.0.0.1:9", "pop", "EU", key, st, enrollment_token="x" * 30,
+                  secagg_identity=ident).close()
+        fc.Client("http://127.0.0.1:9", "pop", "EU", key, st, enrollment_token="x" * 30,
+                  secagg_identity=(sk, dev, cert, auth_vk)).close()
+        for field in ("device_id", "cert", "authority_key"):
+            bad = dict(ident)
+            bad[field] = bytes([bad[field][0] ^ 1]) + bad[field][1:]
+            with pytest.raises(fc.FlotillaError) as e:
+                fc.Client("http://127.0.0.1:9", "pop", "EU", key, st,
+                          enrollment_token="x" * 30, secagg_identity=bad)
+            assert e.value.name == "FL_ERR_MISUSE" and "secagg_cert" in e.value.message
+        with pytest.raises(ValueError):
+            fc.Client("http://127.0.0.1:9", "pop", "EU", key, st, enrollment_token="x" * 30,
+                      secagg_identity=(sk, dev, cert[:10], auth_vk))

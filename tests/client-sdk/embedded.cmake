@@ -5,6 +5,7 @@
 #   client_embedded_exports                 meta export check (fl_client_* only, documented)
 #   client_test_crypto_profiles_sodium      known answers on the normal objects ...
 #   client_test_crypto_profiles_embedded    ... and the same ones on the embedded objects
+#   client_test_identity_embedded           device identity (test_identity.c) on mbedTLS
 #   client_test_embedded_round              rounds through the REAL coordinator with devices
 #                                           on the embedded .so (secagg, distributed DP,
 #                                           signed task and model; a tampered model refused)
@@ -46,6 +47,13 @@ if(TARGET fl_client_embedded)
     LIBS fl_client_embedded_static LABELS "client-sdk;unit" TIMEOUT 120)
   target_include_directories(client_test_crypto_profiles_embedded PRIVATE ${_emb_inc})
   target_compile_definitions(client_test_crypto_profiles_embedded PRIVATE FL_TEST_EMBEDDED)
+  # The device identity (keys made and certificates checked on mbedTLS alone).
+  if(EXISTS ${_emb_dir}/test_identity.c)
+    fl_add_test(client_test_identity_embedded SOURCES ${_emb_dir}/test_identity.c
+      LIBS fl_client_embedded_static LABELS "client-sdk;unit" TIMEOUT 120)
+    target_include_directories(client_test_identity_embedded PRIVATE ${_emb_inc})
+    target_compile_definitions(client_test_identity_embedded PRIVATE FL_TEST_EMBEDDED)
+  endif()
 
   # Devices on the shared embedded library (its public API only); the coordinator is the
   # normal static one, and the test's own HTTP transport uses libcurl (the library does not).

@@ -262,6 +262,11 @@ static void on_update(void *user, int64_t round_id, const float *delta, size_t d
 }
 
 fl_status sdev_open(struct sdev *d, struct sfx *f, int k, const struct sdev_opts *o) {
+    return sdev_open_identity(d, f, k, o, NULL);
+}
+
+fl_status sdev_open_identity(struct sdev *d, struct sfx *f, int k, const struct sdev_opts *o,
+                             const struct sdev_identity *identity) {
     memset(d, 0, sizeof(*d));
     d->k = k;
     d->max_rounds = 1;
@@ -312,7 +317,16 @@ fl_status sdev_open(struct sdev *d, struct sfx *f, int k, const struct sdev_opts
     cfg.backoff_initial_ms = 200;
     cfg.backoff_max_ms = 2000;
     cfg.long_poll_s = o->long_poll_s;
+    if (identity) {
+        cfg.has_secagg_identity = 1;
+        memcpy(cfg.secagg_signing_key, identity->signing_key, 64);
+        memcpy(cfg.secagg_device_id, identity->device_id, 32);
+        memcpy(cfg.secagg_cert, identity->cert, 64);
+        memcpy(cfg.secagg_authority_key, identity->authority_key, 32);
+    }
     rc = fl_client_create(&d->c, &cfg, err, sizeof(err));
+    if (rc != FL_OK && rc != FL_ERR_NOMEM)
+        fprintf(stderr, "device %d: %s\n", k, err);
     if (rc != FL_OK)
         return rc;
     fl__client_debug_update_hook_set(d->c, on_update, d);

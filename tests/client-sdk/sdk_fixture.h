@@ -99,6 +99,14 @@ struct sdev {
     int blas_warnings;         /* WARN lines naming OPENBLAS_CORETYPE */
 };
 
+/* A device identity for secagg's active mode (fl_client_config.secagg_*). */
+struct sdev_identity {
+    uint8_t signing_key[64];   /* the device's Ed25519 key (fl_client_identity_keygen) */
+    uint8_t device_id[32];
+    uint8_t cert[64];          /* the authority's v2 certificate */
+    uint8_t authority_key[32]; /* the authority's verification key, pinned */
+};
+
 struct sdev_opts {
     const char *population;
     const char *etok;          /* enrollment token */
@@ -112,6 +120,9 @@ struct sdev_opts {
 /* Opens a device: store with n_examples examples, curl transport, fault wrapper, client.
  * Returns the client's create status (FL_OK, or FL_ERR_NOMEM in OOM walks). */
 fl_status sdev_open(struct sdev *d, struct sfx *f, int k, const struct sdev_opts *o);
+/* The same with a device identity (NULL = none) in the client's config. */
+fl_status sdev_open_identity(struct sdev *d, struct sfx *f, int k, const struct sdev_opts *o,
+                             const struct sdev_identity *identity);
 void sdev_close(struct sdev *d);
 void sdev_stats(const struct sdev *d, fl_client_stats *cs);
 

@@ -43,6 +43,10 @@ extern "C" {
 #define FL_CLIENT_MAX_LAYERS 16              /* dense layers of the built-in trainer */
 #define FL_CLIENT_MAX_TENSORS 256            /* tensors per model the SDK accepts */
 #define FL_CLIENT_MAX_JSON_BYTES 262144      /* largest JSON answer the SDK accepts */
+#define FL_CLIENT_SIGNING_KEY_BYTES 64       /* device identity: Ed25519 secret key (seed ||
+                                                verification key) */
+#define FL_CLIENT_DEVICE_ID_BYTES 32         /* device identity: the id its certificate binds */
+#define FL_CLIENT_CERT_BYTES 64              /* device identity: the authority's certificate */
 
 FL_API size_t fl_client_public_key_bytes(void);
 FL_API size_t fl_client_key_id_chars(void);
@@ -50,6 +54,9 @@ FL_API size_t fl_client_token_max_chars(void);
 FL_API size_t fl_client_max_layers(void);
 FL_API size_t fl_client_max_tensors(void);
 FL_API size_t fl_client_max_json_bytes(void);
+FL_API size_t fl_client_signing_key_bytes(void);
+FL_API size_t fl_client_device_id_bytes(void);
+FL_API size_t fl_client_cert_bytes(void);
 
 /* ---- version and status names ----
  * The shared library exports only fl_client_* names, so the core's version and status-name
@@ -75,6 +82,19 @@ FL_API const char *fl_client_status_str(fl_status code);
  *   pk       FL_CLIENT_PUBLIC_KEY_BYTES bytes.
  * Returns FL_OK or FL_ERR_MISUSE (NULL argument). Thread-safe. */
 FL_API fl_status fl_client_key_id(char *out, const uint8_t *pk);
+
+/* Makes a device identity key pair for secure aggregation's active-adversary mode
+ * (docs/client-sdk.md "Device identity"): a fresh Ed25519 key pair from the build's CSPRNG
+ * (libsodium, or mbedTLS's CTR-DRBG in the embedded profile). The app keeps signing_key
+ * secret on the device (fl_client_config.secagg_signing_key), sends verify_key to its device
+ * authority, which certifies it together with the device id, offline, and stores the
+ * certificate with the key.
+ *   verify_key   receives FL_CLIENT_PUBLIC_KEY_BYTES bytes (public).
+ *   signing_key  receives FL_CLIENT_SIGNING_KEY_BYTES bytes (secret: wipe it when done; its
+ *                last 32 bytes are verify_key).
+ * Returns FL_OK, FL_ERR_MISUSE (NULL argument), FL_ERR_CRYPTO (the generator failed;
+ * signing_key is then zeroed) or FL_ERR_UNSUPPORTED (no Ed25519 in this build). Thread-safe. */
+FL_API fl_status fl_client_identity_keygen(uint8_t *verify_key, uint8_t *signing_key);
 
 /* Clock hook: current time in Unix milliseconds. */
 typedef int64_t (*fl_client_clock_fn)(void *user);
@@ -460,6 +480,24 @@ typedef struct fl_client_config {
                                       Quantization and DP noise always use the OS CSPRNG. */
     fl_client_clock_fn clock;      /* NULL = CLOCK_REALTIME */
     void *clock_user;              /* passed to clock */
+    /* Grown at the end (device identity): a struct_size of offsetof(fl_client_config,
+     * has_secagg_identity) is still accepted and means no identity. The identity is what
+     * populations that run secure aggregation in active-adversary mode require at enrollment
+     * (docs/client-sdk.md "Device identity"); this version sends it there and does not run
+     * active-mode rounds yet. All four fields are copied at create, the signing key is wiped
+     * at destroy; the certificate must verify (checked at create). */
+    int has_secagg_identity;       /* 1 = the four fields below are set; default 0 */
+    uint8_t secagg_signing_key[FL_CLIENT_SIGNING_KEY_BYTES]; /* secret: the device's Ed25519
+                                      key (fl_client_identity_keygen) */
+    uint8_t secagg_device_id[FL_CLIENT_DEVICE_ID_BYTES]; /* the device id its certificate
+                                      binds (not all zero; public, sent at enrollment) */
+    uint8_t secagg_cert[FL_CLIENT_CERT_BYTES]; /* the device authority's Ed25519 signature
+                                      over ("flotilla-secagg-cert-v2" || device id ||
+                                      verification key) */
+    uint8_t secagg_authority_key[FL_CLIENT_PUBLIC_KEY_BYTES]; /* the device authority's
+                                      Ed25519 verification key, pinned by the app: the SDK
+                                      checks every neighbour's certificate against it and
+                                      never takes an authority key from the coordinator */
 } fl_client_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
@@ -530,7 +568,8 @@ FL_API fl_status fl_client_stats_get(const fl_client *c, fl_client_stats *out);
  * block: call again when it is ready), FL_ERR_CANCELLED (interrupted; the round continues
  * on the next step if it is still open), FL_ERR_AUTH / FL_ERR_CRYPTO / FL_ERR_STATE (the
  * client entered FL_CLIENT_STATE_FAILED: token revoked, coordinator key id mismatch at
- * enrollment, region refused), FL_ERR_MISUSE. Round-level failures (closed round, bad
+ * enrollment, region refused, enrollment refused, e.g. the device identity: the errmsg
+ * carries the coordinator's reason), FL_ERR_MISUSE. Round-level failures (closed round, bad
  * signature, network errors) are handled inside: the client gives up or retries with
  * backoff and reports them through fl_client_stats_get and the logger. */
 FL_API fl_status fl_client_step(fl_client *c, int64_t *next_ms);

@@ -13,13 +13,13 @@ through $FLOTILLA_CLIENT_LIB, then this checkout's build tree, then the system l
 
 from . import _native
 from .allocator import CountingAllocator
-from .client import Client, ClientStats, Request, key_id
+from .client import Client, ClientStats, Request, identity_keygen, key_id
 from .errors import FlotillaError, status_name, status_str
 from .store import Store
 from .trainer import TrainParams, Trainer, model_init, safetensors_layout
 
 __all__ = ["Client", "ClientStats", "CountingAllocator", "FlotillaError", "Request", "Store",
-           "TrainParams", "Trainer", "key_id", "lib_path", "model_init",
+           "TrainParams", "Trainer", "identity_keygen", "key_id", "lib_path", "model_init",
            "safetensors_layout", "sizes", "status_name", "status_str", "version",
            "version_number"]
 

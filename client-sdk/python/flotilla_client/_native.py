@@ -53,6 +53,9 @@ HEADER_SIZES = {
     "max_layers": 16,
     "max_tensors": 256,
     "max_json_bytes": 262144,
+    "signing_key_bytes": 64,
+    "device_id_bytes": 32,
+    "cert_bytes": 64,
 }
 
 # ---- callback types ----
@@ -135,7 +138,10 @@ class fl_client_config(ctypes.Structure):
                 ("max_model_bytes", c_u64), ("backoff_initial_ms", c_u32),
                 ("backoff_max_ms", c_u32), ("request_timeout_ms", c_u32),
                 ("long_poll_s", c_u32), ("secagg_backend", c_int), ("seed", c_u64),
-                ("clock", CLOCK_FN), ("clock_user", c_void_p)]
+                ("clock", CLOCK_FN), ("clock_user", c_void_p),
+                ("has_secagg_identity", c_int), ("secagg_signing_key", c_u8 * 64),
+                ("secagg_device_id", c_u8 * 32), ("secagg_cert", c_u8 * 64),
+                ("secagg_authority_key", c_u8 * 32)]
 
 
 class fl_client_stats(ctypes.Structure):
@@ -158,7 +164,11 @@ _PROTOS = {
     "fl_client_max_layers": (c_size_t, []),
     "fl_client_max_tensors": (c_size_t, []),
     "fl_client_max_json_bytes": (c_size_t, []),
+    "fl_client_signing_key_bytes": (c_size_t, []),
+    "fl_client_device_id_bytes": (c_size_t, []),
+    "fl_client_cert_bytes": (c_size_t, []),
     "fl_client_key_id": (c_int, [c_char_p, P(c_u8)]),
+    "fl_client_identity_keygen": (c_int, [P(c_u8), P(c_u8)]),
     # store
     "fl_client_store_config_init": (None, [c_void_p]),
     "fl_client_store_open": (c_int, [P(_VP), c_void_p, c_char_p, c_size_t]),

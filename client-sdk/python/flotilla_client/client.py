@@ -34,6 +34,20 @@ def _curl_global_init():
         _curl_ready = True
 
 
+def identity_keygen():
+    """A device identity key pair for active-adversary secure aggregation:
+    (verify_key: 32 bytes, signing_key: 64 bytes). Keep signing_key secret; have the device
+    authority certify verify_key with the device id (see Client's secagg_identity)."""
+    lib = _native.lib()
+    vk = (ctypes.c_uint8 * lib.fl_client_public_key_bytes())()
+    sk = (ctypes.c_uint8 * lib.fl_client_signing_key_bytes())()
+    check(lib.fl_client_identity_keygen(vk, sk), "fl_client_identity_keygen",
+          lambda: "key generation failed")
+    out = (bytes(vk), bytes(sk))
+    ctypes.memset(sk, 0, ctypes.sizeof(sk))
+    return out
+
+
 def key_id(public_key):
     """Key id (16 lowercase hex chars) of a coordinator Ed25519 public key (32 bytes)."""
     lib = _native.lib()
@@ -224,6 +238,12 @@ class Client:
                       only during the call), params the round's hyper-parameters (dict),
                       store this client's Store. An exception abandons the round
                       (FL_ERR_ABORTED, nothing is sent) and is kept in .train_error.
+    secagg_identity   optional device identity for active-adversary secure aggregation:
+                      {"signing_key": 64 bytes (identity_keygen), "device_id": 32 bytes,
+                      "cert": the device authority's 64-byte v2 certificate,
+                      "authority_key": its 32-byte verification key, pinned} or the same
+                      as a 4-tuple; checked at creation (FlotillaError FL_ERR_MISUSE when
+                      the certificate does not verify)
     config            other fl_client_config fields: momentum, weight_decay,
                       max_model_bytes, backoff_initial_ms, backoff_max_ms,
                       request_timeout_ms, long_poll_s, secagg_backend
@@ -237,7 +257,7 @@ class Client:
     def __init__(self, url, population, region, coordinator_key, store, enrollment_token=None,
                  client_token=None, platform=None, seed=0, allocator=None, logger=None,
                  pinned_public_key=None, ca_file=None, connect_timeout_ms=None, transport=None,
-                 train_fn=None, **config):
+                 train_fn=None, secagg_identity=None, **config):
         self._lib = lib = _native.lib()
         self._h = None
         self._curl = None
@@ -312,6 +332,8 @@ class Client:
             cfg.enrollment_token = cs(enrollment_token)
             cfg.store = store._handle()
             cfg.seed = int(seed)
+            if secagg_identity is not None:
+                self._set_identity(cfg, secagg_identity)
             for k, v in config.items():
                 setattr(cfg, k, v)
             self._log = None
@@ -321,8 +343,12 @@ class Client:
                 cfg.logger.fn = self._log
                 cfg.logger.min_level = 0
             h = ctypes.c_void_p()
-            check(lib.fl_client_create(ctypes.byref(h), ctypes.addressof(cbuf), err, len(err)),
-                  "fl_client_create", lambda: err.value)
+            try:
+                check(lib.fl_client_create(ctypes.byref(h), ctypes.addressof(cbuf), err,
+                                           len(err)),
+                      "fl_client_create", lambda: err.value)
+            finally:
+                ctypes.memset(cfg.secagg_signing_key, 0, ctypes.sizeof(cfg.secagg_signing_key))
             self._h = h
         except BaseException:
             if t is not None:
@@ -330,6 +356,32 @@ class Client:
             self._curl = None
             raise
         store._users.add(self)
+
+    @staticmethod
+    def _set_identity(cfg, ident):
+        """Fills the device identity fields from a dict or a 4-tuple (signing_key,
+        device_id, cert, authority_key), all bytes."""
+        if isinstance(ident, dict):
+            try:
+                parts = (ident["signing_key"], ident["device_id"], ident["cert"],
+                         ident["authority_key"])
+            except KeyError as e:
+                raise ValueError("secagg_identity lacks %s" % e) from None
+        else:
+            parts = tuple(ident)
+            if len(parts) != 4:
+                raise ValueError("secagg_identity: (signing_key, device_id, cert, "
+                                 "authority_key)")
+        fields = ("secagg_signing_key", "secagg_device_id", "secagg_cert",
+                  "secagg_authority_key")
+        for name, value in zip(fields, parts):
+            b = bytes(value)
+            dst = getattr(cfg, name)
+            if len(b) != ctypes.sizeof(dst):
+                raise ValueError("secagg_identity %s must be %d bytes, got %d"
+                                 % (name[7:], ctypes.sizeof(dst), len(b)))
+            ctypes.memmove(dst, b, len(b))
+        cfg.has_secagg_identity = 1
 
     # ---- lifetime ----
 
