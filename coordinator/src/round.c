@@ -415,6 +415,29 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
  * secagg_identity) into pt->device_id. A participant without one (erased since it checked
  * in) is evicted: the secagg server still expects its ADVERTISE, but it is dropped now and
  * never heard. Any other storage failure is returned. Lock held. */
+/* The secagg context devices derive from their task (docs/protocol.md 5.5):
+ * SHA-256("flotilla/v1/secagg-context" || 0x00 || session_id || SHA-256(model)). Semi-honest
+ * rounds leave the server's context zero (only the clients compare it); in active mode it is
+ * part of each signed advertisement, which the server checks, so it needs the same value. */
+static fl_status active_context(fl_coord *co, struct fl__coord_pop *p,
+                                const struct fl__coord_round *r,
+                                uint8_t out[FL_SECAGG_CONTEXT_BYTES]) {
+    static const char label[] = "flotilla/v1/secagg-context";
+    uint8_t m[sizeof(label) + 64];
+    struct fl__coord_blob *mb = NULL;
+    fl_status rc = fl__coord_model_blob(co, p, r->base_version, &mb);
+    if (rc != FL_OK)
+        return rc;
+    memcpy(m, label, sizeof(label)); /* with its terminating 0x00 */
+    memcpy(m + sizeof(label), r->session_id, 32);
+    bool ok = fl__coord_unhex(m + sizeof(label) + 32, 32, mb->sha_hex);
+    fl__coord_blob_unref(mb);
+    if (!ok)
+        return FL_ERR_CORRUPT;
+    fl__coord_sha256(out, m, sizeof(m));
+    return FL_OK;
+}
+
 static fl_status load_device_ids(fl_coord *co, struct fl__coord_pop *p,
                                  struct fl__coord_round *r) {
     for (size_t i = 0; i < r->n; i++) {
@@ -524,6 +547,11 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             cfg.active = 1;
             cfg.device_certs = 1;
             memcpy(cfg.verify_key, p->authority_key, sizeof(cfg.verify_key));
+            rc = active_context(co, p, r, cfg.context);
+            if (rc != FL_OK) {
+                fl__coord_round_abandon(co, p, "reading the round's model for its secagg context");
+                return rc;
+            }
             rc = load_device_ids(co, p, r);
             if (rc != FL_OK) {
                 fl__coord_round_abandon(co, p, "storage error reading device identities");

@@ -589,8 +589,29 @@ void parse_task(const struct resp *r, struct task *t) {
         t->norm_dim = (uint32_t)json_integer_value(json_object_get(np, "dim"));
         t->norm_bound2 = (uint64_t)json_integer_value(json_object_get(np, "bound2"));
         t->norm_weight_max = (uint32_t)json_integer_value(json_object_get(np, "weight_max"));
+        const char *sid = json_string_value(json_object_get(sa, "session_id"));
+        size_t sl = 0;
+        assert_non_null(sid);
+        assert_int_equal(sodium_base642bin(t->session_id, 32, sid, strlen(sid), NULL, &sl, NULL,
+                                           sodium_base64_VARIANT_ORIGINAL), 0);
+        assert_int_equal(sl, 32);
+    }
+    const char *msha = json_string_value(json_object_get(json_object_get(j, "model"), "sha256"));
+    if (msha) {
+        size_t bl = 0;
+        assert_int_equal(sodium_hex2bin(t->model_sha, 32, msha, strlen(msha), NULL, &bl, NULL), 0);
+        assert_int_equal(bl, 32);
     }
     json_decref(j);
+}
+
+void task_secagg_context(const struct task *t, uint8_t out[32]) {
+    static const char label[] = "flotilla/v1/secagg-context";
+    uint8_t m[sizeof(label) + 64];
+    memcpy(m, label, sizeof(label)); /* with its 0x00 */
+    memcpy(m + sizeof(label), t->session_id, 32);
+    memcpy(m + sizeof(label) + 32, t->model_sha, 32);
+    crypto_hash_sha256(out, m, sizeof(m));
 }
 
 void encode(struct tc *c, int i) {

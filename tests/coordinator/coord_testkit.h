@@ -198,9 +198,14 @@ struct task {
     uint32_t norm_bits, norm_dim; /* secagg.norm_proof (0: none) */
     uint64_t norm_bound2;
     uint32_t norm_weight_max;
+    uint8_t session_id[32];  /* secagg.session_id */
+    uint8_t model_sha[32];   /* model.sha256 */
 };
 
 void parse_task(const struct resp *r, struct task *t);
+
+/* The secagg context a device derives from its task (docs/protocol.md 5.5). */
+void task_secagg_context(const struct task *t, uint8_t out[32]);
 
 /* One stand-in device. */
 struct tc {

@@ -363,6 +363,7 @@ static void active_client(struct tc *c, const fl_secagg_identity *id, const stru
     cfg.active = 1;
     cfg.device_certs = 1;
     memcpy(cfg.verify_key, a->vk, sizeof(cfg.verify_key));
+    task_secagg_context(&c->task, cfg.context); /* signed into the advertisement */
     assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, c->task.index, id, NULL),
                      FL_OK);
     uint32_t x[1024];
