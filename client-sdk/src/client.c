@@ -1149,6 +1149,12 @@ static void on_task(fl_client *c, int64_t now) {
         if (r->task.secagg)
             rc = task_session_id(c, r->sa_session);
     }
+    if (rc == FL_OK && r->task.secagg && r->task.sa_active && !c->has_identity)
+        /* Active mode signs every advertisement with a certified device key: without one
+         * the device cannot take part. Refused before the model is fetched; nothing of
+         * this round is sent. */
+        rc = fl__err_set(&c->err, FL_ERR_STATE,
+                         "the population requires a device identity (secagg active mode)");
     if (rc != FL_OK) {
         STAT_SET(c, last_error, rc);
         round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
@@ -1449,15 +1455,31 @@ static void do_train(fl_client *c, int64_t now) {
     sc.norm_tail_max = r->task.sa_norm_weight_max;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
     secagg_context(sc.context, r);
+    /* Active mode (on_task refused it without an identity): the advertisement is signed
+     * with the device key, and every neighbour's certificate is checked against the
+     * authority key the app pinned, never one the coordinator could supply. */
+    fl_secagg_identity id;
+    memset(&id, 0, sizeof(id));
+    if (r->task.sa_active) {
+        sc.active = 1;
+        sc.device_certs = 1;
+        memcpy(sc.verify_key, c->sa_authority, sizeof(sc.verify_key));
+        id.struct_size = sizeof(id);
+        memcpy(id.signing_key, c->sa_signing_key, sizeof(id.signing_key));
+        memcpy(id.cert, c->sa_cert, sizeof(id.cert));
+        memcpy(id.device_id, c->sa_device_id, sizeof(id.device_id));
+    }
     char em[160] = "";
     rc = fl_secagg_config_resolve(&sc, em, sizeof(em));
     if (rc == FL_OK)
-        rc = fl_secagg_client_create(&r->sa, &sc, (uint64_t)r->id, r->task.sa_index, NULL,
+        rc = fl_secagg_client_create(&r->sa, &sc, (uint64_t)r->id, r->task.sa_index,
+                                     r->task.sa_active ? &id : NULL,
                                      fl__client_ext_alloc(&c->alloc));
     else
         fl__err_set(&c->err, rc, "secagg parameters: %s", em);
     if (rc != FL_OK && !r->sa && !em[0])
         fl__err_set(&c->err, rc, "secagg client: %s", fl_status_str(rc));
+    fl_memzero(&id, sizeof(id)); /* the secagg client keeps its own copy */
     if (rc == FL_OK)
         rc = fl_secagg_client_set_input(r->sa, vec, vlen);
     fl_memzero(vec, vlen * wb);

@@ -50,6 +50,9 @@ struct fl__client_task {
     uint32_t sa_norm_dim;                /* secagg.norm_proof.dim */
     uint64_t sa_norm_bound2;             /* secagg.norm_proof.bound2 */
     uint32_t sa_norm_weight_max;         /* secagg.norm_proof.weight_max (0: m-bit range) */
+    int sa_active;                       /* secagg.consistency_check: active-adversary mode
+                                            (signed advertisements, consistency phase) with
+                                            device certificates (secagg.device_certs) */
     int64_t deadlines[5];                /* advertise, share, masked, consistency, unmask */
 };
 

@@ -306,6 +306,21 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
             t->sa_norm_bound2 = (uint64_t)b2;
             t->sa_norm_weight_max = (uint32_t)wm;
         }
+        /* Active-adversary mode (protocol: populations with secagg.consistency_check). The
+         * SDK runs it only with device-bound (v2) certificates, which the coordinator
+         * announces with device_certs; v1 certificates name a per-round client index and
+         * would need an online authority. */
+        bool cc = false, dc = false;
+        long ccv = fl__client_json_get(&j, sa, "consistency_check");
+        long dcv = fl__client_json_get(&j, sa, "device_certs");
+        if (ccv >= 0 && !fl__client_json_bool(&j, ccv, &cc))
+            BAD("secagg.consistency_check");
+        if (dcv >= 0 && !fl__client_json_bool(&j, dcv, &dc))
+            BAD("secagg.device_certs");
+        if (cc != dc)
+            BAD("secagg.device_certs (active mode is run with device certificates only: "
+                "consistency_check and device_certs go together)");
+        t->sa_active = cc;
     }
     long dl = fl__client_json_get(&j, 0, "deadlines");
     static const char *const dn[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",

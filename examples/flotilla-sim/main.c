@@ -12,6 +12,12 @@
  *   flotilla-sim --clients 1000 --per-round 100 --rounds 30 --alpha 0.5 --secagg on \
  *                --dp central --noise 1.0 --epsilon 8 --summary-json out.json
  *
+ * --secagg-active plays the device authority too: it makes an authority key pair, gives
+ * every device its own identity (a key pair from fl_client_identity_keygen, a device id and
+ * the authority's v2 certificate over both, fl_secagg_cert_issue_device) and creates the
+ * population with secagg.consistency_check and the authority's verification key, so the
+ * rounds run secure aggregation in active-adversary mode.
+ *
  * Executable: printing and exit codes are allowed here (house style 8). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +39,7 @@
 
 #include "flotilla/client.h"
 #include "flotilla/coordinator.h"
+#include "flotilla/secagg.h"
 #include "flotilla/storage.h"
 #include "sim_transport.h"
 
@@ -57,6 +64,7 @@ struct opts {
     double slow;               /* fraction of slow devices */
     int slow_ms;               /* their extra delay before uploading */
     bool secagg;
+    bool secagg_active;        /* active-adversary mode with device identities */
     const char *dp;            /* none, central, distributed */
     double noise, epsilon, delta;
     double clip;               /* update L2 clip norm (default: 1 with DP, NO_DP_CLIP without) */
@@ -93,6 +101,8 @@ static void usage(void) {
             "  --dropout P         probability a device vanishes in each phase (0)\n"
             "  --slow F            fraction of slow devices (0); --slow-ms MS their delay (3000)\n"
             "  --secagg on|off     secure aggregation (on)\n"
+            "  --secagg-active     active-adversary secure aggregation: the sim is the device\n"
+            "                      authority (one certified identity per device)\n"
             "  --dp none|central|distributed  (none); --noise Z (1.0); --epsilon E budget (8)\n"
             "  --delta D (1e-5); --clip C update L2 clip norm (1.0 with DP, 50 without)\n"
             "  --weighting uniform|examples  server average over devices (uniform with DP,\n"
@@ -170,6 +180,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--timeout-s")) o->timeout_s = (int)strtol(v, NULL, 10);
         else if (OPT("--coord-threads")) o->coord_threads = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--verbose") == 0) o->verbose = 1;
+        else if (strcmp(a, "--secagg-active") == 0) o->secagg_active = true;
         else {
             fprintf(stderr, "unknown or incomplete option %s\n", a);
             return false;
@@ -201,6 +212,10 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
     }
     if (o->url && (o->db || o->audit_bundle)) {
         fprintf(stderr, "--db and --audit-bundle need the in-process coordinator (no --url)\n");
+        return false;
+    }
+    if (o->secagg_active && !o->secagg) {
+        fprintf(stderr, "--secagg-active needs --secagg on\n");
         return false;
     }
     if (o->url && !o->key_hex) {
@@ -498,6 +513,8 @@ struct sim {
     pthread_cond_t train_cv;
     int train_slots;
     struct tally tally[RING];
+    uint8_t auth_vk[32];       /* --secagg-active: the device authority's key pair (the sim */
+    uint8_t auth_sk[64];       /*   plays the authority; the secret is wiped at the end) */
     atomic_llong injected;     /* dropouts injected */
     _Atomic long long train_us, train_n; /* time spent in training steps */
 };
@@ -895,6 +912,22 @@ int main(int argc, char **argv) {
         s->ticker_up = true;
     }
 
+    /* --secagg-active: the device authority's key pair, made here as an offline authority
+     * would; the population is told the verification key, the devices pin it. */
+    char active[256] = "", consistency_dl[48] = "";
+    if (o->secagg_active) {
+        if (fl_secagg_signing_keygen(s->auth_vk, s->auth_sk, FL_SECAGG_BACKEND_DEFAULT) !=
+            FL_OK) {
+            fprintf(stderr, "could not make the device authority's key\n");
+            goto out;
+        }
+        char vkhex[65];
+        sodium_bin2hex(vkhex, sizeof(vkhex), s->auth_vk, sizeof(s->auth_vk));
+        snprintf(active, sizeof(active), ",\"consistency_check\":true,\"authority_key\":\"%s\"",
+                 vkhex);
+        snprintf(consistency_dl, sizeof(consistency_dl), ",\"consistency\":%d", o->deadline_s);
+    }
+
     /* Population through the admin API. */
     char priv[512] = "";
     if (strcmp(o->dp, "none") != 0)
@@ -911,19 +944,19 @@ int main(int argc, char **argv) {
              "\"selection\":{\"target\":%d,\"over_selection\":%g,\"min_participants\":%d,"
              "\"require\":[],\"forming_s\":%d,\"jitter_s\":1,\"min_retry_s\":1,"
              "\"max_retry_s\":%d},"
-             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d},"
+             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d%s},"
              "\"training\":{\"epochs\":%d,\"batch_size\":%d,\"learning_rate\":%g,"
              "\"max_examples\":100000},"
              "\"update\":{\"weighting\":\"%s\"},"
              "\"strategy\":{\"name\":\"%s\",\"server_lr\":%g%s},"
-             "\"secagg\":{\"enabled\":%s},"
+             "\"secagg\":{\"enabled\":%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
              o->max_retry_s, o->deadline_s,
-             o->deadline_s, o->masked_s, o->deadline_s, o->epochs, o->batch, o->lr, o->weighting,
-             o->strategy,
+             o->deadline_s, o->masked_s, o->deadline_s, consistency_dl, o->epochs, o->batch,
+             o->lr, o->weighting, o->strategy,
              o->server_lr, mom,
-             o->secagg ? "true" : "false", o->dp, o->clip, priv);
+             o->secagg ? "true" : "false", active, o->dp, o->clip, priv);
     long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,
                      "application/json", pop, strlen(pop), &b);
     doc = code == 201 ? json_loads(b.p, 0, NULL) : NULL;
@@ -1016,7 +1049,30 @@ int main(int argc, char **argv) {
         cfg.long_poll_s = 25;
         cfg.request_timeout_ms = 60000;
         cfg.momentum = o->local_momentum;
-        if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK) {
+        fl_status irc = FL_OK;
+        if (o->secagg_active) {
+            /* The device's identity: its own key pair, a device id, and the authority's
+             * certificate over both (issued once per device, as a provisioning step). */
+            uint8_t vk[32];
+            cfg.has_secagg_identity = 1;
+            snprintf((char *)cfg.secagg_device_id, sizeof(cfg.secagg_device_id),
+                     "flotilla-sim device %d", i);
+            irc = fl_client_identity_keygen(vk, cfg.secagg_signing_key);
+            if (irc == FL_OK)
+                irc = fl_secagg_cert_issue_device(cfg.secagg_cert, s->auth_sk,
+                                                  cfg.secagg_device_id, vk,
+                                                  FL_SECAGG_BACKEND_DEFAULT);
+            memcpy(cfg.secagg_authority_key, s->auth_vk, sizeof(cfg.secagg_authority_key));
+        }
+        if (irc != FL_OK) {
+            fl_memzero(cfg.secagg_signing_key, sizeof(cfg.secagg_signing_key));
+            fprintf(stderr, "device %d: could not make its identity: %s\n", i,
+                    fl_client_status_name(irc));
+            goto out;
+        }
+        irc = fl_client_create(&d->c, &cfg, err, sizeof(err));
+        fl_memzero(cfg.secagg_signing_key, sizeof(cfg.secagg_signing_key)); /* copied */
+        if (irc != FL_OK) {
             fprintf(stderr, "client: %s\n", err);
             goto out;
         }
@@ -1043,7 +1099,7 @@ int main(int argc, char **argv) {
     printf("flotilla-sim: %d clients (largest partition %zu examples, %s), %d per round, "
            "model %s, secagg %s, dp %s; coordinator %s\n",
            o->clients, max_ex, o->alpha > 0 ? "Dirichlet" : "IID", o->per_round, o->model,
-           o->secagg ? "on" : "off", o->dp, s->base);
+           o->secagg_active ? "active" : o->secagg ? "on" : "off", o->dp, s->base);
     fflush(stdout);
 
     /* Watch rounds. */
@@ -1162,13 +1218,15 @@ int main(int argc, char **argv) {
         if (f) {
             fprintf(f,
                     "{\"rounds\":%d,\"rounds_abandoned\":%d,\"clients\":%d,\"per_round\":%d,"
-                    "\"alpha\":%g,\"secagg\":%s,\"dp\":\"%s\",\"noise_multiplier\":%g,"
+                    "\"alpha\":%g,\"secagg\":%s,\"secagg_active\":%s,\"dp\":\"%s\","
+                    "\"noise_multiplier\":%g,"
                     "\"final_accuracy\":%.6f,\"epsilon\":%.6f,\"delta\":%g,"
                     "\"dropouts_injected\":%lld,\"wall_time_s\":%.3f,"
                     "\"strategy\":\"%s\",\"budget_exhausted\":%s,\"audit_entries\":%lld,"
                     "\"audit\":\"%s\"}\n",
                     completed, abandoned, o->clients, o->per_round, o->alpha,
-                    o->secagg ? "true" : "false", o->dp, o->noise, acc, eps,
+                    o->secagg ? "true" : "false", o->secagg_active ? "true" : "false", o->dp,
+                    o->noise, acc, eps,
                     strcmp(o->dp, "none") ? o->delta : 0.0, (long long)atomic_load(&s->injected),
                     wall, o->strategy, budget_out ? "true" : "false", (long long)audit_entries,
                     audit_state);
@@ -1206,6 +1264,7 @@ out:
     pthread_mutex_destroy(&s->train_lock);
     if (curl_up)
         curl_global_cleanup();
+    fl_memzero(s->auth_sk, sizeof(s->auth_sk));
     free(s);
     return rc;
 }

@@ -1,13 +1,19 @@
 /* Secure aggregation in active-adversary mode, SDK side, against the REAL coordinator
  * in-process on 127.0.0.1 over the libcurl transport (wrapped by flotilla-sim's fault
- * transport). A device authority (this test) makes its key pair and certifies each device's
- * key with its device id (v2 certificate); the population is created with
- * secagg.consistency_check and the authority's verification key, and devices pin the same
- * key in fl_client_config.
+ * transport, which observes every exchange). A device authority (this test) makes its key
+ * pair, certifies each device's key with its device id (v2 certificate) and the population
+ * is created with secagg.consistency_check and the authority's verification key; devices
+ * pin the same key in fl_client_config.
  *
+ *  - A round completes with every device signing the survivor set (the consistency phase:
+ *    a POST of each device's signature and its result, and the coordinator's phase count),
+ *    and the unmasked sum equals the sum of the devices' own vectors bit for bit; also with
+ *    a device that vanishes before its masked input (dropped; the survivors' sum).
+ *  - A client enrolled with an identity but run without one (the app lost it) refuses the
+ *    active task: FL_ERR_STATE with the reason, no model download, nothing posted.
  *  - Enrollment with a certificate from another authority, without an identity, or with a
  *    device id already enrolled is refused with the coordinator's reason and leaves the
- *    client FAILED (sticky); a device with its identity enrolls. */
+ *    client FAILED (sticky). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +61,8 @@ struct world {
     struct sdev d[NDEV];
     struct sdev_identity id[NDEV];
     int n;
+    /* what each device's transport saw of the consistency phase */
+    int cons_post[NDEV], cons_result[NDEV], model_get[NDEV], posts[NDEV];
 };
 
 static void pop_json(char *out, size_t cap, const char *name, int target, int min,
@@ -79,6 +87,29 @@ static void pop_json(char *out, size_t cap, const char *name, int target, int mi
              name, target, min, dl, dl, dl, dl, dl, hex);
 }
 
+/* Counts the exchanges of interest per device (its consistency posts and results, model
+ * downloads, phase posts and uploads). */
+struct obs {
+    struct world *w;
+    int k;
+};
+static struct obs obs_ctx[NDEV];
+
+static void observe(void *user, const fl_client_request *req, int status) {
+    struct obs *o = user;
+    struct world *w = o->w;
+    bool post = strcmp(req->method, "POST") == 0;
+    if (post && strstr(req->path, "/secagg/consistency") && !strstr(req->path, "/result") &&
+        (status == 202 || status == 200))
+        w->cons_post[o->k]++;
+    if (!post && strstr(req->path, "/secagg/consistency/result") && status == 200)
+        w->cons_result[o->k]++;
+    if (!post && strstr(req->path, "/v1/models/"))
+        w->model_get[o->k]++;
+    if (post && (strstr(req->path, "/secagg/") || strstr(req->path, "/update")))
+        w->posts[o->k]++;
+}
+
 static void world_open(struct world *w, int n, int dl) {
     memset(w, 0, sizeof(*w));
     w->f = sfx_start(false);
@@ -92,6 +123,8 @@ static void world_open(struct world *w, int n, int dl) {
         identity_make(&w->id[i], &w->auth, w->auth.vk, i);
         struct sdev_opts o = {"pop", w->etok, NULL, 20, 0, NULL, NULL};
         assert_int_equal(sdev_open_identity(&w->d[i], w->f, i, &o, &w->id[i]), FL_OK);
+        obs_ctx[i] = (struct obs){w, i};
+        sim_ft_set_observe(w->d[i].ft, observe, &obs_ctx[i]);
     }
 }
 
@@ -103,7 +136,159 @@ static void world_close(struct world *w) {
     sodium_memzero(w->auth.sk, sizeof(w->auth.sk));
 }
 
+static bool all_idle(void *u) {
+    struct world *w = u;
+    if (!sfx_aggregated(w->f))
+        return false;
+    for (int i = 0; i < w->n; i++) {
+        if (w->d[i].off)
+            continue;
+        fl_client_stats cs;
+        sdev_stats(&w->d[i], &cs);
+        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
+            return false;
+    }
+    return true;
+}
+
+/* The coordinator's sum equals the sum of the words of the devices in `in`, mod 2^32. */
+static void check_sum(struct world *w, const bool *in) {
+    pthread_mutex_lock(&w->f->lock);
+    struct sfx_sum h = w->f->sum;
+    pthread_mutex_unlock(&w->f->lock);
+    assert_int_equal(h.calls, 1);
+    static uint64_t expect[SFX_MAX_VEC];
+    memset(expect, 0, sizeof(expect));
+    uint32_t count = 0;
+    size_t L = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (!in[i])
+            continue;
+        const struct sfx_update *u = &w->d[i].up;
+        assert_int_equal(u->calls, 1);
+        assert_int_equal(u->round_id, h.round_id);
+        L = u->len;
+        count++;
+        for (size_t j = 0; j < L; j++)
+            expect[j] = (expect[j] + u->words[j]) & 0xffffffffull;
+    }
+    assert_true(L > 1);
+    assert_int_equal(h.count, count);
+    assert_int_equal(h.vec_len, L);
+    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t)); /* bit for bit */
+    assert_int_equal(h.sum[L - 1], count);                    /* uniform weights */
+}
+
+/* The coordinator's admin view of the round: phase_counts.consistency. */
+static long consistency_count(struct world *w, int64_t rid) {
+    char path[96], out[8192];
+    snprintf(path, sizeof(path), "/v1/admin/rounds/%lld", (long long)rid);
+    assert_int_equal(sfx_admin(w->f, "GET", path, NULL, NULL, 0, out, sizeof(out)), 200);
+    const char *pc = strstr(out, "\"phase_counts\"");
+    assert_non_null(pc);
+    const char *c = strstr(pc, "\"consistency\"");
+    assert_non_null(c);
+    c += 13;
+    while (*c == ' ' || *c == ':')
+        c++;
+    return strtol(c, NULL, 10);
+}
+
+static void active_round(const char *vanish_phase) {
+    struct world w;
+    world_open(&w, NDEV, 10);
+    bool in[NDEV] = {true, true, true, true};
+    if (vanish_phase) {
+        /* Device 3 loses the network for good before it posts in vanish_phase. */
+        sim_ft_rule r = {"POST", vanish_phase, 0, -1, SIM_FT_DROP_REQUEST};
+        assert_int_equal(sim_ft_add_rule(w.d[3].ft, &r), FL_OK);
+        in[3] = false;
+    }
+    int passes = sdev_drive(w.f, w.d, NDEV, sfx_aggregated, w.f, 800, 200);
+    if (passes >= 800)
+        for (int i = 0; i < NDEV; i++)
+            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(w.d[i].c));
+    assert_true(passes < 800);
+    if (vanish_phase)
+        w.d[3].off = true; /* let the others read the outcome */
+    assert_true(sdev_drive(w.f, w.d, NDEV, all_idle, &w, 400, 200) < 400);
+    check_sum(&w, in);
+    int survivors = 0;
+    for (int i = 0; i < NDEV; i++) {
+        fl_client_stats cs;
+        sdev_stats(&w.d[i], &cs);
+        if (!in[i]) {
+            assert_int_equal(cs.rounds_completed, 0);
+            assert_int_equal(w.cons_post[i], 0);
+            continue;
+        }
+        survivors++;
+        if (cs.rounds_completed != 1)
+            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(w.d[i].c));
+        assert_int_equal(cs.rounds_completed, 1);
+        assert_int_equal(cs.rounds_failed, 0);
+        assert_int_equal(cs.uploads, 1);
+        /* The consistency phase ran on this device: its signature was accepted once and
+         * the signatures' result fetched (what lets it go on to unmasking). */
+        assert_int_equal(w.cons_post[i], 1);
+        assert_true(w.cons_result[i] >= 1);
+    }
+    pthread_mutex_lock(&w.f->lock);
+    int64_t rid = w.f->sum.round_id;
+    pthread_mutex_unlock(&w.f->lock);
+    assert_int_equal(consistency_count(&w, rid), survivors);
+    world_close(&w);
+}
+
 /* ---- tests ---- */
+
+static void test_active_round_exact(void **st) {
+    (void)st;
+    active_round(NULL);
+}
+
+static void test_active_round_dropout_before_masked(void **st) {
+    (void)st;
+    active_round("/secagg/masked");
+}
+
+/* A client enrolled with an identity, then run without one (the app lost its identity but
+ * kept the token): the active task is refused before the model is fetched, nothing is
+ * posted, the round is given up (FL_ERR_STATE, not sticky), the others' round goes on. */
+static void test_no_identity_refuses_active_task(void **st) {
+    (void)st;
+    struct world w;
+    world_open(&w, 3, 10); /* active mode needs 3 clients at least */
+    /* Device 0 enrolls (one step), then comes back without its identity. */
+    int64_t next;
+    assert_int_equal(fl_client_step(w.d[0].c, &next), FL_OK);
+    char tok[256];
+    assert_int_equal(fl_client_token(w.d[0].c, tok, sizeof(tok)), FL_OK);
+    sdev_close(&w.d[0]);
+    struct sdev_opts o = {"pop", NULL, tok, 20, 0, NULL, NULL};
+    assert_int_equal(sdev_open(&w.d[0], w.f, 0, &o), FL_OK);
+    sim_ft_set_observe(w.d[0].ft, observe, &obs_ctx[0]);
+    fl_client_stats cs;
+    int pass;
+    for (pass = 0; pass < 400; pass++) {
+        sdev_drive(w.f, w.d, 3, NULL, NULL, 1, 200);
+        sdev_stats(&w.d[0], &cs);
+        if (cs.rounds_failed)
+            break;
+    }
+    assert_true(pass < 400);
+    assert_int_equal(cs.selected, 1);
+    assert_int_equal(cs.rounds_failed, 1);
+    assert_int_equal(cs.rounds_completed, 0);
+    assert_int_equal(cs.last_error, FL_ERR_STATE);
+    assert_int_equal(cs.state, FL_CLIENT_STATE_IDLE); /* not sticky */
+    assert_non_null(strstr(fl_client_errmsg(w.d[0].c),
+                           "the population requires a device identity (secagg active mode)"));
+    assert_int_equal(w.model_get[0], 0);
+    assert_int_equal(w.posts[0], 0);
+    assert_int_equal(w.d[0].up.calls, 0); /* nothing trained */
+    world_close(&w);
+}
 
 /* Enrollment refused by the coordinator: the reason reaches fl_client_errmsg and the
  * client is FAILED (sticky). */
@@ -166,6 +351,9 @@ int main(void) {
     if (sodium_init() < 0)
         return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_active_round_exact),
+        cmocka_unit_test(test_active_round_dropout_before_masked),
+        cmocka_unit_test(test_no_identity_refuses_active_task),
         cmocka_unit_test(test_enrollment_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

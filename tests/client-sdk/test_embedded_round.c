@@ -11,6 +11,10 @@
  *    coordinator un-rotates with libsodium's; the decoded average must be within the noise
  *    of the known average (a sign mismatch would smear each device's spike over all d'
  *    coordinates, far outside the tolerance);
+ *  - secure aggregation in active-adversary mode (secagg.consistency_check): each device's
+ *    identity key is made by the embedded library (fl_client_identity_keygen, mbedTLS) and
+ *    certified by a device authority (libsodium here); advertisements are signed and the
+ *    survivor set checked on mbedTLS's Ed25519, and the sum is exact as above;
  *  - a model whose signature header was altered, and one whose body was altered with its
  *    SHA-256 header recomputed (so that only the signature can catch it), are refused with
  *    FL_ERR_CRYPTO and nothing is uploaded.
@@ -204,7 +208,8 @@ struct dev_transport {
     const char *base_url;
     const fl_client_request *req;
     enum tamper tamper;
-    int tampered; /* model responses altered */
+    int tampered;    /* model responses altered */
+    int consistency; /* consistency signatures accepted (POST .../secagg/consistency) */
 };
 
 static fl_status dt_send(void *ctx, const fl_client_request *req) {
@@ -271,6 +276,9 @@ static fl_status dt_recv(void *ctx, fl_client_response *resp) {
     }
     if (strncmp(rq->path, "/v1/models/", 11) == 0 && code == 200)
         tamper_model(t, &body, sig, sha);
+    if (strcmp(rq->method, "POST") == 0 && strstr(rq->path, "/secagg/consistency") &&
+        (code == 202 || code == 200))
+        t->consistency++;
     rc = fl_client_response_set_status(resp, (int)code);
     for (size_t i = 0; i < nh && rc == FL_OK; i++)
         rc = fl_client_response_add_header(resp, names[i], strlen(names[i]), vals[i],
@@ -380,8 +388,13 @@ static void dev_log(void *u, fl_log_level lv, const char *msg) {
         fprintf(stderr, "  [device %d] %s\n", ((struct dev *)u)->trainer.k, msg);
 }
 
+/* The device authority of active-mode populations: an Ed25519 key pair (libsodium). */
+struct authority {
+    uint8_t vk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
+};
+
 static void dev_open(struct dev *d, struct world *w, int k, const char *pop, const char *etok,
-                     bool spike, enum tamper tamper) {
+                     bool spike, enum tamper tamper, const struct authority *auth) {
     memset(d, 0, sizeof(*d));
     fl_client_store_config sc;
     fl_client_store_config_init(&sc);
@@ -423,6 +436,20 @@ static void dev_open(struct dev *d, struct world *w, int k, const char *pop, con
     cfg.seed = (uint64_t)k + 1;
     cfg.backoff_initial_ms = 200;
     cfg.backoff_max_ms = 2000;
+    if (auth) {
+        /* The device's key pair from the embedded library, certified for device id
+         * "emb-device-<k>" by the authority: its signature over ("flotilla-secagg-cert-v2"
+         * || device_id || verify_key). */
+        uint8_t vk[32], stmt[23 + 64];
+        assert_int_equal(fl_client_identity_keygen(vk, cfg.secagg_signing_key), FL_OK);
+        snprintf((char *)cfg.secagg_device_id, sizeof(cfg.secagg_device_id), "emb-device-%d", k);
+        memcpy(stmt, "flotilla-secagg-cert-v2", 23);
+        memcpy(stmt + 23, cfg.secagg_device_id, 32);
+        memcpy(stmt + 55, vk, 32);
+        crypto_sign_detached(cfg.secagg_cert, NULL, stmt, sizeof(stmt), auth->sk);
+        memcpy(cfg.secagg_authority_key, auth->vk, 32);
+        cfg.has_secagg_identity = 1;
+    }
     char err[256] = "";
     if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK)
         fail_msg("fl_client_create: %s", err);
@@ -472,8 +499,15 @@ static void drive(struct world *w, struct dev *d, int n) {
 
 /* Creates a population (JSON below), uploads the model, starts it; etok gets the token. */
 static void population(struct world *w, const char *name, int n, const char *mode, double noise,
-                       const uint8_t *model, size_t mlen, char *etok, size_t cap) {
-    char json[2048], priv[200] = "", out[8192], path[160];
+                       const uint8_t *model, size_t mlen, char *etok, size_t cap,
+                       const struct authority *auth) {
+    char json[2048], priv[200] = "", active[160] = "", out[8192], path[160];
+    if (auth) {
+        char hex[65];
+        sodium_bin2hex(hex, sizeof(hex), auth->vk, 32);
+        snprintf(active, sizeof(active),
+                 ",\"consistency_check\":true,\"authority_key\":\"%s\"", hex);
+    }
     if (strcmp(mode, "none") != 0)
         snprintf(priv, sizeof(priv),
                  ",\"noise_multiplier\":%g,\"epsilon_budget\":1000,\"delta\":1e-5,"
@@ -483,15 +517,16 @@ static void population(struct world *w, const char *name, int n, const char *mod
              "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
              "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":1,"
              "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":30,\"unmask\":30},"
+             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":30,\"consistency\":30,"
+             "\"unmask\":30},"
              "\"training\":{\"epochs\":1,\"batch_size\":8,\"learning_rate\":0.1,"
              "\"max_examples\":100},"
              "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
              "\"weighting\":\"uniform\",\"weight_cap\":22},"
              "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5},"
+             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0%s}}",
-             name, n, n, n > 1 ? "true" : "false", mode, priv);
+             name, n, n, n > 1 ? "true" : "false", active, mode, priv);
     long code = admin(w, "/v1/admin/populations", "application/json", json, strlen(json), out,
                       sizeof(out));
     if (code != 201)
@@ -526,19 +561,22 @@ static int64_t centred(uint64_t x) {
 
 /* ---- tests ---- */
 
-static void round_with(const char *mode, double noise) {
+static void round_with(const char *mode, double noise, bool active) {
     bool dp = strcmp(mode, "none") != 0;
     struct world w;
     world_start(&w);
+    struct authority auth;
+    crypto_sign_keypair(auth.vk, auth.sk);
     size_t mlen;
     uint8_t *model = make_model(&mlen);
     float base[D], neu[D];
     flat(model, mlen, base);
     char etok[256];
-    population(&w, "emb", NDEV, mode, noise, model, mlen, etok, sizeof(etok));
+    population(&w, "emb", NDEV, mode, noise, model, mlen, etok, sizeof(etok),
+               active ? &auth : NULL);
     struct dev d[NDEV];
     for (int k = 0; k < NDEV; k++)
-        dev_open(&d[k], &w, k, "emb", etok, dp, TAMPER_NONE);
+        dev_open(&d[k], &w, k, "emb", etok, dp, TAMPER_NONE, active ? &auth : NULL);
     drive(&w, d, NDEV);
     for (int k = 0; k < NDEV; k++) {
         fl_client_stats cs;
@@ -549,6 +587,7 @@ static void round_with(const char *mode, double noise) {
                      (unsigned long long)cs.rounds_failed, fl_client_errmsg(d[k].c));
         assert_int_equal(cs.uploads, 1);
         assert_int_equal(d[k].trainer.calls, 1);
+        assert_int_equal(d[k].tr.consistency, active ? 1 : 0); /* the phase ran iff active */
     }
     pthread_mutex_lock(&w.lock);
     assert_int_equal(w.sums, 1);
@@ -589,17 +628,24 @@ static void round_with(const char *mode, double noise) {
     for (int k = 0; k < NDEV; k++)
         dev_close(&d[k]);
     free(model);
+    sodium_memzero(auth.sk, sizeof(auth.sk));
     world_stop(&w);
 }
 
 static void test_secagg_round_exact(void **st) {
     (void)st;
-    round_with("none", 0);
+    round_with("none", 0, false);
+}
+
+/* Active-adversary mode: signed advertisements and the consistency phase on mbedTLS. */
+static void test_secagg_active_round_exact(void **st) {
+    (void)st;
+    round_with("none", 0, true);
 }
 
 static void test_secagg_distributed_dp_round(void **st) {
     (void)st;
-    round_with("distributed", 0.05);
+    round_with("distributed", 0.05, false);
 }
 
 static void refuse(enum tamper how) {
@@ -608,9 +654,9 @@ static void refuse(enum tamper how) {
     size_t mlen;
     uint8_t *model = make_model(&mlen);
     char etok[256];
-    population(&w, "one", 1, "none", 0, model, mlen, etok, sizeof(etok));
+    population(&w, "one", 1, "none", 0, model, mlen, etok, sizeof(etok), NULL);
     struct dev d;
-    dev_open(&d, &w, 0, "one", etok, false, how);
+    dev_open(&d, &w, 0, "one", etok, false, how, NULL);
     drive(&w, &d, 1);
     fl_client_stats cs;
     stats(&d, &cs);
@@ -646,6 +692,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secagg_round_exact),
         cmocka_unit_test(test_secagg_distributed_dp_round),
+        cmocka_unit_test(test_secagg_active_round_exact),
         cmocka_unit_test(test_refuses_model_with_altered_signature),
         cmocka_unit_test(test_refuses_altered_model_with_matching_hash),
     };

@@ -2,16 +2,18 @@
  * fl_client_identity_keygen, the identity fields of fl_client_config (checked at create:
  * the v2 certificate must verify under the pinned authority key for the device id and the
  * signing key's verification key; an older struct_size means no identity), what enrollment
- * sends (the public parts in hex, never the signing key). Built twice, like
+ * sends (the public parts in hex, never the signing key) and how the task's
+ * secagg.consistency_check / device_certs are parsed. Built twice, like
  * test_crypto_profiles.c: client_test_identity on the normal objects (libsodium) and
  * client_test_identity_embedded on the embedded profile's (mbedTLS alone,
- * FL_TEST_EMBEDDED), so both profiles make keys and check certificates. Enrollment through
- * the real coordinator is in test_active_round.c. */
+ * FL_TEST_EMBEDDED), so both profiles make keys and check certificates. Rounds through the
+ * real coordinator are in test_active_round.c. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_round.h" /* client-sdk/src: fl__client_task_parse, fl__client_hex */
 #include "fl_test.h"
 #include "flotilla/client.h"
 #include "flotilla/secagg.h"
@@ -275,12 +277,81 @@ static void test_enrollment_body(void **st) {
     fl_client_store_close(store);
 }
 
+/* ---- the task's secagg fields ---- */
+
+static size_t task_json(char *buf, size_t cap, const char *extra) {
+    int n = snprintf(
+        buf, cap,
+        "{\"deadlines\":{\"advertise_unix_ms\":1767225630000,"
+        "\"consistency_unix_ms\":1767225720000,\"masked_unix_ms\":1767225690000,"
+        "\"share_unix_ms\":1767225660000,\"unmask_unix_ms\":1767225750000},"
+        "\"dp\":{\"clip_norm\":1.0,\"clip_kind\":\"flat\",\"granularity\":0.0009765625,"
+        "\"mode\":\"none\",\"modulus_bits\":32},"
+        "\"kind\":\"sync\",\"model\":{\"url\":\"/v1/models/pop/1\",\"version\":1},"
+        "\"population\":\"pop\",\"protocol\":\"flotilla/v1\",\"round_id\":17,"
+        "\"secagg\":{\"client_index\":1,\"enabled\":true,\"modulus_bits\":32,\"neighbors\":2,"
+        "\"num_clients\":3,"
+        "\"session_id\":\"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\",\"threshold\":2,"
+        "\"vector_length\":11%s},"
+        "\"training\":{\"batch_size\":8,\"epochs\":1,\"learning_rate\":0.05},"
+        "\"update\":{\"dim\":10,\"length\":11,\"tensors\":[\"dense.weight\"],"
+        "\"weighting\":\"uniform\"}}",
+        extra);
+    assert_true(n > 0 && (size_t)n < cap);
+    return (size_t)n;
+}
+
+static fl_status parse(const char *extra, int *active, char *why, size_t cap) {
+    char body[2048];
+    size_t len = task_json(body, sizeof(body), extra);
+    struct fl__client_task t;
+    struct fl__err err = {0};
+    memset(&t, 0, sizeof(t));
+    fl_status rc = fl__client_task_parse(&t, body, len, 17, "pop", NULL, &err);
+    snprintf(why, cap, "%s", fl__err_msg(&err));
+    if (rc == FL_OK) {
+        *active = t.sa_active;
+        fl__client_task_free(&t, NULL);
+    }
+    return rc;
+}
+
+static void test_task_active_fields(void **st) {
+    (void)st;
+    int active = -1;
+    char why[256];
+    assert_int_equal(parse("", &active, why, sizeof(why)), FL_OK);
+    assert_int_equal(active, 0);
+    assert_int_equal(
+        parse(",\"consistency_check\":false,\"device_certs\":false", &active, why, sizeof(why)),
+        FL_OK);
+    assert_int_equal(active, 0);
+    assert_int_equal(
+        parse(",\"consistency_check\":true,\"device_certs\":true", &active, why, sizeof(why)),
+        FL_OK);
+    assert_int_equal(active, 1);
+    /* v1 certificates (no device_certs) are not run by the SDK, nor device_certs alone. */
+    assert_int_equal(parse(",\"consistency_check\":true", &active, why, sizeof(why)),
+                     FL_ERR_FORMAT);
+    assert_non_null(strstr(why, "secagg.device_certs"));
+    assert_int_equal(parse(",\"device_certs\":true", &active, why, sizeof(why)), FL_ERR_FORMAT);
+    assert_int_equal(
+        parse(",\"consistency_check\":1,\"device_certs\":true", &active, why, sizeof(why)),
+        FL_ERR_FORMAT);
+    assert_non_null(strstr(why, "secagg.consistency_check"));
+    assert_int_equal(
+        parse(",\"consistency_check\":true,\"device_certs\":\"yes\"", &active, why, sizeof(why)),
+        FL_ERR_FORMAT);
+    assert_non_null(strstr(why, "secagg.device_certs"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_keygen),
         cmocka_unit_test(test_create_checks_identity),
         cmocka_unit_test(test_enrollment_body),
+        cmocka_unit_test(test_task_active_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -481,11 +481,11 @@ typedef struct fl_client_config {
     fl_client_clock_fn clock;      /* NULL = CLOCK_REALTIME */
     void *clock_user;              /* passed to clock */
     /* Grown at the end (device identity): a struct_size of offsetof(fl_client_config,
-     * has_secagg_identity) is still accepted and means no identity. The identity is what
-     * populations that run secure aggregation in active-adversary mode require at enrollment
-     * (docs/client-sdk.md "Device identity"); this version sends it there and does not run
-     * active-mode rounds yet. All four fields are copied at create, the signing key is wiped
-     * at destroy; the certificate must verify (checked at create). */
+     * has_secagg_identity) is still accepted and means no identity. The identity lets the
+     * device take part in populations that run secure aggregation in active-adversary mode
+     * (task secagg.consistency_check, docs/client-sdk.md "Device identity"); without one the
+     * SDK refuses those rounds (nothing is sent). All four fields are copied at create, the
+     * signing key is wiped at destroy; the certificate must verify (checked at create). */
     int has_secagg_identity;       /* 1 = the four fields below are set; default 0 */
     uint8_t secagg_signing_key[FL_CLIENT_SIGNING_KEY_BYTES]; /* secret: the device's Ed25519
                                       key (fl_client_identity_keygen) */
