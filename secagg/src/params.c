@@ -341,6 +341,26 @@ fl_status fl_secagg_cert_issue(uint8_t cert[FL_SECAGG_CERT_BYTES],
     return FL_OK;
 }
 
+/* The v2 statement ("flotilla-secagg-cert-v2" || device_id || vk) for issuing or checking a
+ * device certificate, and the backend to sign or verify it with. */
+static fl_status device_statement(uint8_t stmt[FL__SA_STMT_BYTES], size_t *len,
+                                  const struct fl__sa_crypto **c,
+                                  const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
+                                  const uint8_t client_verify_key[FL_SECAGG_VERIFY_KEY_BYTES],
+                                  fl_secagg_backend backend) {
+    /* All zero is what an identity left unset holds: never a device. */
+    uint8_t any = 0;
+    for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
+        any |= device_id[i];
+    if (!any)
+        return FL_ERR_MISUSE;
+    *c = fl__sa_backend(backend);
+    if (!*c)
+        return FL_ERR_UNSUPPORTED; /* backend not built */
+    *len = fl__sa_cert_statement_device(stmt, FL__SA_STMT_BYTES, device_id, client_verify_key);
+    return *len ? FL_OK : FL_ERR_CRYPTO;
+}
+
 fl_status fl_secagg_cert_issue_device(uint8_t cert[FL_SECAGG_CERT_BYTES],
                                       const uint8_t authority_key[FL_SECAGG_SIGNING_KEY_BYTES],
                                       const uint8_t device_id[FL_SECAGG_DEVICE_ID_BYTES],
@@ -348,22 +368,15 @@ fl_status fl_secagg_cert_issue_device(uint8_t cert[FL_SECAGG_CERT_BYTES],
                                       fl_secagg_backend backend) {
     if (!cert || !authority_key || !device_id || !client_verify_key)
         return FL_ERR_MISUSE;
-    /* All zero is what an identity left unset holds: never a device. */
-    uint8_t any = 0;
-    for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
-        any |= device_id[i];
-    if (!any)
-        return FL_ERR_MISUSE;
-    const struct fl__sa_crypto *c = fl__sa_backend(backend);
-    if (!c)
-        return FL_ERR_UNSUPPORTED; /* backend not built */
+    const struct fl__sa_crypto *c = NULL;
     uint8_t stmt[FL__SA_STMT_BYTES];
-    size_t len = fl__sa_cert_statement_device(stmt, sizeof(stmt), device_id, client_verify_key);
-    if (len == 0 || c->ed25519_sign(cert, stmt, len, authority_key) != 0) {
+    size_t len = 0;
+    fl_status rc = device_statement(stmt, &len, &c, device_id, client_verify_key, backend);
+    if (rc == FL_OK && c->ed25519_sign(cert, stmt, len, authority_key) != 0)
+        rc = FL_ERR_CRYPTO;
+    if (rc == FL_ERR_CRYPTO)
         fl_memzero(cert, FL_SECAGG_CERT_BYTES);
-        return FL_ERR_CRYPTO;
-    }
-    return FL_OK;
+    return rc;
 }
 
 fl_status fl_secagg_cert_check_device(const uint8_t cert[FL_SECAGG_CERT_BYTES],
@@ -373,18 +386,11 @@ fl_status fl_secagg_cert_check_device(const uint8_t cert[FL_SECAGG_CERT_BYTES],
                                       fl_secagg_backend backend) {
     if (!cert || !authority_vk || !device_id || !client_verify_key)
         return FL_ERR_MISUSE;
-    /* The same refusal as at issue: an all-zero id is an unset identity, never a device. */
-    uint8_t any = 0;
-    for (size_t i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
-        any |= device_id[i];
-    if (!any)
-        return FL_ERR_MISUSE;
-    const struct fl__sa_crypto *c = fl__sa_backend(backend);
-    if (!c)
-        return FL_ERR_UNSUPPORTED; /* backend not built */
+    const struct fl__sa_crypto *c = NULL;
     uint8_t stmt[FL__SA_STMT_BYTES];
-    size_t len = fl__sa_cert_statement_device(stmt, sizeof(stmt), device_id, client_verify_key);
-    if (len == 0 || c->ed25519_verify(cert, stmt, len, authority_vk) != 0)
-        return FL_ERR_CRYPTO;
-    return FL_OK;
+    size_t len = 0;
+    fl_status rc = device_statement(stmt, &len, &c, device_id, client_verify_key, backend);
+    if (rc == FL_OK && c->ed25519_verify(cert, stmt, len, authority_vk) != 0)
+        rc = FL_ERR_CRYPTO;
+    return rc;
 }
