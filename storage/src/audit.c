@@ -601,9 +601,11 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
                                   fl_store_audit_round_info *out) {
     if (!info)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info is NULL");
-    /* 0.2 callers end before the norm-proof fields: read no further than they wrote. */
+    /* 0.2 callers end before the norm-proof fields, 0.3 callers before the active-mode
+     * ones: read no further than they wrote. */
     if (info->struct_size != sizeof(*info) &&
-        info->struct_size != offsetof(fl_store_audit_round_info, norm_proof_enabled))
+        info->struct_size != offsetof(fl_store_audit_round_info, norm_proof_enabled) &&
+        info->struct_size != offsetof(fl_store_audit_round_info, secagg_active))
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->struct_size is not "
                            "sizeof(fl_store_audit_round_info)");
@@ -642,6 +644,20 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->norm_bits/norm_bound2/norm_dim/norm_weight_max: set without "
                            "norm_proof_enabled");
+    }
+    if (in->secagg_active) {
+        if (in->secagg_active != 1 || !in->secagg_enabled)
+            return fl__err_set(&st->err, FL_ERR_MISUSE,
+                               "info->secagg_active must be 0 or 1, and 1 only with "
+                               "secagg_enabled (active mode is a secure aggregation mode)");
+        if (!in->authority_key_sha256)
+            return fl__err_set(&st->err, FL_ERR_MISUSE,
+                               "info->authority_key_sha256 is NULL (secagg_active needs the "
+                               "device authority's key fingerprint)");
+    } else if (in->authority_key_sha256) {
+        /* A fingerprint without the flag would be dropped from the log silently. */
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "info->authority_key_sha256: set without secagg_active");
     }
     if (fl__store_audit_fixed_ceil(in->epsilon_total, 1e9) < 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info->epsilon_total must be finite and >= 0");
@@ -788,8 +804,10 @@ static fl_status read_regions(struct fl__store_audit_stmts *c, const fl_store_au
 }
 
 /* The round's secagg object: {n, k, t}, with norm_proof {bits, bound2, dim, weight_max}
- * when its inputs carried norm proofs (only then: other entries keep their 0.2 bytes), or
- * null without secure aggregation. NULL when out of memory. */
+ * when its inputs carried norm proofs (only then: other entries keep their 0.2 bytes), with
+ * active (the integer 1: the format has no booleans) and authority_key_sha256 in active
+ * mode (only then: semi-honest entries keep their 0.3 bytes), or null without secure
+ * aggregation. NULL when out of memory. */
 static json_t *secagg_object(const fl_store_audit_round_info *in) {
     static const char *const ks[] = {"n", "k", "t"};
     static const char *const kn[] = {"bits", "bound2", "dim", "weight_max"};
@@ -798,7 +816,10 @@ static json_t *secagg_object(const fl_store_audit_round_info *in) {
     int64_t sv[3] = {in->secagg_n, in->secagg_k, in->secagg_t};
     int64_t nv[4] = {in->norm_bits, (int64_t)in->norm_bound2, in->norm_dim, in->norm_weight_max};
     json_t *o = int_object(ks, sv, 3);
-    if (o && in->norm_proof_enabled && put(o, "norm_proof", int_object(kn, nv, 4))) {
+    if (o && ((in->norm_proof_enabled && put(o, "norm_proof", int_object(kn, nv, 4))) ||
+              (in->secagg_active &&
+               (put(o, "active", json_integer(1)) ||
+                put(o, "authority_key_sha256", hex_string(in->authority_key_sha256)))))) {
         json_decref(o);
         return NULL;
     }

@@ -402,6 +402,25 @@ static int check_norm_proof(struct ck *c, const json_t *np) {
     return 0;
 }
 
+/* A round's active-mode fields (added after 0.3): "active" is the integer 1 (present only
+ * in active mode; the format has no booleans, and a 0 would give semi-honest entries two
+ * encodings) and "authority_key_sha256" 64 lowercase hex digits; both or neither (the
+ * caller has checked that). Failures are named "secagg.active" / "secagg.authority_key_sha256". */
+static int check_active(struct ck *c, const json_t *o) {
+    const json_t *a = json_object_get(o, "active");
+    const char *fp;
+    if (!is_type(a, JSON_INTEGER) || json_integer_value(a) != 1)
+        return bad(c, "secagg.active is not the integer 1 (the field is present only for "
+                      "active-mode rounds)");
+    if (get_hex64(c, o, "authority_key_sha256", &fp)) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", c->why);
+        return bad(c, "secagg.authority_key_sha256: %s (SHA-256 of the device authority's key)",
+                   why);
+    }
+    return 0;
+}
+
 static int check_round(struct ck *c, const json_t *e, const struct fl__store_audit_pop *pop,
                        int *budget) {
     static const char *const k[] = {"coordinator",
@@ -427,8 +446,6 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
                                     "v"};
     static const char *const kc[] = {"checked_in", "completed", "dropped", "selected"};
     static const char *const kd[] = {"advertise", "consistency", "masked", "share", "unmask"};
-    static const char *const ks[] = {"k", "n", "t"};
-    static const char *const ksn[] = {"k", "n", "norm_proof", "t"};
     static const char *const kdp[] = {"clip_norm_e9", "mechanism", "noise_multiplier_e9",
                                       "sampling_rate_e9", "steps"};
     static const char *const kp[] = {"budget_delta_e18", "budget_epsilon_e9", "delta_e18",
@@ -484,12 +501,28 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
     o = json_object_get(e, "secagg");
     if (!is_type(o, JSON_NULL)) {
         int64_t n, kk, t;
-        /* {k, n, t}, or with norm proofs {k, n, norm_proof, t} (json_object_get of a
-         * missing or non-object secagg is NULL: keys_exact then names the fault) */
+        /* {k, n, t}, with norm proofs also norm_proof, in active mode also active and
+         * authority_key_sha256 (json_object_get of a missing or non-object secagg is NULL:
+         * keys_exact then names the fault) */
         const json_t *np = json_object_get(o, "norm_proof");
-        if (keys_exact(c, o, "secagg", np ? ksn : ks, np ? 4 : 3) ||
-            get_int(c, o, "n", 1, INT64_MAX / 8, &n) || get_int(c, o, "k", 1, INT64_MAX / 8, &kk) ||
-            get_int(c, o, "t", 1, INT64_MAX / 8, &t) || (np && check_norm_proof(c, np)))
+        const json_t *act = json_object_get(o, "active");
+        const json_t *akey = json_object_get(o, "authority_key_sha256");
+        if ((act != NULL) != (akey != NULL))
+            return bad(c, "secagg: \"%s\" without \"%s\" (active mode logs both, other "
+                          "rounds neither)",
+                       act ? "active" : "authority_key_sha256",
+                       act ? "authority_key_sha256" : "active");
+        const char *ks[6] = {"k", "n", "t"};
+        size_t nks = 3;
+        if (np)
+            ks[nks++] = "norm_proof";
+        if (act) {
+            ks[nks++] = "active";
+            ks[nks++] = "authority_key_sha256";
+        }
+        if (keys_exact(c, o, "secagg", ks, nks) || get_int(c, o, "n", 1, INT64_MAX / 8, &n) ||
+            get_int(c, o, "k", 1, INT64_MAX / 8, &kk) || get_int(c, o, "t", 1, INT64_MAX / 8, &t) ||
+            (np && check_norm_proof(c, np)) || (act && check_active(c, o)))
             return -1;
         if (!(t <= kk && kk <= n))
             return bad(c, "secagg: needs t <= k <= n, got t=%" PRId64 " k=%" PRId64 " n=%" PRId64,

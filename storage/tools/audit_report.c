@@ -359,7 +359,8 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
 
     fputs("<h3>Rounds</h3>\n<table><tr><th>entry</th><th>round</th><th class=\"l\">outcome</th>"
           "<th class=\"l\">ended (UTC)</th><th>checked in</th><th>selected</th><th>completed</th>"
-          "<th>dropped</th><th>secagg n/k/t</th><th class=\"l\">DP mechanism</th><th>clip</th>"
+          "<th>dropped</th><th>secagg n/k/t</th><th class=\"l\">secagg mode</th>"
+          "<th class=\"l\">DP mechanism</th><th>clip</th>"
           "<th>noise</th><th>q</th><th>&epsilon; spent</th><th>&epsilon; total</th></tr>\n",
           out);
     for (size_t i = 0; i < n; i++) {
@@ -372,7 +373,7 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
             tool_fmt_time(t, tool_int(e, "time"));
             fprintf(out,
                     "<tr><td>#%zu</td><td>%lld</td><td class=\"l\"><b>refused</b> (would reach "
-                    "&epsilon; %s)</td><td class=\"l\">%s</td><td colspan=\"11\"></td></tr>\n",
+                    "&epsilon; %s)</td><td class=\"l\">%s</td><td colspan=\"12\"></td></tr>\n",
                     i, tool_int(e, "round"), a, t);
             continue;
         }
@@ -401,6 +402,18 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
                 strcmp(tool_str(e, "outcome"), "completed") == 0 ? "completed" : "abandoned", t,
                 tool_int(e, "counts.checked_in"), tool_int(e, "counts.selected"),
                 tool_int(e, "counts.completed"), tool_int(e, "counts.dropped"), sec);
+        /* secagg mode: which rounds had protection against a coordinator lying about
+         * dropouts (active), and under which device authority */
+        if (json_is_object(sa) && json_object_get(sa, "active")) {
+            fputs("active, authority key SHA-256 <code>", out);
+            esc(out, tool_str(sa, "authority_key_sha256"));
+            fputs("</code>", out);
+        } else if (json_is_object(sa)) {
+            fputs("semi-honest", out);
+        } else {
+            fputs("&ndash;", out);
+        }
+        fputs("</td><td class=\"l\">", out);
         esc(out, tool_str(json_object_get(e, "dp"), "mechanism"));
         char tot[40];
         tool_fmt_e9(tot, tool_int(e, "privacy.epsilon_total_e9"));

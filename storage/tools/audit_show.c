@@ -65,6 +65,13 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
                     tool_int(sa, "n"), tool_int(sa, "k"), tool_int(sa, "t"));
         else
             fprintf(out, "      secure aggregation: off\n");
+        if (json_is_object(sa) && json_object_get(sa, "active"))
+            fprintf(out,
+                    "      secagg mode: active (dropouts checked by the devices), device "
+                    "authority key SHA-256 %s\n",
+                    tool_str(sa, "authority_key_sha256"));
+        else if (json_is_object(sa))
+            fprintf(out, "      secagg mode: semi-honest\n");
         const json_t *np = json_object_get(sa, "norm_proof");
         if (json_object_size(np) > 0) /* 0 for NULL or a non-object too */
             fprintf(out,
@@ -208,7 +215,7 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
         return 0;
     }
     fputs("seq,time,type,population,round,outcome,checked_in,selected,completed,dropped,"
-          "secagg_n,secagg_k,secagg_t,dp_mechanism,clip_norm,noise_multiplier,sampling_rate,"
+          "secagg_n,secagg_k,secagg_t,secagg_mode,dp_mechanism,clip_norm,noise_multiplier,sampling_rate,"
           "epsilon_spent,epsilon_total,epsilon_budget,model_in,model_out,regions,detail\r\n",
           out);
     for (size_t i = 0; i < n; i++) {
@@ -237,6 +244,13 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
             else
                 csv_field(out, "", 0);
         }
+        /* secagg_mode: semi-honest, or active:<authority key SHA-256>; empty without secagg */
+        char mode[80] = "";
+        if (round && json_is_object(sa) && json_object_get(sa, "active"))
+            snprintf(mode, sizeof(mode), "active:%.64s", tool_str(sa, "authority_key_sha256"));
+        else if (round && json_is_object(sa))
+            snprintf(mode, sizeof(mode), "semi-honest");
+        csv_field(out, mode, 0);
         csv_field(out, round ? tool_str(json_object_get(e, "dp"), "mechanism") : "", 0);
         const char *e9s[] = {"dp.clip_norm_e9",          "dp.noise_multiplier_e9",
                              "dp.sampling_rate_e9",      "privacy.epsilon_spent_e9",

@@ -81,10 +81,17 @@ assert all(len(r) == len(rows[0]) for r in rows)
 assert sum(1 for r in rows[1:] if r[2] == 'round') >= 10
 assert [r[2] for r in rows[1:]].count('client_revoked') == 1
 assert [r[2] for r in rows[1:]].count('client_reinstated') == 1
+# the demo's rounds are semi-honest secure aggregation rounds
+mode = rows[0].index('secagg_mode')
+assert rows[0][mode - 1] == 'secagg_t'
+assert all(r[mode] == 'semi-honest' for r in rows[1:] if r[2] == 'round' and r[10]), rows
+assert all(r[mode] == '' for r in rows[1:] if r[2] != 'round')
 PY
 
 "$tool" report bundle.jsonl -o report.html --key "$vkey" || fail "report"
 grep -q 'class="verdict ok"' report.html || fail "report lacks the OK verdict"
+grep -q '<td class="l">semi-honest</td>' report.html || fail "report lacks the secagg mode"
+grep -q 'secagg mode: semi-honest' show_all.out || fail "show lacks the secagg mode"
 
 # One changed byte in the middle of an entry: verify fails and names the entry.
 python3 - bundle.jsonl tampered.jsonl <<'PY'

@@ -84,10 +84,19 @@ static char *slurp(const char *name) {
 static char path_all[300], path_forged[300], path_junk[300], path_odd[300], path_rule[300],
     vkey[256], vkey_other[256];
 
-/* The first round's norm proofs (shown by show, export and report). */
+/* The fingerprint the first round logs: 32 bytes of 0xab, 64 hex digits "abab...". */
+static const uint8_t authority_fp[32] = {
+    0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab,
+    0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab, 0xab};
+#define AUTHORITY_FP_HEX                                                                           \
+    "abababababababababababababababababababababababababababababababab"
+
+/* The first round's norm proofs and active mode (shown by show, export and report). */
 static const fl_store_audit_round_info *with_norm_proof(fl_store_audit_round_info *info,
                                                         void *user) {
     (void)user;
+    info->secagg_active = 1;
+    info->authority_key_sha256 = authority_fp;
     info->norm_proof_enabled = 1;
     info->norm_bits = 17;
     info->norm_bound2 = 65536;
@@ -309,6 +318,8 @@ static void test_show(void **state) {
     EXPECT_IN("out", "secure aggregation: off");
     EXPECT_IN("out", "norm proofs: squared L2 norm of the first 1000 coordinates <= 65536 "
                      "(lattice units^2), coordinates in 17 bits, weight in 1..64");
+    EXPECT_IN("out", "secagg mode: active (dropouts checked by the devices), device authority key "
+                     "SHA-256 " AUTHORITY_FP_HEX "\n");
     EXPECT_IN("out", "regions: (none)");
     EXPECT_IN("out", ": abandoned, - .. ");
     EXPECT_IN("out", "budget epsilon 8, delta 1e-06; allowed regions [\"EU\",\"UK\"]");
@@ -343,6 +354,8 @@ static void test_export_and_report(void **state) {
     EXPECT_IN("all.csv", ",\"r&d <eu>, \"\"q\"\"\",");
     EXPECT_IN("all.csv", "requested epsilon total 9");
     EXPECT_IN("all.csv", ",\"norm proof: bits 17, bound2 65536, dim 1000, weight_max 64\"\r\n");
+    EXPECT_IN("all.csv", "secagg_t,secagg_mode,dp_mechanism,");
+    EXPECT_IN("all.csv", ",4,3,1,active:" AUTHORITY_FP_HEX ",ddgauss,");
     EXPECT_IN("all.csv", "deleted ");
     EXPECT_IN("all.csv", ",client_revoked,keyboard,");
     EXPECT_IN("all.csv", " revoked at 2023-11-14 ");
@@ -353,7 +366,10 @@ static void test_export_and_report(void **state) {
     EXPECT_IN("all.html", "budget epsilon 8, config sha256 <code>");
     EXPECT_IN("all.html", "No rounds with region counts.");
     EXPECT_IN("all.html", "<td>4/3/1, norm&sup2; &le; 65536 (17 bits)</td>");
-    EXPECT_IN("all.html", "<td>off</td>");
+    EXPECT_IN("all.html", "<th class=\"l\">secagg mode</th>");
+    EXPECT_IN("all.html", "<td class=\"l\">active, authority key SHA-256 <code>" AUTHORITY_FP_HEX
+                          "</code></td>");
+    EXPECT_IN("all.html", "<td>off</td><td class=\"l\">&ndash;</td>");
     EXPECT_IN("all.html", "client revoked</td><td class=\"l\">keyboard: client <code>");
     EXPECT_IN("all.html", "</code> excluded from rounds from 2023-11-14 ");
     EXPECT_IN("all.html", "client reinstated</td>");

@@ -636,9 +636,22 @@ typedef struct fl_store_audit_round_info {
                                          * 1..INT64_MAX */
     uint32_t norm_dim;                  /* coordinates in the L2 bound, >= 1 */
     uint32_t norm_weight_max;           /* the weight coordinate is proven in 1..this, >= 1 */
+    /* Added after 0.3: active-adversary secure aggregation (docs/protocol.md 5.6), logged
+     * as secagg.active (1) and secagg.authority_key_sha256 so an auditor sees which rounds
+     * were protected against a coordinator lying about dropouts, and under which device
+     * authority. The log names the authority by the SHA-256 of its key, as it names models
+     * and configs by their SHA-256: no entry carries a raw key (the bundle's verifier key
+     * is in its header, not in entries), and the fingerprint is enough to compare with the
+     * key the operator publishes. A struct_size of offsetof(fl_store_audit_round_info,
+     * secagg_active) (0.3) is still accepted and means semi-honest. Only with
+     * secagg_enabled; when secagg_active is 0, authority_key_sha256 must be NULL. */
+    int secagg_active;                  /* 1 if the round ran secagg in active mode */
+    const uint8_t *authority_key_sha256; /* 32 bytes: SHA-256 of the device authority's
+                                         * 32-byte Ed25519 verification key; required
+                                         * when secagg_active */
 } fl_store_audit_round_info;
 
-/* Fills info with defaults: no secagg, no norm proofs, no dropouts, epsilon_total 0, delta
+/* Fills info with defaults: no secagg, no norm proofs, semi-honest, no dropouts, epsilon_total 0, delta
  * 0, regions from participants, task config hash from the store. NULL is a no-op.
  * Thread-safe. */
 FL_API void fl_store_audit_round_info_init(fl_store_audit_round_info *info);
