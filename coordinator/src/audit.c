@@ -204,6 +204,15 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
             info.norm_weight_max = r->rp.norm_weight_max;
         }
     }
+    /* Active mode (protocol 5.6): the log names the device authority by the SHA-256 of its
+     * verification key, so an auditor can tell which rounds were protected against a
+     * coordinator lying about dropouts, and under which authority. */
+    uint8_t authority_fp[crypto_hash_sha256_BYTES];
+    if (info.secagg_enabled && r->rp.active) {
+        crypto_hash_sha256(authority_fp, p->authority_key, sizeof(p->authority_key));
+        info.secagg_active = 1;
+        info.authority_key_sha256 = authority_fp;
+    }
     double delta = 0, total = 0;
     if (r->rp.dp != FL__DP_NONE) {
         json_t *pr = json_object_get(p->config, "privacy");

@@ -8,6 +8,8 @@
  * naming another enrolled device refused and its sender dropped while the round completes
  * without it; and a restart keeping all of it. Devices are the library's secagg clients with
  * their own identities (coord_testkit.c's stand-ins do the rest). */
+#include <sodium.h>
+
 #include "coord_testkit.h"
 #include "flotilla/secagg.h"
 
@@ -443,6 +445,43 @@ static void check_exact_sum(const struct sum_hook *h, const struct tc *c, const 
     assert_memory_equal(h->sum, expect, L * sizeof(uint64_t));
 }
 
+/* The audit log records the mode (docs/audit.md, protocol 5.6): the bundle verifies, and
+ * round rid's entry has secagg.active 1 and the SHA-256 of authority a's verification key
+ * (never the key itself), beside n, k and t. */
+static void check_audit_active(struct fx *f, int64_t rid, const struct authority *a) {
+    uint8_t fp[32];
+    char fp_hex[65];
+    crypto_hash_sha256(fp, a->vk, sizeof(a->vk));
+    hex(fp_hex, fp, sizeof(fp));
+    struct resp r;
+    fl_store_audit_bundle *b = audit_bundle_verified(f, &r);
+    int found = 0;
+    for (size_t i = 0; i < fl_store_audit_bundle_entry_count(b); i++) {
+        size_t n = 0;
+        const char *p = fl_store_audit_bundle_entry(b, i, &n);
+        json_t *e = json_loadb(p, n, 0, NULL);
+        assert_non_null(e);
+        for (size_t k = 0; k + 64 <= n; k++) /* the raw key is nowhere in the log */
+            assert_false(memcmp(p + k, a->vk_hex, 64) == 0);
+        if (strcmp(json_string_value(json_object_get(e, "type")), "round") == 0 &&
+            json_integer_value(json_object_get(e, "round_id")) == rid) {
+            found++;
+            json_t *sa = json_object_get(e, "secagg");
+            assert_true(json_is_object(sa));
+            assert_true(json_is_integer(json_object_get(sa, "active")));
+            assert_int_equal(json_integer_value(json_object_get(sa, "active")), 1);
+            assert_string_equal(json_string_value(json_object_get(sa, "authority_key_sha256")),
+                                fp_hex);
+            assert_int_equal(json_object_size(sa), 5); /* active, fingerprint, n, k, t */
+            assert_true(json_integer_value(json_object_get(sa, "t")) >= 1);
+        }
+        json_decref(e);
+    }
+    assert_int_equal(found, 1);
+    fl_store_audit_bundle_close(b);
+    resp_free(&r);
+}
+
 static void test_active_round_with_dropout(void **state) {
     struct fx *f = *state;
     enum { N = 6 };
@@ -474,6 +513,7 @@ static void test_active_round_with_dropout(void **state) {
     assert_int_equal(json_integer_value(json_object_get(pc, "consistency")), N - 1);
     assert_int_equal(json_integer_value(json_object_get(pc, "masked")), N - 1);
     json_decref(j);
+    check_audit_active(f, rid, &a);
     fl__coord_debug_hook_set(f->co, NULL, NULL);
     secagg_clients_free(c, N);
     clients_free(c, N);
