@@ -24,6 +24,23 @@ static inline fl_status audit_bundle_check(const uint8_t *buf, size_t len, const
     return r;
 }
 
+/* Runs the verifier's entry rules on m (a doctored entry, consumed) as entry idx after the
+ * population state before: want NULL = it must pass, else the refusal must name want. */
+static inline void audit_rule_expect(json_t *m, int64_t idx,
+                                     const struct fl__store_audit_pop *before,
+                                     const char *want) {
+    char why[256] = "";
+    int budget = 0;
+    int r = fl__store_audit_check(m, idx, before, why, sizeof(why), &budget);
+    char *s = json_dumps(m, FL__AUDIT_JSON_FLAGS);
+    if (!want && r != 0)
+        fail_msg("refused (%s): %s", why, s);
+    if (want && (r == 0 || !strstr(why, want)))
+        fail_msg("%s with \"%s\", want \"%s\": %s", r ? "refused" : "accepted", why, want, s);
+    free(s);
+    json_decref(m);
+}
+
 /* MTH of n leaf hashes (RFC 9162 2.1.1), straight from the definition. */
 static inline void audit_mth(uint8_t out[32], uint8_t (*leaves)[32], size_t n) {
     if (n == 1) {
