@@ -436,21 +436,27 @@ void sum_hook_capture(void *user, int64_t round_id, const uint64_t *sum, size_t 
 
 float base_w(int j) { return 0.25f * (float)(j % 7) - 0.5f; }
 
-uint8_t *make_model(size_t *len) {
-    float w[D], b[2] = {3.0f, -4.0f};
-    for (int j = 0; j < D; j++)
-        w[j] = base_w(j);
+uint8_t *model_wb(const float *w, size_t n, const float b[2], size_t *len) {
     fl_safetensors_writer *wr = NULL;
     assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
-    uint64_t sw[1] = {D}, sb[1] = {2};
-    assert_int_equal(fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, sizeof(w)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, sizeof(b)), FL_OK);
+    uint64_t sw[1] = {n}, sb[1] = {2};
+    assert_int_equal(fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, n * sizeof(float)),
+                     FL_OK);
+    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, 2 * sizeof(float)),
+                     FL_OK);
     assert_int_equal(fl_safetensors_writer_size(wr, len), FL_OK);
     uint8_t *buf = malloc(*len);
     assert_non_null(buf);
     assert_int_equal(fl_safetensors_writer_serialize(wr, buf, *len), FL_OK);
     fl_safetensors_writer_destroy(wr);
     return buf;
+}
+
+uint8_t *make_model(size_t *len) {
+    float w[D], b[2] = {3.0f, -4.0f};
+    for (int j = 0; j < D; j++)
+        w[j] = base_w(j);
+    return model_wb(w, D, b, len);
 }
 
 json_t *admin_round(struct fx *f, int64_t rid) {

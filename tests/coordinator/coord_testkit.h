@@ -161,6 +161,8 @@ struct popcfg {
 float base_w(int j);
 /* Model: "w" (D floats, the update tensor) and "b" (2 floats, not updated); malloc'ed. */
 uint8_t *make_model(size_t *len);
+/* Safetensors bytes of a model with "w" (n floats) and "b" (2 floats); malloc'ed. */
+uint8_t *model_wb(const float *w, size_t n, const float b[2], size_t *len);
 /* Creates the population, uploads the model, starts it and enrols n devices (tokens are
  * strdup'ed into tokens). */
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n);

@@ -41,17 +41,7 @@ static uint8_t *big_model(size_t *len) {
     assert_non_null(w);
     for (size_t k = 0; k < DIM; k++)
         w[k] = base_of(k);
-    fl_safetensors_writer *wr = NULL;
-    assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
-    uint64_t sw[1] = {DIM}, sb[1] = {2};
-    assert_int_equal(
-        fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, DIM * sizeof(float)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, sizeof(b)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_size(wr, len), FL_OK);
-    uint8_t *buf = malloc(*len);
-    assert_non_null(buf);
-    assert_int_equal(fl_safetensors_writer_serialize(wr, buf, *len), FL_OK);
-    fl_safetensors_writer_destroy(wr);
+    uint8_t *buf = model_wb(w, DIM, b, len);
     free(w);
     return buf;
 }

@@ -393,17 +393,7 @@ enum { DN = 4096, KN = 4 };
 static uint8_t *zero_model(size_t *len) {
     static float w[DN];
     float b[2] = {1.0f, 2.0f};
-    fl_safetensors_writer *wr = NULL;
-    assert_int_equal(fl_safetensors_writer_create(&wr, NULL), FL_OK);
-    uint64_t sw[1] = {DN}, sb[1] = {2};
-    assert_int_equal(fl_safetensors_writer_add(wr, "w", FL_DTYPE_F32, 1, sw, w, sizeof(w)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_add(wr, "b", FL_DTYPE_F32, 1, sb, b, sizeof(b)), FL_OK);
-    assert_int_equal(fl_safetensors_writer_size(wr, len), FL_OK);
-    uint8_t *buf = malloc(*len);
-    assert_non_null(buf);
-    assert_int_equal(fl_safetensors_writer_serialize(wr, buf, *len), FL_OK);
-    fl_safetensors_writer_destroy(wr);
-    return buf;
+    return model_wb(w, DN, b, len);
 }
 
 /* KN devices post all-zero updates of a DN-coordinate model: without noise the step would
