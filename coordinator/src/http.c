@@ -42,6 +42,9 @@
  *    HTTP, headers processed, a body arriving, no 100-continue to send (the "quiet" flag).
  *    While headers arrive MHD may write an error answer of its own (400, 431), and under
  *    TLS the watchdog owns no session, so there it only shuts the socket, as before.
+ *    Headers that never complete cannot be answered through MHD either: 0.9.75 refuses
+ *    MHD_queue_response before the header block is parsed, from any callback or thread,
+ *    and its own timeouts close silently (docs/protocol.md section 7 lists what was tried).
  * Whoever answers or closes first claims the request by moving its phase with a
  * compare-and-swap (READING -> LATE for a deadline, READING -> BUSY for an answer), so one
  * request never gets two answers and every deadline close is counted once. */
