@@ -411,10 +411,6 @@ void fl__coord_round_retire(fl_coord *co, struct fl__coord_pop *p) {
     fl__coord_waiters_wake(co, r->id, -1);
 }
 
-/* Active rounds: reads the device id registered to each participant (its enrollment's
- * secagg_identity) into pt->device_id. A participant without one (erased since it checked
- * in) is evicted: the secagg server still expects its ADVERTISE, but it is dropped now and
- * never heard. Any other storage failure is returned. Lock held. */
 /* The secagg context devices derive from their task (docs/protocol.md 5.5):
  * SHA-256("flotilla/v1/secagg-context" || 0x00 || session_id || SHA-256(model)). Semi-honest
  * rounds leave the server's context zero (only the clients compare it); in active mode it is
@@ -438,6 +434,15 @@ static fl_status active_context(fl_coord *co, struct fl__coord_pop *p,
     return FL_OK;
 }
 
+/* Active rounds: reads the device id registered to each participant (its enrollment's
+ * secagg_identity) into pt->device_id. A participant without one (erased since it checked
+ * in) is evicted: the secagg server still expects its ADVERTISE, but it is dropped now and
+ * never heard. Any other storage failure is returned. Lock held.
+ * The ids read are pairwise distinct by construction, so no seat is checked against the
+ * others: one participant per client (fl__coord_round_find before _add), one population per
+ * round, one identity per client and UNIQUE (population_id, device_id) in storage, and no
+ * erasure of a client in a round (docs/coordinator.md "One device, one seat";
+ * test_secagg_seats.c). */
 static fl_status load_device_ids(fl_coord *co, struct fl__coord_pop *p,
                                  struct fl__coord_round *r) {
     for (size_t i = 0; i < r->n; i++) {
