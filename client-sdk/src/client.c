@@ -268,6 +268,7 @@ struct fl_client {
     int blas_advised;                    /* the OpenBLAS kernel check ran (once per client) */
     uint64_t max_model_bytes;
     uint32_t backoff_initial_ms, backoff_max_ms, request_timeout_ms, long_poll_s;
+    uint64_t retry_timeout_ms;           /* cfg.retry_timeout_ms (0 = no limit) */
     int secagg_backend;
     int has_identity;                    /* the device identity below is set */
     uint8_t sa_signing_key[FL_CLIENT_SIGNING_KEY_BYTES]; /* secret; wiped at destroy */
@@ -284,7 +285,12 @@ struct fl_client {
     fl_status sticky;                    /* code returned once FAILED */
     int64_t next_ms;                     /* do not act before */
     uint32_t failures;                   /* consecutive transient failures */
+    int64_t attempt_ms;                  /* when the request in flight was started */
+    int retrying;                        /* an exchange is being retried: retry_since_ms */
+    int64_t retry_since_ms;              /* start of its first failed try (retry_timeout_ms) */
     int round_ended;                     /* a round ended since fl_client_run began */
+    int retry_gave_up;                   /* an exchange was given up after retry_timeout_ms
+                                            since fl_client_run began */
     /* the request in flight */
     int sent;                            /* send() accepted, waiting in recv() */
     fl_client_request req;
@@ -354,6 +360,7 @@ void fl_client_config_init(fl_client_config *cfg) {
     cfg->backoff_max_ms = 3600000;
     cfg->request_timeout_ms = 30000;
     cfg->long_poll_s = 30;
+    cfg->retry_timeout_ms = 300000;
 }
 
 /* The config before the device identity was appended (an older app's struct): its sizeof
@@ -361,10 +368,29 @@ void fl_client_config_init(fl_client_config *cfg) {
 #define CONFIG_V0_SIZE offsetof(fl_client_config, has_secagg_identity)
 _Static_assert(CONFIG_V0_SIZE == offsetof(fl_client_config, clock_user) + sizeof(void *),
                "the older fl_client_config ends at clock_user");
+/* The config with the identity and before retry_timeout_ms: its sizeof (tail padding after
+ * secagg_authority_key included) is where the 64-bit retry_timeout_ms now begins, because a
+ * uint64_t is as aligned as the struct itself (it already holds uint64_t fields). */
+#define CONFIG_V1_SIZE offsetof(fl_client_config, retry_timeout_ms)
+_Static_assert(_Alignof(uint64_t) == _Alignof(fl_client_config),
+               "retry_timeout_ms starts where the older struct's sizeof ended");
+_Static_assert(CONFIG_V1_SIZE >= offsetof(fl_client_config, secagg_authority_key) +
+                                     FL_CLIENT_PUBLIC_KEY_BYTES,
+               "retry_timeout_ms follows the identity");
+/* The stats before retry_timeouts (the same reasoning). */
+#define STATS_V0_SIZE offsetof(fl_client_stats, retry_timeouts)
+_Static_assert(_Alignof(uint64_t) == _Alignof(fl_client_stats),
+               "retry_timeouts starts where the older struct's sizeof ended");
 
 /* 1 if cfg carries the identity fields (struct_size of this header) and sets them. */
 static int config_has_identity(const fl_client_config *cfg) {
-    return cfg->struct_size >= sizeof(*cfg) && cfg->has_secagg_identity;
+    return cfg->struct_size >= CONFIG_V1_SIZE && cfg->has_secagg_identity;
+}
+
+/* cfg.retry_timeout_ms, or 0 (no limit: the behaviour before the field) for an older
+ * struct. */
+static uint64_t config_retry_timeout(const fl_client_config *cfg) {
+    return cfg->struct_size >= sizeof(*cfg) ? cfg->retry_timeout_ms : 0;
 }
 
 /* The v2 device certificate must verify under the pinned authority key for the device id
@@ -401,7 +427,8 @@ static const char *check_identity(const fl_client_config *cfg) {
 }
 
 static const char *check_config(const fl_client_config *cfg) {
-    if (cfg->struct_size != CONFIG_V0_SIZE && cfg->struct_size < sizeof(*cfg))
+    if (cfg->struct_size != CONFIG_V0_SIZE && cfg->struct_size != CONFIG_V1_SIZE &&
+        cfg->struct_size < sizeof(*cfg))
         return "cfg.struct_size: call fl_client_config_init first";
     if (!cfg->population || !chars_ok(cfg->population, 64, "_.-"))
         return "cfg.population: 1-64 chars [A-Za-z0-9_.-] required";
@@ -436,7 +463,9 @@ static const char *check_config(const fl_client_config *cfg) {
         return "cfg.long_poll_s must be 0..60";
     if (cfg->secagg_backend < 0 || cfg->secagg_backend > FL_SECAGG_BACKEND_MBEDTLS)
         return "cfg.secagg_backend: an fl_secagg_backend value";
-    if (cfg->struct_size >= sizeof(*cfg) && cfg->has_secagg_identity)
+    if (config_retry_timeout(cfg) > ((uint64_t)1 << 40))
+        return "cfg.retry_timeout_ms must be at most 2^40 (0 = no limit)";
+    if (config_has_identity(cfg))
         return check_identity(cfg);
     return NULL;
 }
@@ -492,6 +521,7 @@ fl_status fl_client_create(fl_client **out, const fl_client_config *cfg, char *e
     c->backoff_max_ms = cfg->backoff_max_ms;
     c->request_timeout_ms = cfg->request_timeout_ms;
     c->long_poll_s = cfg->long_poll_s;
+    c->retry_timeout_ms = config_retry_timeout(cfg);
     c->secagg_backend = cfg->secagg_backend;
     if (config_has_identity(cfg)) {
         c->has_identity = 1;
@@ -571,11 +601,15 @@ fl_status fl_client_set_eligibility(fl_client *c, const fl_client_eligibility *e
 }
 
 fl_status fl_client_stats_get(const fl_client *c, fl_client_stats *out) {
-    if (!c || !out || out->struct_size < sizeof(*out))
+    if (!c || !out || (out->struct_size != STATS_V0_SIZE && out->struct_size < sizeof(*out)))
         return FL_ERR_MISUSE;
+    /* An older caller's struct ends before retry_timeouts: only its bytes are written. */
+    size_t n = out->struct_size < sizeof(*out) ? out->struct_size : sizeof(*out);
+    size_t size = out->struct_size;
     pthread_mutex_lock((pthread_mutex_t *)&c->lock);
-    *out = c->stats;
+    memcpy(out, &c->stats, n);
     pthread_mutex_unlock((pthread_mutex_t *)&c->lock);
+    out->struct_size = size;
     return FL_OK;
 }
 
@@ -663,30 +697,64 @@ static void round_end(fl_client *c, int64_t now, int64_t delay_ms, int completed
         c->round_ended = 1;
     }
     round_free(c);
+    c->retrying = 0; /* the next exchange is a new one (retry_timeout_ms) */
     c->next_ms = now + delay_ms;
     set_state(c, FL_CLIENT_STATE_IDLE);
+}
+
+/* The exchange succeeded (or the server answered with a plan): the backoff starts over, and
+ * so does the retry_timeout_ms window. */
+static void exchange_ok(fl_client *c) {
+    c->failures = 0;
+    c->retrying = 0;
 }
 
 /* A transient failure (network, closed connection, 408, 5xx, 429): retry the same step
  * after a backoff. The retry rebuilds the same request (same body, same Idempotency-Key:
  * the round's participation_id), so a request the server did apply is answered as a replay
  * (docs/protocol.md section 6). Inside a round, give up once the next try would come after
- * the round's last deadline; the error then says what kept failing. */
+ * the round's last deadline; the error then says what kept failing. An exchange that no
+ * round deadline bounds (enrollment, check-in, the task download, whose answer brings the
+ * deadlines) is given up likewise once the next try would start more than retry_timeout_ms
+ * after its first failed try: FL_ERR_TIMEOUT, a selected round given up, the client idle
+ * and checking in again after the backoff, and fl_client_run returns the error. */
 static void transient(fl_client *c, int64_t now, fl_status code, const char *what) {
     c->failures++;
     STAT_ADD(c, transient_errors, 1);
     STAT_SET(c, last_error, code);
     fl__err_set(&c->err, code, "%s", what);
     int64_t delay = backoff_ms(c, retry_after_header_ms(&c->resp));
-    if (c->r.active && c->r.has_task) {
-        int64_t last = 0;
+    int64_t last = 0;
+    if (c->r.active && c->r.has_task)
         for (int k = 0; k < 5; k++)
             last = c->r.task.deadlines[k] > last ? c->r.task.deadlines[k] : last;
-        if (last && now + delay > last) {
+    if (last && now + delay > last) {
+        char why[FL__ERRMSG_MAX];
+        snprintf(why, sizeof(why), "%.200s; the round's deadlines passed while retrying", what);
+        fl__err_set(&c->err, code, "%s", why);
+        round_end(c, now, delay, 0, why);
+        return;
+    }
+    if (!last && c->retry_timeout_ms) {
+        if (!c->retrying) {
+            c->retrying = 1;
+            c->retry_since_ms = c->attempt_ms;
+        }
+        if (now + delay - c->retry_since_ms > (int64_t)c->retry_timeout_ms) {
+            /* The app asked for a bound: report it instead of retrying on (the code is
+             * FL_ERR_TIMEOUT whatever failed; the message keeps the cause). */
             char why[FL__ERRMSG_MAX];
-            snprintf(why, sizeof(why), "%.200s; the round's deadlines passed while retrying",
-                     what);
-            fl__err_set(&c->err, code, "%s", why);
+            snprintf(why, sizeof(why),
+                     "%.150s; gave up after retrying for %lld ms (retry_timeout_ms %llu)", what,
+                     (long long)(now - c->retry_since_ms),
+                     (unsigned long long)c->retry_timeout_ms);
+            fl__err_set(&c->err, FL_ERR_TIMEOUT, "%s", why);
+            STAT_SET(c, last_error, FL_ERR_TIMEOUT);
+            STAT_ADD(c, retry_timeouts, 1);
+            log_msg(c, FL_LOG_WARN, "%s", why);
+            c->retry_gave_up = 1;
+            /* A round given up, or the check-in / enrollment abandoned: idle either way,
+             * next try after the backoff, with a fresh window (round_end resets it). */
             round_end(c, now, delay, 0, why);
             return;
         }
@@ -963,7 +1031,7 @@ static void on_enroll(fl_client *c, int64_t now) {
         memcpy(c->token, tok, tl);
         c->token[tl] = '\0';
         fl_memzero(tok, sizeof(tok));
-        c->failures = 0;
+        exchange_ok(c);
         c->next_ms = now;
         log_msg(c, FL_LOG_INFO, "enrolled in %s", c->population);
         set_state(c, FL_CLIENT_STATE_CHECKIN);
@@ -981,8 +1049,12 @@ static void on_enroll(fl_client *c, int64_t now) {
                     msg[0] ? ": " : "", msg);
     } else if (st == 408) /* cut by the server's request deadline: nothing was enrolled */
         transient(c, now, FL_ERR_TIMEOUT, "enrollment timed out on the server (408)");
-    else
-        transient(c, now, FL_ERR_IO, "enrollment failed (server busy or unavailable)");
+    else {
+        char what[128];
+        snprintf(what, sizeof(what), "enrollment failed (server busy or unavailable): HTTP %d%s%s",
+                 st, code[0] ? " " : "", code);
+        transient(c, now, FL_ERR_IO, what);
+    }
 }
 
 static void on_checkin(fl_client *c, int64_t now) {
@@ -1015,7 +1087,7 @@ static void on_checkin(fl_client *c, int64_t now) {
             }
             r->active = 1;
             r->id = rid;
-            c->failures = 0;
+            exchange_ok(c);
             c->next_ms = now;
             STAT_ADD(c, selected, 1);
             STAT_SET(c, round_id, rid);
@@ -1028,7 +1100,7 @@ static void on_checkin(fl_client *c, int64_t now) {
         if (!fl__client_json_int(&d.j, fl__client_json_get(&d.j, 0, "retry_after_s"), &ra) ||
             ra < 0)
             ra = retry_after_header_ms(&c->resp) / 1000;
-        c->failures = 0;
+        exchange_ok(c);
         c->next_ms = now + (ra > 0 ? ra * 1000 : c->backoff_initial_ms);
         set_state(c, FL_CLIENT_STATE_IDLE);
         return;
@@ -1045,7 +1117,10 @@ static void on_checkin(fl_client *c, int64_t now) {
         /* Cut by the server's request deadline before it was whole: not applied. */
         transient(c, now, FL_ERR_TIMEOUT, "check-in timed out on the server (408)");
     } else {
-        transient(c, now, st >= 500 ? FL_ERR_IO : FL_ERR_PROTOCOL, "check-in failed");
+        char what[96];
+        snprintf(what, sizeof(what), "check-in failed: HTTP %d%s%s", st, code[0] ? " " : "",
+                 code);
+        transient(c, now, st >= 500 ? FL_ERR_IO : FL_ERR_PROTOCOL, what);
     }
 }
 
@@ -1167,7 +1242,7 @@ static void on_task(fl_client *c, int64_t now) {
         round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
         return;
     }
-    c->failures = 0;
+    exchange_ok(c);
     c->next_ms = now;
     set_state(c, FL_CLIENT_STATE_MODEL);
 }
@@ -1199,7 +1274,7 @@ static void on_model(fl_client *c, int64_t now) {
     c->resp.body = NULL;
     c->resp.cap = c->resp.len = 0;
     STAT_SET(c, model_version, r->task.model_version);
-    c->failures = 0;
+    exchange_ok(c);
     c->next_ms = now;
     set_state(c, FL_CLIENT_STATE_TRAIN);
 }
@@ -1526,7 +1601,7 @@ static void on_upload(fl_client *c, int64_t now) {
     if (st == 202 || st == 200) {
         STAT_ADD(c, uploads, 1);
         fl_memzero(c->r.post, c->r.post_len);
-        c->failures = 0;
+        exchange_ok(c);
         c->next_ms = now;
         set_state(c, FL_CLIENT_STATE_OUTCOME);
         return;
@@ -1555,7 +1630,7 @@ static void on_secagg(fl_client *c, int64_t now) {
             if (r->sa_phase == 2)
                 STAT_ADD(c, uploads, 1);
             r->sa_step = SA_RESULT;
-            c->failures = 0;
+            exchange_ok(c);
             c->next_ms = now;
             set_state(c, c->state);
             return;
@@ -1602,7 +1677,7 @@ static void on_secagg(fl_client *c, int64_t now) {
         return;
     }
     r->sa_step = SA_POST;
-    c->failures = 0;
+    exchange_ok(c);
     c->next_ms = now;
     set_state(c, c->state);
 }
@@ -1642,6 +1717,7 @@ fl_status fl_client_step(fl_client *c, int64_t *next_ms) {
             goto out;
         }
         resp_reset(&c->resp, limit);
+        c->attempt_ms = now;
         rc = c->tp.send(c->tp.ctx, &c->req);
         if (rc == FL_ERR_AGAIN)
             goto out;
@@ -1701,6 +1777,7 @@ fl_status fl_client_run(fl_client *c, uint32_t max_wait_ms) {
     if (!c)
         return FL_ERR_MISUSE;
     c->round_ended = 0;
+    c->retry_gave_up = 0;
     for (;;) {
         int64_t next = 0;
         fl_status rc = fl_client_step(c, &next);
@@ -1710,6 +1787,8 @@ fl_status fl_client_run(fl_client *c, uint32_t max_wait_ms) {
         }
         if (rc != FL_OK)
             return rc;
+        if (c->retry_gave_up) /* before round_ended: a task download given up ends both */
+            return FL_ERR_TIMEOUT;
         if (c->round_ended)
             return FL_OK;
         int64_t now = c->clock(c->clock_user);
@@ -1731,7 +1810,7 @@ static void *worker_main(void *arg) {
     fl_client *c = arg;
     while (!atomic_load(&c->worker_stop)) {
         fl_status rc = fl_client_run(c, 1000);
-        if (rc != FL_OK && rc != FL_ERR_AGAIN && rc != FL_ERR_CANCELLED)
+        if (rc != FL_OK && rc != FL_ERR_AGAIN && rc != FL_ERR_CANCELLED && rc != FL_ERR_TIMEOUT)
             break; /* sticky failure: nothing more to do */
     }
     return NULL;

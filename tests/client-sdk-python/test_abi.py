@@ -81,7 +81,8 @@ def test_defaults_read_through_binding_offsets():
     _, c = lib.init_struct(_native.fl_client_config, "fl_client_config_init")
     assert c.platform == b"linux"
     assert (c.momentum, c.max_model_bytes, c.backoff_initial_ms, c.backoff_max_ms,
-            c.request_timeout_ms, c.long_poll_s) == (0.9, 64 << 20, 1000, 3600000, 30000, 30)
+            c.request_timeout_ms, c.long_poll_s, c.retry_timeout_ms) == (
+                0.9, 64 << 20, 1000, 3600000, 30000, 30, 300000)
     _, t = lib.init_struct(_native.fl_client_curl_config, "fl_client_curl_config_init")
     assert t.connect_timeout_ms == 10000
 

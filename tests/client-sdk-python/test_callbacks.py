@@ -161,6 +161,51 @@ def test_python_transport_sees_requests_and_failures_are_transient(counting):
             assert isinstance(c.transport_error, TimeoutError)
 
 
+def test_retry_timeout_makes_run_raise_timeout(counting):
+    # retry_timeout_ms bounds the retrying of an exchange no round deadline bounds: a
+    # coordinator answering 503 to every enrollment makes run() raise FL_ERR_TIMEOUT within
+    # the bound, after a few tries; nothing is sticky, and once the server answers the next
+    # run() goes on (here: enrolled, then told to check in again in 10 minutes).
+    calls = []
+    answer = {"fn": lambda req: (503, [("Content-Type", "application/json")],
+                                 b'{"error":{"status":503,"code":"unavailable",'
+                                 b'"message":"busy"}}')}
+
+    def handler(req):
+        calls.append((time.time(), req.path))
+        return answer["fn"](req)
+
+    with fc.Store(":memory:", feature_dim=4, allocator=counting) as st:
+        with _client(st, handler, allocator=counting, retry_timeout_ms=1500,
+                     backoff_initial_ms=100, backoff_max_ms=400) as c:
+            t0 = time.time()
+            with pytest.raises(fc.FlotillaError) as e:
+                c.run(max_wait_ms=20000)
+            took = time.time() - t0
+            assert e.value.name == "FL_ERR_TIMEOUT", e.value
+            assert "enrollment failed" in e.value.message and "503" in e.value.message
+            assert "retry_timeout_ms 1500" in e.value.message, e.value.message
+            assert calls[-1][0] - calls[0][0] <= 1.6 and took < 3.0, (took, calls)
+            assert len(calls) >= 4, calls
+            s = c.stats()
+            assert s.retry_timeouts == 1 and s.last_error == "FL_ERR_TIMEOUT", s
+            assert s.state == "IDLE" and s.transient_errors == len(calls), s
+
+            enrolled = json.dumps({"client_id": "0123456789abcdef",
+                                   "client_token": "flc_0123456789abcdef." + "b" * 43,
+                                   "population": "pop", "coordinator_key_id": fc.key_id(KEY),
+                                   "protocol": "flotilla/v1"}).encode()
+            retry = json.dumps({"status": "retry", "retry_after_s": 600,
+                                "reason": "no_round_forming"}).encode()
+            answer["fn"] = lambda req: (201 if req.path == "/v1/enroll" else 200,
+                                        [("Content-Type", "application/json")],
+                                        enrolled if req.path == "/v1/enroll" else retry)
+            assert c.run(max_wait_ms=5000) is False  # next check-in in 10 min: FL_ERR_AGAIN
+            s = c.stats()
+            assert s.checkins == 1 and s.retry_timeouts == 1 and s.state == "IDLE", s
+            assert c.token().startswith("flc_0123456789abcdef.")
+
+
 def test_python_transport_body_limit_and_bad_arguments(counting):
     def huge(req):
         return 200, {"Content-Type": "application/json"}, b" " * (1 << 20)  # > 256 KiB JSON

@@ -498,6 +498,19 @@ typedef struct fl_client_config {
                                       Ed25519 verification key, pinned by the app: the SDK
                                       checks every neighbour's certificate against it and
                                       never takes an authority key from the coordinator */
+    /* Grown at the end (retry bound): a struct_size of offsetof(fl_client_config,
+     * retry_timeout_ms) (the struct with the identity and no more) is still accepted and
+     * means 0, no limit, as before the field existed. 64 bits wide so that it starts past the
+     * older struct's tail padding on every ABI. */
+    uint64_t retry_timeout_ms;     /* longest time an exchange that no round deadline bounds
+                                      (enrollment, check-in, the task download) is retried
+                                      after transient failures (network errors, closed
+                                      connections, 408, 429, 5xx), counted from the start of
+                                      its first failed try; the SDK gives up once the next
+                                      try would start later: fl_client_run returns
+                                      FL_ERR_TIMEOUT, a selected round is given up, and the
+                                      client checks in again after its backoff (not sticky).
+                                      0 = no limit; at most 2^40; default 300000 (5 min) */
 } fl_client_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
@@ -556,9 +569,15 @@ typedef struct fl_client_stats {
     uint64_t examples_trained;   /* examples used in the last local training */
     double train_loss;           /* mean loss of the last local training */
     fl_status last_error;        /* last failure code (FL_OK = none) */
+    /* Grown at the end: a struct_size of offsetof(fl_client_stats, retry_timeouts) is still
+     * accepted and filled up to there. */
+    uint64_t retry_timeouts;     /* exchanges given up after fl_client_config.retry_timeout_ms
+                                    (last_error FL_ERR_TIMEOUT) */
 } fl_client_stats;
 
-/* Fills *out (out->struct_size must be set). Returns FL_OK or FL_ERR_MISUSE. */
+/* Fills *out (out->struct_size must be set: sizeof(fl_client_stats), or the older size
+ * offsetof(fl_client_stats, retry_timeouts), which gets the fields before it). Returns FL_OK
+ * or FL_ERR_MISUSE. */
 FL_API fl_status fl_client_stats_get(const fl_client *c, fl_client_stats *out);
 
 /* Does the next piece of work: at most one HTTP exchange and the computation that follows
@@ -571,14 +590,19 @@ FL_API fl_status fl_client_stats_get(const fl_client *c, fl_client_stats *out);
  * enrollment, region refused, enrollment refused, e.g. the device identity: the errmsg
  * carries the coordinator's reason), FL_ERR_MISUSE. Round-level failures (closed round, bad
  * signature, network errors) are handled inside: the client gives up or retries with
- * backoff and reports them through fl_client_stats_get and the logger. */
+ * backoff and reports them through fl_client_stats_get and the logger; so is an exchange
+ * given up after cfg.retry_timeout_ms (stats retry_timeouts and last_error FL_ERR_TIMEOUT,
+ * the errmsg says what kept failing; the step itself returns FL_OK). */
 FL_API fl_status fl_client_step(fl_client *c, int64_t *next_ms);
 
 /* Convenience loop for blocking transports: steps, sleeping between steps, until one round
- * the client took part in ends, or until no step is due within max_wait_ms.
+ * the client took part in ends, until an exchange is given up after cfg.retry_timeout_ms,
+ * or until no step is due within max_wait_ms.
  * Returns FL_OK (a round ended: see stats), FL_ERR_AGAIN (next action later than
- * max_wait_ms from now; nothing is wrong), FL_ERR_CANCELLED, or a sticky error of
- * fl_client_step. */
+ * max_wait_ms from now; nothing is wrong), FL_ERR_TIMEOUT (enrollment, check-in or the task
+ * download kept failing for retry_timeout_ms: fl_client_errmsg says what failed, a selected
+ * round was given up; not sticky: the client is idle and a later call checks in again
+ * after the backoff), FL_ERR_CANCELLED, or a sticky error of fl_client_step. */
 FL_API fl_status fl_client_run(fl_client *c, uint32_t max_wait_ms);
 
 /* Asks a running fl_client_step/fl_client_run to stop at the next safe point (checked
@@ -592,7 +616,8 @@ FL_API void fl_client_interrupt(fl_client *c);
  * FL_ERR_TOO_LARGE (buf smaller than the token + 1), FL_ERR_MISUSE. */
 FL_API fl_status fl_client_token(const fl_client *c, char *buf, size_t len);
 
-/* Optional worker thread: runs fl_client_run in a loop until fl_client_worker_stop. While it
+/* Optional worker thread: runs fl_client_run in a loop until fl_client_worker_stop (or a
+ * sticky failure; FL_ERR_TIMEOUT does not stop it: see stats retry_timeouts). While it
  * runs, only fl_client_interrupt, fl_client_worker_stop and fl_client_stats_get (which takes
  * a snapshot under a lock) may be called on c. Returns FL_OK, FL_ERR_STATE (already
  * running), FL_ERR_UNSUPPORTED (no threads in this build), FL_ERR_NOMEM. */

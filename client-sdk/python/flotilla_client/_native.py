@@ -141,7 +141,7 @@ class fl_client_config(ctypes.Structure):
                 ("clock", CLOCK_FN), ("clock_user", c_void_p),
                 ("has_secagg_identity", c_int), ("secagg_signing_key", c_u8 * 64),
                 ("secagg_device_id", c_u8 * 32), ("secagg_cert", c_u8 * 64),
-                ("secagg_authority_key", c_u8 * 32)]
+                ("secagg_authority_key", c_u8 * 32), ("retry_timeout_ms", c_u64)]
 
 
 class fl_client_stats(ctypes.Structure):
@@ -150,7 +150,7 @@ class fl_client_stats(ctypes.Structure):
                 ("uploads", c_u64), ("transient_errors", c_u64), ("bytes_sent", c_u64),
                 ("bytes_received", c_u64), ("next_action_ms", c_i64), ("round_id", c_i64),
                 ("model_version", c_i64), ("examples_trained", c_u64),
-                ("train_loss", c_double), ("last_error", c_int)]
+                ("train_loss", c_double), ("last_error", c_int), ("retry_timeouts", c_u64)]
 
 
 # ---- prototypes: name -> (restype, argtypes) ----

@@ -212,6 +212,7 @@ class ClientStats:
     examples_trained: int
     train_loss: float
     last_error: str
+    retry_timeouts: int  # exchanges given up after retry_timeout_ms
 
 
 class Client:
@@ -246,13 +247,17 @@ class Client:
                       the certificate does not verify)
     config            other fl_client_config fields: momentum, weight_decay,
                       max_model_bytes, backoff_initial_ms, backoff_max_ms,
-                      request_timeout_ms, long_poll_s, secagg_backend
+                      request_timeout_ms, long_poll_s, secagg_backend, retry_timeout_ms
+                      (longest time enrollment, check-in or the task download is retried
+                      after transient failures before run() raises FlotillaError
+                      FL_ERR_TIMEOUT; 0 = no limit; default 300000)
     Use as a context manager or call close(); close() is idempotent. One thread at a time,
     except interrupt().
     """
 
     _CONFIG_FIELDS = ("momentum", "weight_decay", "max_model_bytes", "backoff_initial_ms",
-                      "backoff_max_ms", "request_timeout_ms", "long_poll_s", "secagg_backend")
+                      "backoff_max_ms", "request_timeout_ms", "long_poll_s", "secagg_backend",
+                      "retry_timeout_ms")
 
     def __init__(self, url, population, region, coordinator_key, store, enrollment_token=None,
                  client_token=None, platform=None, seed=0, allocator=None, logger=None,
@@ -450,7 +455,9 @@ class Client:
 
     def run(self, max_wait_ms=60000):
         """Blocking loop until a round this client took part in ends (True), or until nothing
-        is due within max_wait_ms (False). Interrupts and sticky failures raise."""
+        is due within max_wait_ms (False). Interrupts and sticky failures raise, and so does
+        an exchange given up after retry_timeout_ms (FlotillaError FL_ERR_TIMEOUT; not
+        sticky: the client checks in again on a later call)."""
         rc = self._lib.fl_client_run(self._handle(), int(max_wait_ms))
         if rc == _native.FL_ERR_AGAIN:
             return False
@@ -478,7 +485,8 @@ class Client:
             round_id=s.round_id, model_version=s.model_version,
             examples_trained=s.examples_trained, train_loss=s.train_loss,
             last_error=_native.STATUS_NAMES[s.last_error]
-            if 0 <= s.last_error < len(_native.STATUS_NAMES) else str(s.last_error))
+            if 0 <= s.last_error < len(_native.STATUS_NAMES) else str(s.last_error),
+            retry_timeouts=s.retry_timeouts)
 
     def token(self):
         """The client token after enrollment (keep it in secure storage), or None."""
