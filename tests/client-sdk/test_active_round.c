@@ -317,7 +317,7 @@ static void expect_enroll_refused(struct world *w, const struct sdev_identity *i
 static void test_enrollment_refusals(void **st) {
     (void)st;
     struct world w;
-    world_open(&w, 1, 10);
+    world_open(&w, 3, 10); /* a secure population needs 3 clients at least; one enrolls */
     /* A certificate from another authority (the app pinned that one, so the SDK's own
      * check passes; the population's authority refuses it). */
     struct authority other;

@@ -22,7 +22,7 @@ static void test_round_oom_walk(void **st) {
     char etok[256];
     const char *json =
         "{\"name\":\"oom\",\"allowed_regions\":[\"EU\"],"
-        "\"selection\":{\"target\":3,\"over_selection\":1.0,\"min_participants\":2,"
+        "\"selection\":{\"target\":3,\"over_selection\":1.0,\"min_participants\":3,"
         "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":1,\"max_retry_s\":5},"
         "\"deadlines_s\":{\"advertise\":10,\"share\":10,\"masked\":10,\"unmask\":10},"
         "\"training\":{\"epochs\":1,\"batch_size\":8,\"learning_rate\":0.1,\"max_examples\":50},"
