@@ -116,11 +116,12 @@ static json_t *sub_object(json_t *obj, const char *key, struct fl__coord_reply *
  * (64 hex characters) that every device's v2 certificate must verify under. They come
  * together: the consistency check means little unless clients are certified by an
  * authority that is not the coordinator, and a key without the check would be unused.
- * Refused with what the coordinator cannot combine yet: secagg off, FedBuff (its own
- * slotting, not the phased rounds), and norm proofs (untested with active mode). Sets
- * p->active and p->authority_key; false with a 400 in rep. */
+ * Refused with what the coordinator cannot combine: secagg off, and FedBuff (its own
+ * slotting, not the phased rounds). Norm proofs combine (docs/secagg.md "Norm proofs":
+ * the proof rides in MASKED_INPUT, before the consistency phase). Sets p->active and
+ * p->authority_key; false with a 400 in rep. */
 static bool active_parse(struct fl__coord_pop *p, json_t *sa, bool check, bool secagg_on,
-                         bool norm_proof, const char *strategy, struct fl__coord_reply *rep) {
+                         const char *strategy, struct fl__coord_reply *rep) {
     json_t *ak = json_object_get(sa, "authority_key");
     p->active = false;
     memset(p->authority_key, 0, sizeof(p->authority_key));
@@ -138,10 +139,6 @@ static bool active_parse(struct fl__coord_pop *p, json_t *sa, bool check, bool s
         return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
                                "'secagg.consistency_check' is not supported with the fedbuff "
                                "strategy"), false;
-    if (norm_proof)
-        return fl__coord_error(rep, 400, "invalid_field", "secagg.consistency_check",
-                               "'secagg.consistency_check' cannot be combined with "
-                               "secagg.norm_proof yet"), false;
     uint8_t key[FL_SECAGG_VERIFY_KEY_BYTES], any = 0;
     if (!ak || !json_is_string(ak) || json_string_length(ak) != 2 * sizeof(key) ||
         !fl__coord_unhex(key, sizeof(key), json_string_value(ak)))
@@ -356,7 +353,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     if (!get_bool(sa, "secagg", "norm_proof", false, &norm_proof, rep))
         return false;
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
-    if (!active_parse(p, sa, b, secagg_on, norm_proof, sname, rep))
+    if (!active_parse(p, sa, b, secagg_on, sname, rep))
         return false;
 
     /* privacy */
