@@ -7,7 +7,7 @@
 
 static const char *POP =
     "{\"name\":\"lim\",\"allowed_regions\":[\"*\"],"
-    "\"selection\":{\"target\":2,\"min_participants\":2,\"require\":[]},"
+    "\"selection\":{\"target\":3,\"min_participants\":3,\"require\":[]},"
     "\"update\":{\"tensors\":[\"w\"]},"
     "\"enrollment\":{\"max_per_minute\":3,\"max_clients\":5},"
     "\"privacy\":{\"mode\":\"none\"}}";

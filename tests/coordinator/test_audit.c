@@ -231,7 +231,7 @@ static void test_round_logged_and_verified(void **state) {
 static void test_refusal_logged(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct popcfg pc = {.name = "bud", .target = N, .min = 2, .secagg = true, .mode = "central",
+    struct popcfg pc = {.name = "bud", .target = N, .min = 3, .secagg = true, .mode = "central",
                         .budget = 0.01};
     char *tok[N];
     setup_population(f, &pc, tok, N);

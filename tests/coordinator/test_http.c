@@ -264,7 +264,7 @@ static void db_fingerprint(struct fx *f, char *out, size_t n) {
 
 static const char *POP_JSON =
     "{\"name\":\"kb-en\",\"allowed_regions\":[\"EU\",\"UK\"],"
-    "\"selection\":{\"target\":2,\"over_selection\":1.5,\"min_participants\":2,"
+    "\"selection\":{\"target\":3,\"over_selection\":1.2,\"min_participants\":3,"
     "\"require\":[\"charging\"],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":30,"
     "\"max_retry_s\":600},"
     "\"update\":{\"tensors\":[\"w\"]},"
@@ -1069,8 +1069,8 @@ static void test_enrollment(void **state) {
 static void test_checkin_selection(void **state) {
     struct fx *f = *state;
     char *etok = create_population(f);
-    char *c[4];
-    for (int i = 0; i < 4; i++)
+    char *c[5];
+    for (int i = 0; i < 5; i++)
         c[i] = enroll(f, etok, "EU");
     const char *ok = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
                      "\"idle\":false}}";
@@ -1140,10 +1140,10 @@ static void test_checkin_selection(void **state) {
     assert_string_equal(before, after);
     f->now_ms += 601 * 1000; /* past the not_eligible retry_after_s */
 
-    /* target 2 x 1.5 = 3 selected; the 4th gets round_full. */
+    /* target 3 x 1.2 = 3.6, rounded up: 4 selected; the 5th gets round_full. */
     char pid0[64] = "";
     int64_t round_id = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         r = http_json(f, "POST", "/v1/checkin", c[i], ok);
         assert_int_equal(r.status, 200);
         j = body_json(&r);
@@ -1162,7 +1162,7 @@ static void test_checkin_selection(void **state) {
     assert_string_equal(json_string_value(json_object_get(j, "participation_id")), pid0);
     json_decref(j);
     resp_free(&r);
-    r = http_json(f, "POST", "/v1/checkin", c[3], ok);
+    r = http_json(f, "POST", "/v1/checkin", c[4], ok);
     j = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(j, "status")), "retry");
     assert_string_equal(json_string_value(json_object_get(j, "reason")), "round_full");
@@ -1176,7 +1176,7 @@ static void test_checkin_selection(void **state) {
     r = http(f, "GET", path, c[0], NULL, NULL, 0, NULL);
     assert_error(&r, 400, "missing_field");
     resp_free(&r);
-    r = http(f, "GET", path, c[3], NULL, NULL, 0, "Idempotency-Key: 00000000000000000000000000000000");
+    r = http(f, "GET", path, c[4], NULL, NULL, 0, "Idempotency-Key: 00000000000000000000000000000000");
     assert_error(&r, 403, "not_a_participant");
     resp_free(&r);
     snprintf(key, sizeof(key), "Idempotency-Key: %s", pid0);
@@ -1246,7 +1246,7 @@ static void test_checkin_selection(void **state) {
     assert_string_equal(json_string_value(json_object_get(j, "reason")), "stopped by admin");
     json_decref(j);
     resp_free(&r);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         free(c[i]);
     free(etok);
 }
@@ -1266,7 +1266,7 @@ static void test_forming_deadline_and_restart(void **state) {
     int64_t rid = json_integer_value(json_object_get(j, "round_id"));
     json_decref(j);
     resp_free(&r);
-    /* Forming window passes with 1 < min_participants (2): the window is extended once,
+    /* Forming window passes with 1 < min_participants (3): the window is extended once,
      * then the round is abandoned. */
     f->now_ms += 61 * 1000;
     fl_coord_tick(f->co);

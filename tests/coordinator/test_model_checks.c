@@ -37,16 +37,18 @@ static uint8_t *model_mixed(size_t *len, bool no_f32) {
     return buf;
 }
 
-/* Creates population name (plain, target 2) with the extra members, uploads the model and
- * starts it; enrols two devices into c. */
-static void population(struct fx *f, const char *name, const char *extra, bool no_f32,
-                       struct tc *c) {
+/* Creates population name (plain unless extra has "secagg"; target and min_participants
+ * `target`) with the extra members, uploads the model and starts it; enrols two devices
+ * into c. */
+static void population(struct fx *f, const char *name, int target, const char *extra,
+                       bool no_f32, struct tc *c) {
     char body[1024], path[128];
     snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],\"selection\":{\"target\":2,"
-             "\"over_selection\":1.0,\"min_participants\":2,\"require\":[],\"jitter_s\":0,"
+             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],\"selection\":{\"target\":%d,"
+             "\"over_selection\":1.0,\"min_participants\":%d,\"require\":[],\"jitter_s\":0,"
              "\"min_retry_s\":1,\"max_retry_s\":60}%s%s%s}",
-             name, strstr(extra, "\"secagg\"") ? "" : ",\"secagg\":{\"enabled\":false}",
+             name, target, target,
+             strstr(extra, "\"secagg\"") ? "" : ",\"secagg\":{\"enabled\":false}",
              *extra ? "," : "", extra);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)
@@ -100,7 +102,7 @@ static void test_round_cannot_form(void **state) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct tc c[2];
         memset(c, 0, sizeof(c));
-        population(f, cases[i].name, cases[i].extra, cases[i].no_f32, c);
+        population(f, cases[i].name, 2, cases[i].extra, cases[i].no_f32, c);
         struct resp r = http_json(f, "POST", "/v1/checkin", c[0].tok, ck);
         assert_int_equal(r.status, 200);
         json_t *j = body_json(&r);
@@ -121,7 +123,7 @@ static void test_other_tensors_pass_through(void **state) {
     struct fx *f = *state;
     struct tc c[2];
     memset(c, 0, sizeof(c));
-    population(f, "mixed", "", false, c);
+    population(f, "mixed", 2, "", false, c);
     int64_t rid = 0;
     checkin_all(f, c, 2, &rid);
     fetch_tasks(f, c, 2, rid);
@@ -175,7 +177,7 @@ static void test_weights_sum_to_zero(void **state) {
     struct fx *f = *state;
     struct tc c[2];
     memset(c, 0, sizeof(c));
-    population(f, "wz",
+    population(f, "wz", 2,
                "\"update\":{\"weighting\":\"examples\",\"weight_cap\":255},"
                "\"privacy\":{\"mode\":\"none\",\"modulus_bits\":8}",
                false, c);
@@ -205,8 +207,8 @@ static void test_weights_sum_to_zero(void **state) {
 
 /* Secure rounds sum the weight coordinates mod 2^bits unseen, so a population whose
  * cap x weight_cap reaches 2^bits forms no round (a wrap would be a silently wrong
- * average); one below the boundary forms. 16 bits, cap 2: weight_cap 32767 forms, 32768
- * does not. */
+ * average); one below the boundary forms. 16 bits, cap 3 (the secure minimum): weight_cap
+ * 21845 forms (3 x 21845 = 65535), 21846 does not. */
 static void test_secagg_weight_wrap(void **state) {
     struct fx *f = *state;
     const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
@@ -216,10 +218,10 @@ static void test_secagg_weight_wrap(void **state) {
         snprintf(extra, sizeof(extra),
                  "\"secagg\":{\"enabled\":true},\"update\":{\"weighting\":\"examples\","
                  "\"weight_cap\":%d},\"privacy\":{\"mode\":\"none\",\"modulus_bits\":16}",
-                 over ? 32768 : 32767);
+                 over ? 21846 : 21845);
         struct tc c[2];
         memset(c, 0, sizeof(c));
-        population(f, over ? "wrap" : "wrapok", extra, false, c);
+        population(f, over ? "wrap" : "wrapok", 3, extra, false, c);
         struct resp r = http_json(f, "POST", "/v1/checkin", c[0].tok, ck);
         assert_int_equal(r.status, 200);
         json_t *j = body_json(&r);
@@ -247,7 +249,7 @@ static void test_non_finite_model(void **state) {
     struct tc c[2];
     memset(c, 0, sizeof(c));
     g_nan_model = true;
-    population(f, "nan", "", false, c);
+    population(f, "nan", 2, "", false, c);
     g_nan_model = false;
     int64_t rid = 0;
     checkin_all(f, c, 2, &rid);

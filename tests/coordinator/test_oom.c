@@ -902,7 +902,11 @@ static void test_start_walk(void **state) {
 
 /* ---- the secure aggregation walk ---- */
 
-/* One secagg round of 3 devices (population "sa"); the k-th allocation from the last post
+/* Devices of the secagg walk: one more than the secure minimum of 3 (min_participants), so
+ * a device whose post failed for memory drops out and the round goes on with the rest. */
+enum { SA_N = 4 };
+
+/* One secagg round of SA_N devices (population "sa"); the k-th allocation from the last post
  * of phase `phase` on fails (k 0: none). Returns whether a failure fired; *state_out gets
  * the round's final state. */
 static bool secagg_round(struct fx *f, struct tc *c, int phase, long k, char *state_out,
@@ -911,22 +915,22 @@ static bool secagg_round(struct fx *f, struct tc *c, int phase, long k, char *st
     atomic_fetch_add(&f->now_ms, 61 * 1000);
     fl_coord_tick(f->co);
     int64_t rid = 0;
-    checkin_all(f, c, 3, &rid);
-    fetch_tasks(f, c, 3, rid);
-    const uint8_t *out[3];
-    size_t ol[3];
-    secagg_clients_start(c, 3, rid, out, ol);
+    checkin_all(f, c, SA_N, &rid);
+    fetch_tasks(f, c, SA_N, rid);
+    const uint8_t *out[SA_N];
+    size_t ol[SA_N];
+    secagg_clients_start(c, SA_N, rid, out, ol);
     long fired = 0;
     bool alive = true;
     for (int ph = 0; ph < 4 && alive; ph++) {
-        for (int i = 0; i < 3 && alive; i++) {
-            if (ph == phase && i == 2 && k > 0)
+        for (int i = 0; i < SA_N && alive; i++) {
+            if (ph == phase && i == SA_N - 1 && k > 0)
                 arm(k);
             char path[128];
             snprintf(path, sizeof(path), "/v1/rounds/%lld/secagg/%s", (long long)rid, names[ph]);
             struct resp r = req_soft(f, "POST", path, c[i].tok, "application/octet-stream",
                                      out[i], ol[i], c[i].pid);
-            if (ph == phase && i == 2 && k > 0)
+            if (ph == phase && i == SA_N - 1 && k > 0)
                 fired += disarm();
             if (r.status != 202 && r.status != 200)
                 alive = r.status >= 500 || r.status == 0 ? alive : false;
@@ -936,7 +940,7 @@ static bool secagg_round(struct fx *f, struct tc *c, int phase, long k, char *st
             break;
         /* A close refused for memory is retried by the tick. */
         fl_coord_tick(f->co);
-        for (int i = 0; i < 3 && alive; i++) {
+        for (int i = 0; i < SA_N && alive; i++) {
             struct resp r = get_result(f, &c[i], rid, names[ph], 0);
             if (r.status == 204) {
                 resp_free(&r);
@@ -964,16 +968,16 @@ static bool secagg_round(struct fx *f, struct tc *c, int phase, long k, char *st
         atomic_fetch_add(&f->now_ms, 700 * 1000);
         fl_coord_tick(f->co);
     }
-    secagg_clients_free(c, 3);
+    secagg_clients_free(c, SA_N);
     return fired > 0;
 }
 
 static void test_secagg_walk(void **state) {
     struct fx *f = *state;
-    struct popcfg pc = {.name = "sa", .target = 3, .min = 2, .secagg = true, .mode = "none",
+    struct popcfg pc = {.name = "sa", .target = SA_N, .min = 3, .secagg = true, .mode = "none",
                         .bits = 32};
-    struct tc c[3];
-    setup_devices(f, &pc, c, 3);
+    struct tc c[SA_N];
+    setup_devices(f, &pc, c, SA_N);
     char st[32];
     assert_false(secagg_round(f, c, 0, 0, st, sizeof(st)));
     assert_string_equal(st, "completed");
@@ -994,7 +998,7 @@ static void test_secagg_walk(void **state) {
             fprintf(stderr, "secagg phase %d: %ld allocation(s) walked, %d abandoned\n", phase,
                     k - 1, abandoned);
     }
-    clients_free(c, 3);
+    clients_free(c, SA_N);
 }
 
 /* Two ctests share this executable (each well under 30 s under ASan): without arguments the

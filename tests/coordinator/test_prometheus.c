@@ -193,7 +193,7 @@ static void test_prometheus_scrape(void **state) {
     struct fx *f = *state;
     fx_proc_start(f, FL_COORD_EXE);
     /* One completed central-DP secagg round, so every family has a value. */
-    struct popcfg pc = {.name = "prom", .target = N, .min = 2, .secagg = true, .neighbors = 2,
+    struct popcfg pc = {.name = "prom", .target = N, .min = 3, .secagg = true, .neighbors = 2,
                         .mode = "central", .budget = 1000.0};
     struct tc c[N];
     setup_devices(f, &pc, c, N);

@@ -613,7 +613,7 @@ static void test_plain_round(void **state) {
 static void test_budget_refused(void **state) {
     struct fx *f = *state;
     enum { N = 4 };
-    struct popcfg pc = {.name = "bud", .target = N, .min = 2, .secagg = true, .mode = "central",
+    struct popcfg pc = {.name = "bud", .target = N, .min = 3, .secagg = true, .mode = "central",
                         .budget = 0.01};
     char *tok[N];
     setup_population(f, &pc, tok, N);

@@ -159,22 +159,22 @@ static void test_population_rules(void **state) {
         ",\"authority_key\":\"0000000000000000000000000000000000000000000000000000000000000000\""};
     for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
         snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true%s", bad_keys[i]);
-        r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+        r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
         assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
     }
     /* a key without the check */
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"authority_key\":\"%s\"", a.vk_hex);
-    r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+    r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
     /* what the check cannot be combined with: secagg off, FedBuff (norm proofs combine:
      * test_secagg_active_norm.c) */
     snprintf(sa, sizeof(sa),
              "\"enabled\":false,\"consistency_check\":true,\"authority_key\":\"%s\"", a.vk_hex);
-    r = pop_create(f, "bad", 3, 2, sa, NULL, NULL);
+    r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
              a.vk_hex);
-    r = pop_create(f, "bad", 3, 2, sa, "fedbuff", NULL);
+    r = pop_create(f, "bad", 3, 3, sa, "fedbuff", NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
     assert_int_equal(db_int(f, "SELECT count(*) FROM populations"), 0);
 
@@ -185,7 +185,7 @@ static void test_population_rules(void **state) {
     upper[64] = '\0';
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
              upper);
-    r = pop_create(f, "act", 3, 2, sa, NULL, NULL);
+    r = pop_create(f, "act", 3, 3, sa, NULL, NULL);
     assert_int_equal(r.status, 201);
     resp_free(&r);
     r = http_json(f, "GET", "/v1/admin/populations/act", ADMIN_TOKEN, NULL);
@@ -213,7 +213,7 @@ static void test_enrollment(void **state) {
     struct authority a, other;
     authority_make(&a);
     authority_make(&other);
-    char *etok = active_pop(f, "en", 3, 2, &a);
+    char *etok = active_pop(f, "en", 3, 3, &a);
     fl_secagg_identity d0, d1;
     uint8_t vk0[32], vk1[32];
     identity_make(&d0, vk0, &a, 1);
@@ -288,7 +288,7 @@ static void test_enrollment(void **state) {
     /* A population without the check ignores the field, even a malformed one. */
     char sa[128], *etok2 = NULL;
     snprintf(sa, sizeof(sa), "\"enabled\":true");
-    r = pop_create(f, "plain", 3, 2, sa, NULL, &etok2);
+    r = pop_create(f, "plain", 3, 3, sa, NULL, &etok2);
     assert_int_equal(r.status, 201);
     resp_free(&r);
     char *tok_p = enroll_ok(f, etok2, "plain", "\"not an identity\"", NULL, 0);
@@ -575,7 +575,7 @@ static void test_restart_keeps_active(void **state) {
     struct fx *f = *state;
     struct authority a;
     authority_make(&a);
-    char *etok = active_pop(f, "rs", 3, 2, &a);
+    char *etok = active_pop(f, "rs", 3, 3, &a);
     fl_secagg_identity d0, d1;
     uint8_t vk0[32], vk1[32];
     identity_make(&d0, vk0, &a, 1);
@@ -610,7 +610,7 @@ static void test_restart_keeps_active(void **state) {
 static void test_no_consistency_without_check(void **state) {
     struct fx *f = *state;
     enum { N = 3 };
-    struct popcfg pc = {.name = "sh", .target = N, .min = 2, .secagg = true, .mode = "none"};
+    struct popcfg pc = {.name = "sh", .target = N, .min = 3, .secagg = true, .mode = "none"};
     struct tc c[N];
     setup_devices(f, &pc, c, N);
     int64_t rid;
