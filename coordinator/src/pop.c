@@ -11,6 +11,11 @@
 
 #define phase_names fl__coord_phase_names
 
+/* Fewest clients a secure round can start with: fl_secagg_config_resolve refuses
+ * num_clients < 3 (with 2, each client could unmask the other's input from the sum). round.c
+ * checks the same number when a round starts. */
+#define SECAGG_MIN_CLIENTS 3
+
 /* ---- field helpers: each sets a 400 naming path.key and returns false on a bad value ---- */
 
 static bool get_int(json_t *obj, const char *path, const char *key, int64_t def, int64_t lo,
@@ -221,6 +226,7 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     if (!sel)
         return false;
     struct fl__coord_selection *s = &p->sel;
+    bool min_defaulted = json_object_get(sel, "min_participants") == NULL;
     if (!get_int(sel, "selection", "target", 100, 1, 100000, &s->target, rep) ||
         !get_num(sel, "selection", "over_selection", 1.3, 1.0, 3.0, false, &s->over_selection,
                  rep) ||
@@ -355,6 +361,27 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
     if (!active_parse(p, sa, b, secagg_on, sname, rep))
         return false;
+    /* A secure round (FedBuff with secagg on included: it runs synchronous secure rounds)
+     * that formed with fewer than SECAGG_MIN_CLIENTS would only be abandoned at its start, so
+     * such a selection is refused here. A minimum left to its default (80% of the target) is
+     * raised to the secure minimum instead: the target is already at least that. */
+    if (secagg_on && !min_defaulted && s->min_participants < SECAGG_MIN_CLIENTS)
+        return fl__coord_error(rep, 400, "invalid_field", "selection.min_participants",
+                               "selection.min_participants: secure aggregation needs at least "
+                               "%d participants, got %lld%s", SECAGG_MIN_CLIENTS,
+                               (long long)s->min_participants,
+                               s->target < SECAGG_MIN_CLIENTS ? " (selection.target too)" : ""),
+               false;
+    if (secagg_on && s->target < SECAGG_MIN_CLIENTS)
+        return fl__coord_error(rep, 400, "invalid_field", "selection.target",
+                               "selection.target: secure aggregation needs at least %d "
+                               "participants, got %lld", SECAGG_MIN_CLIENTS,
+                               (long long)s->target), false;
+    if (secagg_on && s->min_participants < SECAGG_MIN_CLIENTS) {
+        s->min_participants = SECAGG_MIN_CLIENTS;
+        if (json_object_set_new(sel, "min_participants", json_integer(SECAGG_MIN_CLIENTS)) != 0)
+            return fl__coord_oom(rep), false;
+    }
 
     /* privacy */
     json_t *pr = sub_object(cfg, "privacy", rep);
@@ -619,6 +646,32 @@ json_t *fl__coord_pop_state_json(fl_coord *co, const struct fl__coord_pop *p) {
 
 /* ---- loading at startup ---- */
 
+/* A secure population stored before its selection had to reach SECAGG_MIN_CLIENTS (its
+ * rounds with fewer were abandoned at their start) would now fail to parse and stop the
+ * coordinator from opening: its target and minimum are raised to the secure minimum in
+ * memory, with a warning. The stored row is left as it was until the next PATCH. Returns
+ * false when out of memory. */
+static bool raise_secure_minimum(fl_coord *co, const char *name, json_t *cfg) {
+    json_t *sa = json_object_get(cfg, "secagg");
+    json_t *en = json_is_object(sa) ? json_object_get(sa, "enabled") : NULL;
+    json_t *sel = json_object_get(cfg, "selection");
+    if (!json_is_object(sel) || (en && !json_is_true(en)))
+        return true;
+    static const char *const keys[] = {"target", "min_participants"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(sel, keys[i]);
+        if (!json_is_integer(v) || json_integer_value(v) >= SECAGG_MIN_CLIENTS)
+            continue;
+        fl__log(&co->logger, FL_LOG_WARN,
+                "population %s: selection.%s %lld raised to %d (secure aggregation needs at "
+                "least %d participants)", name, keys[i], (long long)json_integer_value(v),
+                SECAGG_MIN_CLIENTS, SECAGG_MIN_CLIENTS);
+        if (json_object_set_new(sel, keys[i], json_integer(SECAGG_MIN_CLIENTS)) != 0)
+            return false;
+    }
+    return true;
+}
+
 fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
     struct fl__coord_reply rep;
     memset(&rep, 0, sizeof(rep));
@@ -641,6 +694,10 @@ fl_status fl__coord_pop_load(fl_coord *co, const fl_store_population *sp) {
         goto out;
     }
     json_object_del(cfg, "enrollment_token_sha256");
+    if (!raise_secure_minimum(co, sp->name, cfg)) {
+        rc = FL_ERR_NOMEM;
+        goto out;
+    }
     if (!fl__coord_pop_parse(co, p, cfg, &rep)) {
         rc = fl__err_set(&co->err, FL_ERR_CORRUPT, "population %s: stored config invalid",
                          sp->name);
@@ -724,7 +781,13 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
         if (!r)
             continue;
         if (r->state == FL__ROUND_FORMING && now >= r->forming_deadline) {
-            if ((int64_t)r->n >= p->sel.min_participants) {
+            /* Validation keeps a secure population's minimum at SECAGG_MIN_CLIENTS or more;
+             * the round checks it again so that no path starts one the secagg server
+             * would refuse. */
+            int64_t need = p->sel.min_participants;
+            if (r->rp.secagg && need < SECAGG_MIN_CLIENTS)
+                need = SECAGG_MIN_CLIENTS;
+            if ((int64_t)r->n >= need) {
                 (void)fl__coord_round_run(co, p, now); /* a failure abandons it (logged) */
             } else if (!r->extended && r->n > 0) {
                 /* Some clients came but too few: give the round one more forming window
@@ -734,11 +797,11 @@ void fl__coord_tick_pops(fl_coord *co, int64_t now) {
                 fl__log(&co->logger, FL_LOG_INFO,
                         "round %lld of %s: %zu < %lld clients at the forming deadline; "
                         "forming extended once by %llds", (long long)r->id, p->name, r->n,
-                        (long long)p->sel.min_participants, (long long)p->sel.forming_s);
+                        (long long)need, (long long)p->sel.forming_s);
             } else {
                 char why[128];
                 snprintf(why, sizeof(why), "too few clients selected: %zu < %lld", r->n,
-                         (long long)p->sel.min_participants);
+                         (long long)need);
                 fl__coord_round_abandon(co, p, why);
             }
         } else if (r->state == FL__ROUND_RUNNING && r->rp.buffered) {

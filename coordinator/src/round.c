@@ -517,8 +517,10 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
     }
     r->run_deadline = t;
     if (r->rp.secagg) {
-        if (r->n < 2) {
-            fl__coord_round_abandon(co, p, "secure aggregation needs at least 2 clients");
+        /* fl_secagg_config_resolve refuses n < 3; population validation and the forming
+         * deadline (pop.c, SECAGG_MIN_CLIENTS) keep such a round from getting here. */
+        if (r->n < 3) {
+            fl__coord_round_abandon(co, p, "secure aggregation needs at least 3 clients");
             return FL_ERR_STATE;
         }
         json_t *sa = json_object_get(p->config, "secagg");

@@ -45,6 +45,22 @@ static void test_population_configs(void **state) {
                                 "\"strategy\":{\"name\":\"fedyogi\"},"
                                 "\"privacy\":{\"mode\":\"distributed\"}}"),
                      200);
+    /* The secure minimum of 3 (seeds pop_secure_* and pop_plain_min1 in the corpus). */
+    assert_int_equal(population("{\"name\":\"s\",\"allowed_regions\":[\"*\"],"
+                                "\"selection\":{\"target\":5,\"min_participants\":2},"
+                                "\"secagg\":{\"enabled\":true}}"),
+                     400);
+    assert_int_equal(population("{\"name\":\"s\",\"allowed_regions\":[\"*\"],"
+                                "\"selection\":{\"target\":2}}"),
+                     400);
+    assert_int_equal(population("{\"name\":\"s\",\"allowed_regions\":[\"*\"],"
+                                "\"selection\":{\"target\":3,\"min_participants\":3},"
+                                "\"secagg\":{\"enabled\":true}}"),
+                     200);
+    assert_int_equal(population("{\"name\":\"p\",\"allowed_regions\":[\"*\"],"
+                                "\"selection\":{\"target\":1,\"min_participants\":1},"
+                                "\"secagg\":{\"enabled\":false}}"),
+                     200);
 }
 
 int main(void) {
