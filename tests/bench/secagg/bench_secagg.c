@@ -7,7 +7,7 @@
  *
  *   bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B] [--json]
  *                [--backend sodium|mbedtls] [--table [small|full]] [--wall] [--threads N]
- *                [--paced]
+ *                [--paced] [--active 0|1|2]
  *
  * The clients' messages of a phase reach the server in bursts (up to 64 MB, written at
  * once after the simulated clients have computed them), so it handles them back to back,
@@ -30,6 +30,21 @@
  * Dropped clients (fraction F) leave after sending their shares and before their masked
  * input: the costly case for the server, which must rebuild their masking keys and remove
  * the pairwise masks they share with every surviving neighbour.
+ *
+ * --active 1|2 (default 0, semi-honest): the round runs in active-adversary mode
+ * (cfg.active = 1): signed advertisements checked against a pinned authority key, and the
+ * consistency phase (every survivor signs U3; the unmask request carries the neighbours'
+ * signatures). 1 uses v1 certificates (over the client index), 2 device certificates
+ * (cfg.device_certs = 1, as the coordinator runs it). The authority key and every client's
+ * signing key and certificate are made before the round and outside every timed part, as
+ * a real authority issues them beforehand; the signing and verifying the round itself does
+ * is timed where it happens (server: its receives and advances, consistency phase in
+ * server_phases_s; client: advertise, keys, consistency and unmask steps). k and t are
+ * derived with the semi-malicious bound, so they can differ from the semi-honest round's.
+ * The JSON then gains "active", the consistency phase's server seconds, the number of
+ * consistency signatures sent and the client's seconds per step (client_phases_s); the
+ * table gains the consistency phase's server and client seconds and the mode. With 0 the
+ * output is that of the semi-honest benchmark, unchanged.
  *
  * Primitive floor (floor_* in the JSON, floor_x in the table): what the round cannot cost
  * less than with these primitives, measured in the same server process after the round:
@@ -58,6 +73,7 @@
 #include "crypto.h"
 #include "secagg_internal.h"
 
+#define BENCH_NAME "bench_secagg" /* for bench_die (identity setup) */
 #include "bench_util.h"
 
 /* ---- utilities (the bench is an executable: exiting on I/O failure is fine) ---- */
@@ -449,8 +465,11 @@ struct result {
     double loadavg;        /* 1-minute load average when the run started */
     double drop;
     struct server_stats srv;
-    double t_client[4];    /* mean seconds per client: advertise, keys, masked, unmask */
+    double t_client[5];    /* mean seconds per client and step: advertise, keys, masked,
+                              consistency (active only, else 0), unmask */
     size_t client_peak;    /* peak heap bytes of one client */
+    int active;            /* --active: 0 semi-honest, 1 v1 certificates, 2 device certs */
+    uint32_t signatures;   /* consistency signatures the clients sent (active) */
 };
 
 struct counting {
@@ -519,8 +538,49 @@ static void send_cmd(int fd, uint8_t cmd, uint32_t client, const uint8_t *m, siz
         flush_cmds(fd);
 }
 
+/* Device id of client i in device-certificate rounds: distinct per client, never all
+ * zero (the index, little endian, then a fixed pattern). */
+static void device_id(uint8_t id[FL_SECAGG_DEVICE_ID_BYTES], uint32_t i) {
+    for (uint32_t j = 0; j < FL_SECAGG_DEVICE_ID_BYTES; j++)
+        id[j] = (uint8_t)(0xD0 + j * 29u);
+    for (uint32_t j = 0; j < 4; j++)
+        id[j] = (uint8_t)(i >> (8 * j));
+}
+
+/* Active mode's client identities, as the authority (signing key auth_sk) issues them
+ * before the round: per client a signing key with a v1 (active 1) or device (active 2)
+ * certificate. Returns the n identities (calloc'd; the caller wipes and frees them). Not
+ * timed; called in the clients' process only, after the fork, so the server's peak RSS
+ * does not carry them. */
+static fl_secagg_identity *make_identities(const fl_secagg_config *cfg, int active,
+                                           const uint8_t auth_sk[FL_SECAGG_SIGNING_KEY_BYTES]) {
+    uint32_t n = cfg->num_clients;
+    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
+    fl_secagg_identity *ids = calloc(n, sizeof(*ids));
+    if (!ids)
+        die("malloc");
+    fl_status s;
+    for (uint32_t i = 0; i < n; i++) {
+        fl_secagg_identity *id = &ids[i];
+        id->struct_size = sizeof(*id);
+        s = fl_secagg_signing_keygen(vk, id->signing_key, cfg->backend);
+        if (s != FL_OK)
+            bench_die("client keygen", fl_status_str(s));
+        if (active == 2) {
+            device_id(id->device_id, i);
+            s = fl_secagg_cert_issue_device(id->cert, auth_sk, id->device_id, vk, cfg->backend);
+        } else {
+            s = fl_secagg_cert_issue(id->cert, auth_sk, i, vk, cfg->backend);
+        }
+        if (s != FL_OK)
+            bench_die("certificate issue", fl_status_str(s));
+    }
+    return ids;
+}
+
 static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint32_t k,
-                   uint32_t t, uint32_t bits, fl_secagg_backend backend, unsigned threads) {
+                   uint32_t t, uint32_t bits, fl_secagg_backend backend, unsigned threads,
+                   int active) {
     fl_secagg_config cfg;
     fl_secagg_config_init(&cfg);
     cfg.num_clients = n;
@@ -530,12 +590,22 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     cfg.bits = bits;
     cfg.backend = backend;
     cfg.dropout_rate = drop > 0.05 ? drop : 0.05;
+    cfg.active = active != 0;
+    cfg.device_certs = active == 2;
     char err[256];
     if (fl_secagg_config_resolve(&cfg, err, sizeof(err)) != FL_OK) {
         fprintf(stderr, "config: %s\n", err);
         return -1;
     }
+    /* The authority's key before the fork: the server's config pins its verification key. */
+    uint8_t auth_sk[FL_SECAGG_SIGNING_KEY_BYTES];
+    if (active) {
+        fl_status s = fl_secagg_signing_keygen(cfg.verify_key, auth_sk, cfg.backend);
+        if (s != FL_OK)
+            bench_die("authority keygen", fl_status_str(s));
+    }
     memset(res, 0, sizeof(*res));
+    res->active = active;
     res->n = n;
     res->d = d;
     res->drop = drop;
@@ -556,6 +626,8 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     }
     close(sv[1]);
     int fd = sv[0];
+    fl_secagg_identity *ids = active ? make_identities(&cfg, active, auth_sk) : NULL;
+    fl_memzero(auth_sk, sizeof(auth_sk));
     calibrate_clock();
 
     struct counting cnt0 = {0, 0};
@@ -569,10 +641,11 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     uint32_t ndrop = (uint32_t)floor(drop * n + 1e-9);
     for (uint32_t j = 0; j < ndrop; j++)
         dropped[(uint32_t)(((uint64_t)j * n) / ndrop)] = 1;
-    double tc[4] = {0, 0, 0, 0};
-    uint32_t nc[4] = {0, 0, 0, 0};
+    double tc[5] = {0, 0, 0, 0, 0};
+    uint32_t nc[5] = {0, 0, 0, 0, 0};
     for (uint32_t i = 0; i < n; i++) {
-        if (fl_secagg_client_create(&cl[i], &cfg, 42, i, NULL, i == 0 ? &a0 : NULL) != FL_OK)
+        if (fl_secagg_client_create(&cl[i], &cfg, 42, i, ids ? &ids[i] : NULL,
+                                    i == 0 ? &a0 : NULL) != FL_OK)
             die("client_create");
         const uint8_t *m;
         size_t ml;
@@ -628,7 +701,12 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
             fl_secagg_message_peek(&type, NULL, NULL, inbuf, h[1]);
             if (type == FL_SECAGG_MSG_CIPHERTEXTS && dropped[i])
                 continue; /* leaves before its masked input */
-            int slot = type == FL_SECAGG_MSG_KEYS ? 1 : type == FL_SECAGG_MSG_CIPHERTEXTS ? 2 : 3;
+            /* The client's step: tc/nc slots 1 keys, 2 masked input, 3 consistency
+             * signature (active), 4 unmask. */
+            int slot = type == FL_SECAGG_MSG_KEYS              ? 1
+                       : type == FL_SECAGG_MSG_CIPHERTEXTS     ? 2
+                       : type == FL_SECAGG_MSG_CONSISTENCY_REQ ? 3
+                                                               : 4;
             if (type == FL_SECAGG_MSG_CIPHERTEXTS) {
                 gen_input(x, d, i, bits);
                 if (fl_secagg_client_set_input(cl[i], x, d) != FL_OK)
@@ -645,6 +723,8 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
                 continue;
             }
             send_cmd(fd, CMD_RECV, i, m, ml);
+            if (type == FL_SECAGG_MSG_CONSISTENCY_REQ)
+                res->signatures++;
             if (type == FL_SECAGG_MSG_CIPHERTEXTS) {
                 /* The same vector, unmasked, for the plain baseline. */
                 uint8_t *p = (uint8_t *)x;
@@ -671,13 +751,17 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     res->srv.status = status ? status : res->srv.status;
     waitpid(pid, NULL, 0);
     close(fd);
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 5; j++)
         res->t_client[j] = nc[j] ? tc[j] / nc[j] : 0;
     if (!res->client_peak)
         res->client_peak = cnt0.peak;
     for (uint32_t i = 0; i < n; i++)
         fl_secagg_client_destroy(cl[i]);
     free(cl);
+    if (ids) {
+        fl_memzero(ids, (size_t)n * sizeof(*ids));
+        free(ids);
+    }
     free(dropped);
     free(x);
     free(inbuf);
@@ -689,7 +773,9 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 static void print_json(const struct result *r) {
-    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
+    /* t_client[3] is 0 unless active: the sum is then the semi-honest one, bit for bit. */
+    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3] +
+                r->t_client[4];
     const struct server_stats *v = &r->srv;
     printf("{\"n\":%u,\"d\":%u,\"bits\":%u,\"dropout\":%.2f,\"k\":%u,\"t\":%u,\"threads\":%u,"
            "\"paced\":%s,\"status\":%d,\"sum_matches_plain\":%s,\"count\":%u,"
@@ -705,7 +791,7 @@ static void print_json(const struct result *r) {
            "\"agreement_us\":%.2f,\"prg_GBps\":%.2f,\"floor_s\":%.4f,"
            "\"floor_over_plain\":%.2f,\"floor_span_over_plain\":%.2f,"
            "\"server_phases_s\":{\"advertise\":[%.4f,%.4f],\"share\":[%.4f,%.4f],"
-           "\"masked\":[%.4f,%.4f],\"consistency\":[%.4f,%.4f],\"unmask\":[%.4f,%.4f]}}\n",
+           "\"masked\":[%.4f,%.4f],\"consistency\":[%.4f,%.4f],\"unmask\":[%.4f,%.4f]}",
            r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, paced ? "true" : "false", v->status,
            v->match ? "true" : "false", v->count, v->t_secagg, v->t_fold, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), ratio(v->t_unmask, v->t_plain),
@@ -719,21 +805,37 @@ static void print_json(const struct result *r) {
            v->t_phase[0][0], v->t_phase[0][1], v->t_phase[1][0], v->t_phase[1][1],
            v->t_phase[2][0], v->t_phase[2][1], v->t_phase[3][0], v->t_phase[3][1],
            v->t_phase[4][0], v->t_phase[4][1]);
+    /* Active mode only, after everything else: with --active 0 the line stays as it was. */
+    if (r->active)
+        printf(",\"active\":%d,\"device_certs\":%s,\"consistency_s\":%.4f,"
+               "\"consistency_signatures\":%u,\"client_phases_s\":{\"advertise\":%.6f,"
+               "\"keys\":%.6f,\"masked\":%.6f,\"consistency\":%.6f,\"unmask\":%.6f}",
+               r->active, r->active == 2 ? "true" : "false",
+               v->t_phase[3][0] + v->t_phase[3][1], r->signatures, r->t_client[0],
+               r->t_client[1], r->t_client[2], r->t_client[3], r->t_client[4]);
+    printf("}\n");
 }
 
-static void print_header(void) {
+/* The table's columns; active mode (--active 1|2) appends the consistency phase's server
+ * seconds, the client's consistency step and the mode. */
+static void print_header(int active) {
     printf("%6s %8s %5s %4s %4s %3s | %9s %9s %9s %7s | %9s %7s %7s | %9s %9s %7s | %8s %7s |"
-           " %9s %9s %8s | %s\n",
+           " %9s %9s %8s | %s",
            "n", "d", "drop", "k", "t", "thr", "server_s", "unmask_s", "plain_s", "x_plain",
            "unm_span", "x_span", "floor_x", "srv_wall", "unm_wall", "x_wall", "rss_MB", "acc_MB",
            "client_s", "mask_s", "cli_MB", "ok");
+    if (active)
+        printf("%7s | %9s %9s | %s", "", "cons_s", "cli_sig_s", "mode");
+    printf("\n");
 }
 
 static void print_row(const struct result *r) {
-    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3];
+    /* t_client[3] is 0 unless active: the sum is then the semi-honest one, bit for bit. */
+    double cl = r->t_client[0] + r->t_client[1] + r->t_client[2] + r->t_client[3] +
+                r->t_client[4];
     const struct server_stats *v = &r->srv;
     printf("%6u %8u %4.0f%% %4u %4u %3u | %9.3f %9.3f %9.3f %7.2f | %9.3f %7.2f %7.2f |"
-           " %9.3f %9.3f %7.2f | %8.1f %7.1f | %9.4f %9.4f %8.2f | %s\n",
+           " %9.3f %9.3f %7.2f | %8.1f %7.1f | %9.4f %9.4f %8.2f | %s",
            r->n, r->d, r->drop * 100, v->k, v->t, r->threads, v->t_secagg, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), v->t_span,
            ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain),
@@ -741,6 +843,10 @@ static void print_row(const struct result *r) {
            ratio(v->w_secagg, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
            r->t_client[2], r->client_peak / 1048576.0,
            v->status ? "ABORT" : (v->match ? "sum=plain" : "MISMATCH"));
+    if (r->active)
+        printf(" | %9.4f %9.6f | %s", v->t_phase[3][0] + v->t_phase[3][1], r->t_client[3],
+               r->active == 2 ? "active, device certs" : "active, v1 certs");
+    printf("\n");
     fflush(stdout);
 }
 
@@ -748,7 +854,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B]\n"
             "                    [--backend sodium|mbedtls] [--json] [--table [small|full]]\n"
-            "                    [--wall] [--threads N] [--paced]\n");
+            "                    [--wall] [--threads N] [--paced] [--active 0|1|2]\n");
     exit(2);
 }
 
@@ -757,6 +863,7 @@ int main(int argc, char **argv) {
     double drop = 0.0;
     int json = 0, table = 0, full = 0, row = 0;
     unsigned threads = 1;
+    int active = 0;
     fl_secagg_backend backend = FL_SECAGG_BACKEND_SODIUM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -797,6 +904,13 @@ int main(int argc, char **argv) {
                 return 2;
             }
             threads = (unsigned)x, i++;
+        } else if (!strcmp(a, "--active")) {
+            if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2")) {
+                fprintf(stderr, "bench_secagg: --active takes 0 (semi-honest), 1 (v1 "
+                                "certificates) or 2 (device certificates)\n");
+                return 2;
+            }
+            active = v[0] - '0', i++;
         }
         else if (!strcmp(a, "--backend")) {
             backend = !strcmp(v, "mbedtls") ? FL_SECAGG_BACKEND_MBEDTLS : FL_SECAGG_BACKEND_SODIUM;
@@ -806,13 +920,13 @@ int main(int argc, char **argv) {
     }
     if (!table) {
         struct result r;
-        if (run_one(&r, n, d, drop, k, t, bits, backend, threads) != 0)
+        if (run_one(&r, n, d, drop, k, t, bits, backend, threads, active) != 0)
             return 1;
         if (json)
             print_json(&r);
         else {
             if (!row)
-                print_header();
+                print_header(active);
             print_row(&r);
         }
         return r.srv.status == 0 && r.srv.match ? 0 : 1;
@@ -822,11 +936,12 @@ int main(int argc, char **argv) {
     static const char *const drops[] = {"0", "0.1", "0.3"};
     size_t nd = full ? 3 : 2;
     if (!json)
-        print_header();
+        print_header(active);
     fflush(stdout);
     int rc = 0;
-    char bits_s[16], threads_s[16];
+    char bits_s[16], threads_s[16], active_s[16];
     snprintf(bits_s, sizeof(bits_s), "%u", bits);
+    snprintf(active_s, sizeof(active_s), "%d", active);
     snprintf(threads_s, sizeof(threads_s), "%u", threads);
     /* Each configuration runs in a fresh process (fork + exec of this program), so the
      * server's peak RSS never includes heap left over from an earlier configuration. */
@@ -835,8 +950,9 @@ int main(int argc, char **argv) {
             for (size_t c = 0; c < 3; c++) {
                 char *args[] = {argv[0], "--n", (char *)ns[b], "--d", (char *)ds[a], "--drop",
                                 (char *)drops[c], "--bits", bits_s, "--threads", threads_s,
-                                json ? "--json" : "--row", use_wall ? "--wall" : "--row",
-                                paced ? "--paced" : "--row", NULL};
+                                "--active", active_s, json ? "--json" : "--row",
+                                use_wall ? "--wall" : "--row", paced ? "--paced" : "--row",
+                                NULL};
                 pid_t pid = fork();
                 if (pid < 0)
                     die("fork");

@@ -20,6 +20,14 @@ if(TARGET bench_secagg)
     COMMAND bench_secagg --n 30 --d 5000 --drop 0.1 --threads 3 --json)
   set_tests_properties(secagg_bench_round_smoke_threads
     PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
+  # Active-adversary mode with device certificates (--active 2, as the coordinator runs it),
+  # 3 clients leaving after their shares: equal sums, the consistency phase timed at the
+  # server (its receives, a non-zero figure) and signed by all 27 survivors.
+  add_test(NAME secagg_bench_round_smoke_active
+    COMMAND bench_secagg --n 30 --d 2000 --drop 0.1 --active 2 --json)
+  set_tests_properties(secagg_bench_round_smoke_active PROPERTIES LABELS "secagg;bench"
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "\"status\":0,\"sum_matches_plain\":true,.*\"consistency\":\\[0\\.[0-9]*[1-9][0-9]*,[0-9.]+\\].*\"active\":2,\"device_certs\":true,\"consistency_s\":[0-9.]+,\"consistency_signatures\":27,")
   if(FL_HAVE_MBEDTLS)
     add_test(NAME secagg_bench_round_smoke_mbedtls
       COMMAND bench_secagg --n 20 --d 1000 --backend mbedtls --json)
