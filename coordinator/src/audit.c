@@ -460,6 +460,7 @@ static int h_erase(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_repl
     if (rc != FL_OK)
         return audit_store_fail(co, rep, rc);
     fl__coord_auth_cache_clear(co);
+    fl__coord_rounds_forget_client(co, cid);
     fl__coord_audit_checkpoint(co);
     char pseudo[FL_STORE_AUDIT_PSEUDONYM_BYTES];
     fl_store_audit_pseudonym(pseudo, co->pseudonym_key, cid);

@@ -319,6 +319,10 @@ typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint6
 void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user);
 /* Test-only: how many secure rounds began their unmasking on more than one thread. */
 uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
+/* Test-only: participant slots of the kept finished rounds (p->last, p->older) whose
+ * client id is client_id ("" = erased slots); *with_data (may be NULL): how many of them
+ * still hold a participation id, a message hash or a phase result. */
+size_t fl__coord_debug_kept_slots(fl_coord *co, const char *client_id, size_t *with_data);
 /* Test-only hook (never set in production): an equivocating coordinator. Called (lock
  * held) when the task of secagg participant client_index of round_id is built; a return
  * value > 0 is the model version that participant's task names instead of the round's
@@ -638,6 +642,10 @@ fl_status fl__coord_round_index_init(fl_coord *co, struct fl__coord_round *r);
 /* Finds the round of p with id rid: the current one or one of the finished ones kept
  * (p->last, p->older). */
 struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t rid);
+/* Erasure: removes client_id from the finished rounds kept in memory (p->last, p->older)
+ * of every population: its id, participation id, message hashes, device id and phase
+ * results are wiped; what it posted stays in the rounds' counts. Lock held. */
+void fl__coord_rounds_forget_client(fl_coord *co, const char *client_id);
 /* The participant of round_id that the request's Idempotency-Key names (lock held). */
 struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
                                                       struct fl__coord_reply *rep,

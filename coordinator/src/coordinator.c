@@ -358,6 +358,33 @@ uint64_t fl__coord_debug_unmask_threaded(fl_coord *co) {
     return n;
 }
 
+size_t fl__coord_debug_kept_slots(fl_coord *co, const char *client_id, size_t *with_data) {
+    size_t n = 0, data = 0;
+    static const uint8_t zero[sizeof(((struct fl__coord_participant *)0)->hash)];
+    fl__coord_lock(co);
+    for (size_t i = 0; i < co->n_pops; i++) {
+        const struct fl__coord_pop *p = co->pops[i];
+        const struct fl__coord_round *kept[FL__COORD_ROUNDS_KEPT] = {p->last};
+        for (size_t j = 0; j < FL__COORD_ROUNDS_KEPT - 1; j++)
+            kept[j + 1] = p->older[j];
+        for (size_t j = 0; j < FL__COORD_ROUNDS_KEPT; j++)
+            for (size_t q = 0; kept[j] && q < kept[j]->n; q++) {
+                const struct fl__coord_participant *pt = &kept[j]->parts[q];
+                if (strcmp(pt->client_id, client_id) != 0)
+                    continue;
+                n++;
+                bool any = pt->pid[0] != '\0' || memcmp(pt->hash, zero, sizeof(zero)) != 0;
+                for (int k = 0; k < FL__PH_COUNT; k++)
+                    any = any || pt->result[k] != NULL;
+                data += any;
+            }
+    }
+    fl__coord_unlock(co);
+    if (with_data)
+        *with_data = data;
+    return n;
+}
+
 void fl__coord_debug_task_model_set(fl_coord *co, fl__coord_debug_task_model_fn fn,
                                     void *user) {
     fl__coord_lock(co);

@@ -131,6 +131,34 @@ struct fl__coord_round *fl__coord_round_lookup(struct fl__coord_pop *p, int64_t 
     return NULL;
 }
 
+void fl__coord_rounds_forget_client(fl_coord *co, const char *client_id) {
+    for (size_t i = 0; i < co->n_pops; i++) {
+        struct fl__coord_pop *p = co->pops[i];
+        struct fl__coord_round *kept[FL__COORD_ROUNDS_KEPT];
+        size_t nk = 0;
+        if (p->last)
+            kept[nk++] = p->last;
+        for (size_t j = 0; j < FL__COORD_ROUNDS_KEPT - 1 && p->older[j]; j++)
+            kept[nk++] = p->older[j];
+        for (size_t j = 0; j < nk; j++) {
+            struct fl__coord_participant *pt = fl__coord_round_find(kept[j], client_id);
+            if (!pt)
+                continue;
+            for (int k = 0; k < FL__PH_COUNT; k++) {
+                fl__free(fl__coord_alloc(co), pt->result[k], pt->result_len[k]);
+                pt->result[k] = NULL;
+                pt->result_len[k] = 0;
+            }
+            /* The empty id is the tombstone: no client id is empty, so no lookup matches
+             * it, and its index slot stays taken, keeping other clients' probe chains. */
+            fl_memzero(pt->client_id, sizeof(pt->client_id));
+            fl_memzero(pt->pid, sizeof(pt->pid));
+            fl_memzero(pt->hash, sizeof(pt->hash));
+            fl_memzero(pt->device_id, sizeof(pt->device_id));
+        }
+    }
+}
+
 struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
                                                       struct fl__coord_reply *rep,
                                                       const struct fl__coord_client_auth *ca,

@@ -14,6 +14,9 @@
  * phase's result is gone, and one round past the kept ones the poll gets 410. */
 #include "coord_testkit.h"
 
+/* Test-only (coord_internal.h): kept rounds' participant slots naming client_id. */
+size_t fl__coord_debug_kept_slots(fl_coord *co, const char *client_id, size_t *with_data);
+
 /* N devices, T per round; KEPT is FL__COORD_ROUNDS_KEPT (coord_internal.h): finished rounds
  * kept per population, the last one included. */
 enum { N = 6, T = 3, KEPT = 4 };
@@ -181,10 +184,70 @@ static void test_secagg_outcome_kept(void **state) {
     clients_free(c, 2 * S);
 }
 
+/* Kept rounds lose an erased client: once round 1 has ended and is kept, erasing one of
+ * its devices wipes that device's id, participation id, hashes and phase results from the
+ * kept round (coordinator/src/round.c fl__coord_rounds_forget_client), while the round's
+ * counts and the other devices' view of it stay as they were. */
+static void test_erase_leaves_kept_rounds(void **state) {
+    struct fx *f = *state;
+    enum { S = 4 };
+    struct popcfg pc = {.name = "her",
+                        .target = S,
+                        .min = 3,
+                        .secagg = true,
+                        .neighbors = 0,
+                        .mode = "none",
+                        .bits = 32};
+    struct tc c[2 * S];
+    setup_devices(f, &pc, c, 2 * S);
+    int64_t rid[2];
+    for (int k = 0; k < 2; k++) {
+        struct tc *g = c + k * S; /* round 1: c[0..S); round 2: c[S..2S) */
+        checkin_all(f, g, S, &rid[k]);
+        fetch_tasks(f, g, S, rid[k]);
+        json_t *o = run_secagg(f, g, S, rid[k]);
+        assert_non_null(o);
+        assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+        json_decref(o);
+        fx_advance(f, 61 * 1000);
+    }
+    char cid[17];
+    memcpy(cid, c[0].tok + 4, 16);
+    cid[16] = '\0';
+    size_t data = 0;
+    assert_int_equal(fl__coord_debug_kept_slots(f->co, cid, &data), 1);
+    assert_int_equal(data, 1);
+    assert_int_equal(fl__coord_debug_kept_slots(f->co, "", NULL), 0);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
+    struct resp r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    /* No kept round names it; its slot in round 1 holds nothing of what it sent. */
+    assert_int_equal(fl__coord_debug_kept_slots(f->co, cid, NULL), 0);
+    assert_int_equal(fl__coord_debug_kept_slots(f->co, "", &data), 1);
+    assert_int_equal(data, 0);
+    /* The others still read round 1's outcome, and its counts are unchanged. */
+    for (int i = 1; i < S; i++) {
+        r = get_result(f, &c[i], rid[0], "unmask", 0);
+        assert_int_equal(r.status, 200);
+        json_t *j = body_json(&r);
+        assert_int_equal(json_integer_value(json_object_get(j, "participants")), S);
+        json_decref(j);
+        resp_free(&r);
+    }
+    json_t *ar = admin_round(f, rid[0]);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(ar, "phase_counts"), "masked")), S);
+    json_decref(ar);
+    clients_free(c, 2 * S);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_slow_device_reads_old_outcome, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_outcome_kept, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_erase_leaves_kept_rounds, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
