@@ -64,7 +64,7 @@ typedef enum fl_secagg_backend {
  * mismatch). Fill with fl_secagg_config_init(), then set at least num_clients and dim. */
 typedef struct fl_secagg_config {
     size_t struct_size;        /* sizeof(fl_secagg_config); set by config_init */
-    uint32_t num_clients;      /* n: clients selected for the round, 2..FL_SECAGG_MAX_CLIENTS */
+    uint32_t num_clients;      /* n: clients selected for the round, 3..FL_SECAGG_MAX_CLIENTS */
     uint32_t dim;              /* d: elements per input vector, 1..FL_SECAGG_MAX_DIM */
     uint32_t bits;             /* b: inputs and sum are mod 2^b, 1..32 (default 32) */
     uint32_t degree;           /* k: neighbours per client; 0 = derive (default); n-1 = the
