@@ -488,6 +488,19 @@ void setup_devices_sel(struct fx *f, const struct popcfg *pc, const struct popse
     free(tok);
 }
 
+void pop_model_start(struct fx *f, const char *name, const uint8_t *model, size_t len) {
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
+    struct resp r =
+        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, len, NULL);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
+    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+}
+
 void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
                           char **tokens, int n) {
     char body[2048], priv[256] = "", gran[64] = "";
@@ -527,16 +540,8 @@ void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct po
     resp_free(&r);
     size_t mlen;
     uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", pc->name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
+    pop_model_start(f, pc->name, model, mlen);
     free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", pc->name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
     for (int i = 0; i < n; i++) {
         snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"}", pc->name);
         r = http_json(f, "POST", "/v1/enroll", etok, body);

@@ -163,6 +163,9 @@ float base_w(int j);
 uint8_t *make_model(size_t *len);
 /* Safetensors bytes of a model with "w" (n floats) and "b" (2 floats); malloc'ed. */
 uint8_t *model_wb(const float *w, size_t n, const float b[2], size_t *len);
+/* Uploads model (len bytes) as population name's model (asserting 201) and starts the
+ * population (asserting 200). */
+void pop_model_start(struct fx *f, const char *name, const uint8_t *model, size_t len);
 /* Creates the population, uploads the model, starts it and enrols n devices (tokens are
  * strdup'ed into tokens). */
 void setup_population(struct fx *f, const struct popcfg *pc, char **tokens, int n);

@@ -42,7 +42,7 @@ static uint8_t *model_mixed(size_t *len, bool no_f32) {
  * into c. */
 static void population(struct fx *f, const char *name, int target, const char *extra,
                        bool no_f32, struct tc *c) {
-    char body[1024], path[128];
+    char body[1024];
     snprintf(body, sizeof(body),
              "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],\"selection\":{\"target\":%d,"
              "\"over_selection\":1.0,\"min_participants\":%d,\"require\":[],\"jitter_s\":0,"
@@ -60,15 +60,8 @@ static void population(struct fx *f, const char *name, int target, const char *e
     resp_free(&r);
     size_t mlen;
     uint8_t *m = model_mixed(&mlen, no_f32);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", m, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
+    pop_model_start(f, name, m, mlen);
     free(m);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
     snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"}", name);
     for (int i = 0; i < 2; i++) {
         r = http_json(f, "POST", "/v1/enroll", etok, body);

@@ -10,129 +10,7 @@
  * their own identities (coord_testkit.c's stand-ins do the rest). */
 #include <sodium.h>
 
-#include "coord_testkit.h"
-#include "flotilla/secagg.h"
-
-/* The device authority: an Ed25519 key pair held outside the coordinator. */
-struct authority {
-    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
-    uint8_t sk[FL_SECAGG_SIGNING_KEY_BYTES];
-    char vk_hex[2 * FL_SECAGG_VERIFY_KEY_BYTES + 1];
-};
-
-static void hex(char *out, const uint8_t *in, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
-}
-
-static void authority_make(struct authority *a) {
-    assert_int_equal(fl_secagg_signing_keygen(a->vk, a->sk, FL_SECAGG_BACKEND_DEFAULT), FL_OK);
-    hex(a->vk_hex, a->vk, sizeof(a->vk));
-}
-
-/* A device: its key pair, a device id derived from seed, and the authority's certificate. */
-static void identity_make(fl_secagg_identity *id, uint8_t vk[32], const struct authority *a,
-                          uint8_t seed) {
-    memset(id, 0, sizeof(*id));
-    id->struct_size = sizeof(*id);
-    assert_int_equal(fl_secagg_signing_keygen(vk, id->signing_key, FL_SECAGG_BACKEND_DEFAULT),
-                     FL_OK);
-    for (int i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
-        id->device_id[i] = (uint8_t)(seed * 31 + i + 1);
-    assert_int_equal(
-        fl_secagg_cert_issue_device(id->cert, a->sk, id->device_id, vk, FL_SECAGG_BACKEND_DEFAULT),
-        FL_OK);
-}
-
-/* The enrollment body's secagg_identity for (device_id, vk, cert). */
-static void identity_json(char *out, size_t n, const uint8_t *device_id, const uint8_t *vk,
-                          const uint8_t *cert) {
-    char d[65], k[65], c[129];
-    hex(d, device_id, 32);
-    hex(k, vk, 32);
-    hex(c, cert, 64);
-    snprintf(out, n, "{\"device_id\":\"%s\",\"verify_key\":\"%s\",\"cert\":\"%s\"}", d, k, c);
-}
-
-/* POST /admin/populations with secagg extras (raw JSON after "enabled"), model, start.
- * Returns the creation response; on 201 *etok receives the enrollment token (strdup). */
-static struct resp pop_create(struct fx *f, const char *name, int target, int min,
-                              const char *secagg, const char *strategy, char **etok) {
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"consistency\":30,"
-             "\"unmask\":30},"
-             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"uniform\",\"weight_cap\":50},"
-             "\"strategy\":{\"name\":\"%s\"},"
-             "\"secagg\":{%s},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0,\"modulus_bits\":32}}",
-             name, target, min, strategy ? strategy : "fedavg", secagg);
-    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
-    if (r.status != 201 || !etok)
-        return r;
-    json_t *j = body_json(&r);
-    *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
-    json_decref(j);
-    size_t mlen;
-    uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    struct resp m =
-        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(m.status, 201);
-    resp_free(&m);
-    free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    m = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(m.status, 200);
-    resp_free(&m);
-    return r;
-}
-
-/* Creates an active population (consistency_check, authority a) and returns its
- * enrollment token. */
-static char *active_pop(struct fx *f, const char *name, int target, int min,
-                        const struct authority *a) {
-    char sa[256], *etok = NULL;
-    snprintf(sa, sizeof(sa),
-             "\"enabled\":true,\"neighbors\":0,\"threshold_fraction\":0.5,"
-             "\"consistency_check\":true,\"authority_key\":\"%s\"",
-             a->vk_hex);
-    struct resp r = pop_create(f, name, target, min, sa, NULL, &etok);
-    if (r.status != 201)
-        fprintf(stderr, "%s\n", r.body);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
-    return etok;
-}
-
-/* POST /v1/enroll to pop with the secagg_identity JSON ident (NULL: none). */
-static struct resp enroll(struct fx *f, const char *etok, const char *pop, const char *ident) {
-    char body[1024];
-    snprintf(body, sizeof(body), "{\"population\":\"%s\",\"region\":\"EU\"%s%s}", pop,
-             ident ? ",\"secagg_identity\":" : "", ident ? ident : "");
-    return http_json(f, "POST", "/v1/enroll", etok, body);
-}
-
-/* enroll(), asserting 201; returns the client token (strdup) and, if cid, the client id. */
-static char *enroll_ok(struct fx *f, const char *etok, const char *pop, const char *ident,
-                       char *cid, size_t cid_len) {
-    struct resp r = enroll(f, etok, pop, ident);
-    if (r.status != 201)
-        fprintf(stderr, "enroll: %ld %s\n", r.status, r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *tok = strdup(json_string_value(json_object_get(j, "client_token")));
-    if (cid)
-        snprintf(cid, cid_len, "%s", json_string_value(json_object_get(j, "client_id")));
-    json_decref(j);
-    resp_free(&r);
-    return tok;
-}
+#include "coord_active_kit.h"
 
 /* Asserts r is error status/code naming field. */
 static void assert_field_error(struct resp *r, long status, const char *code, const char *field) {
@@ -159,22 +37,22 @@ static void test_population_rules(void **state) {
         ",\"authority_key\":\"0000000000000000000000000000000000000000000000000000000000000000\""};
     for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
         snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true%s", bad_keys[i]);
-        r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
+        r = secagg_pop_create(f, "bad", 3, 3, sa, NULL, NULL);
         assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
     }
     /* a key without the check */
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"authority_key\":\"%s\"", a.vk_hex);
-    r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
+    r = secagg_pop_create(f, "bad", 3, 3, sa, NULL, NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.authority_key");
     /* what the check cannot be combined with: secagg off, FedBuff (norm proofs combine:
      * test_secagg_active_norm.c) */
     snprintf(sa, sizeof(sa),
              "\"enabled\":false,\"consistency_check\":true,\"authority_key\":\"%s\"", a.vk_hex);
-    r = pop_create(f, "bad", 3, 3, sa, NULL, NULL);
+    r = secagg_pop_create(f, "bad", 3, 3, sa, NULL, NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
              a.vk_hex);
-    r = pop_create(f, "bad", 3, 3, sa, "fedbuff", NULL);
+    r = secagg_pop_create(f, "bad", 3, 3, sa, "fedbuff", NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg.consistency_check");
     assert_int_equal(db_int(f, "SELECT count(*) FROM populations"), 0);
 
@@ -185,7 +63,7 @@ static void test_population_rules(void **state) {
     upper[64] = '\0';
     snprintf(sa, sizeof(sa), "\"enabled\":true,\"consistency_check\":true,\"authority_key\":\"%s\"",
              upper);
-    r = pop_create(f, "act", 3, 3, sa, NULL, NULL);
+    r = secagg_pop_create(f, "act", 3, 3, sa, NULL, NULL);
     assert_int_equal(r.status, 201);
     resp_free(&r);
     r = http_json(f, "GET", "/v1/admin/populations/act", ADMIN_TOKEN, NULL);
@@ -213,7 +91,7 @@ static void test_enrollment(void **state) {
     struct authority a, other;
     authority_make(&a);
     authority_make(&other);
-    char *etok = active_pop(f, "en", 3, 3, &a);
+    char *etok = active_pop(f, "en", 3, 3, &a, NULL);
     fl_secagg_identity d0, d1;
     uint8_t vk0[32], vk1[32];
     identity_make(&d0, vk0, &a, 1);
@@ -221,38 +99,38 @@ static void test_enrollment(void **state) {
     char ident[512], cid[32];
 
     /* Missing, malformed, or not verifying: 400 and nothing enrolled. */
-    struct resp r = enroll(f, etok, "en", NULL);
+    struct resp r = enroll_ident(f, etok, "en", NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
-    r = enroll(f, etok, "en", "\"x\"");
+    r = enroll_ident(f, etok, "en", "\"x\"");
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     identity_json(ident, sizeof(ident), d0.device_id, vk0, d0.cert);
     size_t il = strlen(ident); /* ...<hex>"}: drop the cert's last two hex characters */
     ident[il - 4] = '"';
     ident[il - 3] = '}';
     ident[il - 2] = '\0';
-    r = enroll(f, etok, "en", ident);
+    r = enroll_ident(f, etok, "en", ident);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     uint8_t bad[64];
     memcpy(bad, d0.cert, 64);
     bad[5] ^= 1;
     identity_json(ident, sizeof(ident), d0.device_id, vk0, bad);
-    r = enroll(f, etok, "en", ident);
+    r = enroll_ident(f, etok, "en", ident);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     identity_json(ident, sizeof(ident), d1.device_id, vk0, d0.cert); /* another device's id */
-    r = enroll(f, etok, "en", ident);
+    r = enroll_ident(f, etok, "en", ident);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     uint8_t by_other[64];
     assert_int_equal(fl_secagg_cert_issue_device(by_other, other.sk, d0.device_id, vk0,
                                                  FL_SECAGG_BACKEND_DEFAULT),
                      FL_OK);
     identity_json(ident, sizeof(ident), d0.device_id, vk0, by_other);
-    r = enroll(f, etok, "en", ident);
+    r = enroll_ident(f, etok, "en", ident);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 0);
 
     /* Good: enrolled, identity stored. */
     identity_json(ident, sizeof(ident), d0.device_id, vk0, d0.cert);
-    char *tok0 = enroll_ok(f, etok, "en", ident, cid, sizeof(cid));
+    char *tok0 = enroll_ident_ok(f, etok, "en", ident, cid, sizeof(cid));
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
 
     /* The same device again, even with a fresh key and a valid certificate: 409, and no
@@ -264,7 +142,7 @@ static void test_enrollment(void **state) {
         FL_OK);
     char ident_b[512];
     identity_json(ident_b, sizeof(ident_b), d0.device_id, vk0b, cert0b);
-    r = enroll(f, etok, "en", ident_b);
+    r = enroll_ident(f, etok, "en", ident_b);
     assert_field_error(&r, 409, "conflict", "secagg_identity");
     assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 1);
 
@@ -274,7 +152,7 @@ static void test_enrollment(void **state) {
     r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
     assert_int_equal(r.status, 200);
     resp_free(&r);
-    r = enroll(f, etok, "en", ident_b);
+    r = enroll_ident(f, etok, "en", ident_b);
     assert_field_error(&r, 409, "conflict", "secagg_identity");
     /* Erased: the identity goes with the client; the device may enroll again. */
     snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
@@ -282,17 +160,17 @@ static void test_enrollment(void **state) {
     assert_true(r.status == 200 || r.status == 204);
     resp_free(&r);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 0);
-    char *tok0b = enroll_ok(f, etok, "en", ident_b, NULL, 0);
+    char *tok0b = enroll_ident_ok(f, etok, "en", ident_b, NULL, 0);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
 
     /* A population without the check ignores the field, even a malformed one. */
     char sa[128], *etok2 = NULL;
     snprintf(sa, sizeof(sa), "\"enabled\":true");
-    r = pop_create(f, "plain", 3, 3, sa, NULL, &etok2);
+    r = secagg_pop_create(f, "plain", 3, 3, sa, NULL, &etok2);
     assert_int_equal(r.status, 201);
     resp_free(&r);
-    char *tok_p = enroll_ok(f, etok2, "plain", "\"not an identity\"", NULL, 0);
-    char *tok_q = enroll_ok(f, etok2, "plain", ident, NULL, 0);
+    char *tok_p = enroll_ident_ok(f, etok2, "plain", "\"not an identity\"", NULL, 0);
+    char *tok_q = enroll_ident_ok(f, etok2, "plain", ident, NULL, 0);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 1);
     free(tok0);
     free(tok0b);
@@ -312,25 +190,14 @@ static void test_enrollment(void **state) {
  * device i's identity; the round id is returned. */
 static int64_t active_round(struct fx *f, const char *name, const struct authority *a, struct tc *c,
                             fl_secagg_identity *id, int n) {
-    char *etok = active_pop(f, name, n, 3, a);
-    memset(c, 0, sizeof(*c) * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        uint8_t vk[32];
-        char ident[512];
-        identity_make(&id[i], vk, a, (uint8_t)(10 + i));
-        identity_json(ident, sizeof(ident), id[i].device_id, vk, id[i].cert);
-        c[i].tok = enroll_ok(f, etok, name, ident, NULL, 0);
-    }
+    char *etok = active_pop(f, name, n, 3, a, NULL);
+    enroll_devices(f, etok, name, a, 10, c, id, n, NULL);
     free(etok);
     int64_t rid;
     checkin_all(f, c, n, &rid);
     fetch_tasks(f, c, n, rid);
     /* The task says active mode and device certificates, and carries no authority key. */
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
-    struct resp r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
-    assert_int_equal(r.status, 200);
-    json_t *j = body_json(&r);
+    json_t *j = task_json(f, &c[0], rid);
     json_t *sa = json_object_get(j, "secagg");
     assert_true(json_is_true(json_object_get(sa, "enabled")));
     assert_true(json_is_true(json_object_get(sa, "consistency_check")));
@@ -341,33 +208,8 @@ static int64_t active_round(struct fx *f, const char *name, const struct authori
             json_object_get(json_object_get(j, "deadlines"), "consistency_unix_ms")) >
         json_integer_value(json_object_get(json_object_get(j, "deadlines"), "masked_unix_ms")));
     json_decref(j);
-    resp_free(&r);
     assert_true(c[0].task.secagg);
     return rid;
-}
-
-/* Creates device i's active secagg client with identity id (pinning authority a) and its
- * ADVERTISE. */
-static void active_client(struct tc *c, const fl_secagg_identity *id, const struct authority *a,
-                          int64_t rid, const uint8_t **out, size_t *out_len) {
-    fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = c->task.n;
-    cfg.dim = (uint32_t)c->task.vec_len;
-    cfg.bits = c->task.bits;
-    cfg.degree = c->task.k;
-    cfg.threshold = c->task.t;
-    cfg.active = 1;
-    cfg.device_certs = 1;
-    memcpy(cfg.verify_key, a->vk, sizeof(cfg.verify_key));
-    task_secagg_context(&c->task, cfg.context); /* signed into the advertisement */
-    assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, c->task.index, id, NULL),
-                     FL_OK);
-    uint32_t x[1024];
-    for (size_t j = 0; j < c->task.vec_len; j++)
-        x[j] = (uint32_t)c->words[j];
-    assert_int_equal(fl_secagg_client_set_input(c->sa, x, c->task.vec_len), FL_OK);
-    assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
 }
 
 /* Runs the five phases for the alive devices (alive[i]); a device with c[i].drop ==
@@ -375,7 +217,6 @@ static void active_client(struct tc *c, const fl_secagg_identity *id, const stru
  * Returns the outcome JSON the first device reads from the unmask result. */
 static json_t *run_active(struct fx *f, struct tc *c, int n, int64_t rid, bool *alive,
                           const uint8_t **out, size_t *out_len) {
-    static const char *phases[5] = {"advertise", "share", "masked", "consistency", "unmask"};
     json_t *outcome = NULL;
     for (int ph = 0; ph < 5; ph++) {
         bool skipped = false;
@@ -387,57 +228,18 @@ static json_t *run_active(struct fx *f, struct tc *c, int n, int64_t rid, bool *
                 skipped = true;
                 continue;
             }
-            struct resp r = post_phase(f, &c[i], rid, phases[ph], out[i], out_len[i]);
+            struct resp r = post_phase(f, &c[i], rid, active_phases[ph], out[i], out_len[i]);
             if (r.status != 202)
-                fprintf(stderr, "post %s device %d: %ld %s\n", phases[ph], i, r.status, r.body);
+                fprintf(stderr, "post %s device %d: %ld %s\n", active_phases[ph], i, r.status,
+                        r.body);
             assert_int_equal(r.status, 202);
             resp_free(&r);
         }
         if (skipped)
             fx_advance(f, c[0].task.dl[ph] + 1 - atomic_load(&f->now_ms));
-        for (int i = 0; i < n; i++) {
-            if (!alive[i])
-                continue;
-            struct resp r = get_result(f, &c[i], rid, phases[ph], 10);
-            if (ph == 4) {
-                if (r.status == 200 && !outcome)
-                    outcome = body_json(&r);
-                resp_free(&r);
-                continue;
-            }
-            if (r.status != 200)
-                fprintf(stderr, "result %s device %d: %ld %s\n", phases[ph], i, r.status,
-                        r.body ? r.body : "");
-            assert_int_equal(r.status, 200);
-            fl_status st = fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len, &out[i],
-                                                   &out_len[i]);
-            if (st != FL_OK)
-                fprintf(stderr, "device %d handle %s: %s\n", i, phases[ph],
-                        fl_secagg_client_errmsg(c[i].sa));
-            assert_int_equal(st, FL_OK);
-            resp_free(&r);
-        }
+        active_results(f, c, n, rid, ph, alive, out, out_len, &outcome);
     }
     return outcome;
-}
-
-/* The exact sum of the devices still in (alive at the end), as the hook saw it. */
-static void check_exact_sum(const struct sum_hook *h, const struct tc *c, const bool *in, int n) {
-    size_t L = c[0].task.vec_len;
-    uint64_t mask = c[0].task.bits == 64 ? ~0ull : ((uint64_t)1 << c[0].task.bits) - 1;
-    uint64_t expect[1024] = {0};
-    uint32_t count = 0;
-    for (int i = 0; i < n; i++) {
-        if (!in[i])
-            continue;
-        count++;
-        for (size_t j = 0; j < L; j++)
-            expect[j] = (expect[j] + c[i].words[j]) & mask;
-    }
-    assert_int_equal(h->calls, 1);
-    assert_int_equal(h->count, count);
-    assert_int_equal(h->vec_len, L);
-    assert_memory_equal(h->sum, expect, L * sizeof(uint64_t));
 }
 
 /* The audit log records the mode (docs/audit.md, protocol 5.6): the bundle verifies, and
@@ -447,7 +249,7 @@ static void check_audit_active(struct fx *f, int64_t rid, const struct authority
     uint8_t fp[32];
     char fp_hex[65];
     crypto_hash_sha256(fp, a->vk, sizeof(a->vk));
-    hex(fp_hex, fp, sizeof(fp));
+    hex_encode(fp_hex, fp, sizeof(fp));
     struct resp r;
     fl_store_audit_bundle *b = audit_bundle_verified(f, &r);
     int found = 0;
@@ -575,7 +377,7 @@ static void test_restart_keeps_active(void **state) {
     struct fx *f = *state;
     struct authority a;
     authority_make(&a);
-    char *etok = active_pop(f, "rs", 3, 3, &a);
+    char *etok = active_pop(f, "rs", 3, 3, &a, NULL);
     fl_secagg_identity d0, d1;
     uint8_t vk0[32], vk1[32];
     identity_make(&d0, vk0, &a, 1);
@@ -583,21 +385,21 @@ static void test_restart_keeps_active(void **state) {
     char ident0[512], ident1[512];
     identity_json(ident0, sizeof(ident0), d0.device_id, vk0, d0.cert);
     identity_json(ident1, sizeof(ident1), d1.device_id, vk1, d1.cert);
-    char *tok0 = enroll_ok(f, etok, "rs", ident0, NULL, 0);
+    char *tok0 = enroll_ident_ok(f, etok, "rs", ident0, NULL, 0);
     fx_stop(f);
     fx_start(f);
-    struct resp r = enroll(f, etok, "rs", NULL);
+    struct resp r = enroll_ident(f, etok, "rs", NULL);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
     uint8_t bad[64];
     memcpy(bad, d1.cert, 64);
     bad[0] ^= 0x80;
     char ident_bad[512];
     identity_json(ident_bad, sizeof(ident_bad), d1.device_id, vk1, bad);
-    r = enroll(f, etok, "rs", ident_bad);
+    r = enroll_ident(f, etok, "rs", ident_bad);
     assert_field_error(&r, 400, "invalid_field", "secagg_identity");
-    r = enroll(f, etok, "rs", ident0);
+    r = enroll_ident(f, etok, "rs", ident0);
     assert_field_error(&r, 409, "conflict", "secagg_identity");
-    char *tok1 = enroll_ok(f, etok, "rs", ident1, NULL, 0);
+    char *tok1 = enroll_ident_ok(f, etok, "rs", ident1, NULL, 0);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 2);
     free(tok0);
     free(tok1);

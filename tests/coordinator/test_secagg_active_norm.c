@@ -12,126 +12,29 @@
  * input with its proof is printed (docs/secagg.md "Norm proofs" records it). */
 #include <time.h>
 
-#include "coord_testkit.h"
-#include "flotilla/secagg.h"
+#include "coord_active_kit.h"
 
 enum { N = 5 };
 enum { HONEST = 0, OVER_BOUND = 1, MASKED_BOOST = 2 };
 
-/* The device authority: an Ed25519 key pair held outside the coordinator. */
-struct authority {
-    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
-    uint8_t sk[FL_SECAGG_SIGNING_KEY_BYTES];
-    char vk_hex[2 * FL_SECAGG_VERIFY_KEY_BYTES + 1];
-};
-
-static void hex(char *out, const uint8_t *in, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
-}
-
-static void authority_make(struct authority *a) {
-    assert_int_equal(fl_secagg_signing_keygen(a->vk, a->sk, FL_SECAGG_BACKEND_DEFAULT), FL_OK);
-    hex(a->vk_hex, a->vk, sizeof(a->vk));
-}
-
-/* A device: its key pair, a device id derived from seed, the authority's v2 certificate,
- * and the enrollment body's secagg_identity for them (into ident, n bytes). */
-static void identity_make(fl_secagg_identity *id, const struct authority *a, uint8_t seed,
-                          char *ident, size_t n) {
-    uint8_t vk[32];
-    memset(id, 0, sizeof(*id));
-    id->struct_size = sizeof(*id);
-    assert_int_equal(fl_secagg_signing_keygen(vk, id->signing_key, FL_SECAGG_BACKEND_DEFAULT),
-                     FL_OK);
-    for (int i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
-        id->device_id[i] = (uint8_t)(seed * 31 + i + 1);
-    assert_int_equal(
-        fl_secagg_cert_issue_device(id->cert, a->sk, id->device_id, vk, FL_SECAGG_BACKEND_DEFAULT),
-        FL_OK);
-    char d[65], k[65], c[129];
-    hex(d, id->device_id, 32);
-    hex(k, vk, 32);
-    hex(c, id->cert, 64);
-    snprintf(ident, n, "{\"device_id\":\"%s\",\"verify_key\":\"%s\",\"cert\":\"%s\"}", d, k, c);
-}
-
 /* Creates population `name` (target N, min 3) with consistency_check, authority a and norm
- * proofs, uploads the model and starts it; returns the enrollment token (strdup). */
-static char *pop_create(struct fx *f, const char *name, const struct authority *a) {
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":3,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"consistency\":30,"
-             "\"unmask\":30},"
-             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"uniform\",\"weight_cap\":50},"
-             "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":true,\"neighbors\":0,\"threshold_fraction\":0.5,"
-             "\"norm_proof\":true,\"consistency_check\":true,\"authority_key\":\"%s\"},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0,\"modulus_bits\":32}}",
-             name, N, a->vk_hex);
-    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
-    if (r.status != 201)
-        fprintf(stderr, "create %s: %ld %s\n", name, r.status, r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
-    json_decref(j);
-    resp_free(&r);
-    size_t mlen;
-    uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
-    free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
-    return etok;
-}
-
-/* Enrols N devices with identities id[], checks them in and fetches their tasks, which must
- * carry active mode, device certificates and the norm bound; returns the round id. */
+ * proofs; enrols N devices with identities id[], checks them in and fetches their tasks,
+ * which must carry active mode, device certificates and the norm bound; returns the round
+ * id. */
 static int64_t start_round(struct fx *f, const char *name, const struct authority *a,
                            struct tc *c, fl_secagg_identity *id) {
-    char *etok = pop_create(f, name, a);
-    memset(c, 0, sizeof(*c) * N);
-    for (int i = 0; i < N; i++) {
-        char ident[512], body[1024];
-        identity_make(&id[i], a, (uint8_t)(40 + i), ident, sizeof(ident));
-        snprintf(body, sizeof(body),
-                 "{\"population\":\"%s\",\"region\":\"EU\",\"secagg_identity\":%s}", name,
-                 ident);
-        struct resp r = http_json(f, "POST", "/v1/enroll", etok, body);
-        if (r.status != 201)
-            fprintf(stderr, "enroll: %ld %s\n", r.status, r.body);
-        assert_int_equal(r.status, 201);
-        json_t *j = body_json(&r);
-        c[i].tok = strdup(json_string_value(json_object_get(j, "client_token")));
-        json_decref(j);
-        resp_free(&r);
-    }
+    char *etok = active_pop(f, name, N, 3, a, ",\"norm_proof\":true");
+    enroll_devices(f, etok, name, a, 40, c, id, N, NULL);
     free(etok);
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
-    struct resp r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
-    assert_int_equal(r.status, 200);
-    json_t *j = body_json(&r);
+    json_t *j = task_json(f, &c[0], rid);
     json_t *sa = json_object_get(j, "secagg");
     assert_true(json_is_true(json_object_get(sa, "consistency_check")));
     assert_true(json_is_true(json_object_get(sa, "device_certs")));
     assert_true(json_is_object(json_object_get(sa, "norm_proof")));
     json_decref(j);
-    resp_free(&r);
     assert_true(c[0].task.norm_bits >= 2);
     assert_int_equal(c[0].task.norm_dim, D);
     assert_true(c[0].task.norm_bound2 > 0);
@@ -152,29 +55,17 @@ static void device_start(struct tc *c, const fl_secagg_identity *id, const struc
                          size_t *out_len) {
     const struct task *t = &c->task;
     fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = t->n;
-    cfg.dim = (uint32_t)t->vec_len;
-    cfg.bits = t->bits;
-    cfg.degree = t->k;
-    cfg.threshold = t->t;
-    cfg.active = 1;
-    cfg.device_certs = 1;
-    memcpy(cfg.verify_key, a->vk, sizeof(cfg.verify_key));
-    task_secagg_context(t, cfg.context);
+    active_config(&cfg, t, a);
     cfg.norm_bits = t->norm_bits;
     cfg.norm_dim = t->norm_dim;
     cfg.norm_bound2 = loose ? t->norm_bound2 * 10000 : t->norm_bound2;
     cfg.norm_tail_max = t->norm_weight_max;
-    assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, t->index, id, NULL),
-                     FL_OK);
     uint32_t x[1024];
     for (size_t j = 0; j < t->vec_len; j++)
         x[j] = (uint32_t)c->words[j];
     for (size_t j = 0; boost != 1 && j < t->dim; j++)
         x[j] = (uint32_t)(centred(c->words[j], t->bits) * boost);
-    assert_int_equal(fl_secagg_client_set_input(c->sa, x, t->vec_len), FL_OK);
-    assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
+    active_client_start(c, &cfg, id, rid, x, out, out_len);
 }
 
 static double now_s(void) {
@@ -205,7 +96,6 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
     fprintf(stderr, "%s: n %u k %u t %u, m %u, dim %u, B^2 %llu\n", name, c[0].task.n,
             c[0].task.k, c[0].task.t, c[0].task.norm_bits, c[0].task.norm_dim,
             (unsigned long long)c[0].task.norm_bound2);
-    static const char *phases[5] = {"advertise", "share", "masked", "consistency", "unmask"};
     double refused0 = metric_value(f, "flotilla_norm_proofs_refused_total");
     json_t *outcome = NULL;
     for (int ph = 0; ph < 5; ph++) {
@@ -228,7 +118,7 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
                         w[b] = (uint8_t)(v >> (8 * b));
                 }
             double t0 = now_s();
-            struct resp r = post_phase(f, &c[i], rid, phases[ph], msg, out_len[i]);
+            struct resp r = post_phase(f, &c[i], rid, active_phases[ph], msg, out_len[i]);
             double dt = now_s() - t0;
             free(msg);
             if (ph == 2 && attack == OVER_BOUND && i == 0) {
@@ -240,7 +130,8 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
                 continue;
             }
             if (r.status != 202)
-                fprintf(stderr, "post %s device %d: %ld %s\n", phases[ph], i, r.status, r.body);
+                fprintf(stderr, "post %s device %d: %ld %s\n", active_phases[ph], i, r.status,
+                        r.body);
             assert_int_equal(r.status, 202);
             resp_free(&r);
             if (ph == 2) {
@@ -255,28 +146,7 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
                     "checked): %.1f ms over %d\n", name, 1e3 * t_masked / n_masked, n_masked);
         if (skipped) /* the phase closes at its deadline */
             fx_advance(f, c[1].task.dl[ph] + 1 - atomic_load(&f->now_ms));
-        for (int i = 0; i < N; i++) {
-            if (!alive[i])
-                continue;
-            struct resp r = get_result(f, &c[i], rid, phases[ph], 10);
-            if (ph == 4) {
-                if (r.status == 200 && !outcome)
-                    outcome = body_json(&r);
-                resp_free(&r);
-                continue;
-            }
-            if (r.status != 200)
-                fprintf(stderr, "result %s device %d: %ld %s\n", phases[ph], i, r.status,
-                        r.body ? r.body : "");
-            assert_int_equal(r.status, 200);
-            fl_status st = fl_secagg_client_handle(c[i].sa, (const uint8_t *)r.body, r.len,
-                                                   &out[i], &out_len[i]);
-            if (st != FL_OK)
-                fprintf(stderr, "device %d handle %s: %s\n", i, phases[ph],
-                        fl_secagg_client_errmsg(c[i].sa));
-            assert_int_equal(st, FL_OK);
-            resp_free(&r);
-        }
+        active_results(f, c, N, rid, ph, alive, out, out_len, &outcome);
     }
     assert_true(metric_value(f, "flotilla_norm_proofs_refused_total") ==
                 refused0 + (attack == OVER_BOUND));
@@ -285,25 +155,6 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
     secagg_clients_free(c, N);
     fl_memzero(id, sizeof(id));
     return outcome;
-}
-
-/* The exact sum of the devices in[] as the hook saw it. */
-static void check_exact_sum(const struct sum_hook *h, const struct tc *c, const bool *in) {
-    size_t L = c[0].task.vec_len;
-    uint64_t mask = ((uint64_t)1 << c[0].task.bits) - 1;
-    uint64_t expect[1024] = {0};
-    uint32_t count = 0;
-    for (int i = 0; i < N; i++) {
-        if (!in[i])
-            continue;
-        count++;
-        for (size_t j = 0; j < L; j++)
-            expect[j] = (expect[j] + c[i].words[j]) & mask;
-    }
-    assert_int_equal(h->calls, 1);
-    assert_int_equal(h->count, count);
-    assert_int_equal(h->vec_len, L);
-    assert_memory_equal(h->sum, expect, L * sizeof(uint64_t));
 }
 
 /* The round's audit entry (the bundle verifies offline) logs the mode and the bound:
@@ -342,7 +193,7 @@ static void test_population(void **state) {
     struct fx *f = *state;
     struct authority a;
     authority_make(&a);
-    char *etok = pop_create(f, "both", &a);
+    char *etok = active_pop(f, "both", N, 3, &a, ",\"norm_proof\":true");
     free(etok);
     struct resp r = http_json(f, "GET", "/v1/admin/populations/both", ADMIN_TOKEN, NULL);
     assert_int_equal(r.status, 200);
@@ -370,7 +221,7 @@ static void test_honest_round_exact(void **state) {
     assert_int_equal(json_integer_value(json_object_get(o, "participants")), N);
     json_decref(o);
     json_decref(st);
-    check_exact_sum(&h, c, in);
+    check_exact_sum(&h, c, in, N);
     check_audit(f, "an-honest", &c[0].task);
     clients_free(c, N);
 }
@@ -388,7 +239,7 @@ static void test_over_bound_dropped(void **state) {
     assert_int_equal(json_integer_value(json_object_get(o, "participants")), N - 1);
     json_decref(o);
     json_decref(st);
-    check_exact_sum(&h, c, in); /* the honest four exactly: device 0 moved nothing */
+    check_exact_sum(&h, c, in, N); /* the honest four exactly: device 0 moved nothing */
     clients_free(c, N);
 }
 

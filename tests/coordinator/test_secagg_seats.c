@@ -14,113 +14,7 @@
 #include <sodium.h>
 #include <sqlite3.h>
 
-#include "coord_testkit.h"
-#include "flotilla/secagg.h"
-
-/* ---- devices and their authority (as test_secagg_active.c) ---- */
-
-struct authority {
-    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
-    uint8_t sk[FL_SECAGG_SIGNING_KEY_BYTES];
-    char vk_hex[2 * FL_SECAGG_VERIFY_KEY_BYTES + 1];
-};
-
-static void hex(char *out, const uint8_t *in, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", in[i]);
-}
-
-static void authority_make(struct authority *a) {
-    assert_int_equal(fl_secagg_signing_keygen(a->vk, a->sk, FL_SECAGG_BACKEND_DEFAULT), FL_OK);
-    hex(a->vk_hex, a->vk, sizeof(a->vk));
-}
-
-/* A device: a fresh key pair, the device id derived from seed, the authority's v2
- * certificate; its enrollment JSON in ident (n bytes). */
-static void device_make(fl_secagg_identity *id, char *ident, size_t n, const struct authority *a,
-                        uint8_t seed) {
-    uint8_t vk[FL_SECAGG_VERIFY_KEY_BYTES];
-    memset(id, 0, sizeof(*id));
-    id->struct_size = sizeof(*id);
-    assert_int_equal(fl_secagg_signing_keygen(vk, id->signing_key, FL_SECAGG_BACKEND_DEFAULT),
-                     FL_OK);
-    for (int i = 0; i < FL_SECAGG_DEVICE_ID_BYTES; i++)
-        id->device_id[i] = (uint8_t)(seed * 29 + i + 3);
-    assert_int_equal(
-        fl_secagg_cert_issue_device(id->cert, a->sk, id->device_id, vk, FL_SECAGG_BACKEND_DEFAULT),
-        FL_OK);
-    char d[65], k[65], c[129];
-    hex(d, id->device_id, 32);
-    hex(k, vk, 32);
-    hex(c, id->cert, 64);
-    snprintf(ident, n, "{\"device_id\":\"%s\",\"verify_key\":\"%s\",\"cert\":\"%s\"}", d, k, c);
-}
-
-/* An active population (target n, min 3, complete graph), its model uploaded and started;
- * returns its enrollment token (strdup). */
-static char *active_pop(struct fx *f, const char *name, int n, const struct authority *a) {
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":3,"
-             "\"require\":[],\"forming_s\":60,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"consistency\":30,"
-             "\"unmask\":30},"
-             "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"uniform\",\"weight_cap\":50},"
-             "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":true,\"neighbors\":0,\"threshold_fraction\":0.5,"
-             "\"consistency_check\":true,\"authority_key\":\"%s\"},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0,\"modulus_bits\":32}}",
-             name, n, a->vk_hex);
-    struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
-    if (r.status != 201)
-        fprintf(stderr, "population: %ld %s\n", r.status, r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *etok = strdup(json_string_value(json_object_get(j, "enrollment_token")));
-    json_decref(j);
-    resp_free(&r);
-    size_t mlen;
-    uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    r = http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
-    free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
-    return etok;
-}
-
-/* POST /v1/enroll to pop with identity JSON ident. */
-static struct resp enroll(struct fx *f, const char *etok, const char *pop, const char *ident) {
-    char body[1024];
-    snprintf(body, sizeof(body),
-             "{\"population\":\"%s\",\"region\":\"EU\","
-             "\"secagg_identity\":%s}",
-             pop, ident);
-    return http_json(f, "POST", "/v1/enroll", etok, body);
-}
-
-/* enroll(), asserting 201: the client token (strdup) and, if cid, the client id. */
-static char *enroll_ok(struct fx *f, const char *etok, const char *pop, const char *ident,
-                       char *cid, size_t cid_len) {
-    struct resp r = enroll(f, etok, pop, ident);
-    if (r.status != 201)
-        fprintf(stderr, "enroll: %ld %s\n", r.status, r.body);
-    assert_int_equal(r.status, 201);
-    json_t *j = body_json(&r);
-    char *tok = strdup(json_string_value(json_object_get(j, "client_token")));
-    if (cid)
-        snprintf(cid, cid_len, "%s", json_string_value(json_object_get(j, "client_id")));
-    json_decref(j);
-    resp_free(&r);
-    return tok;
-}
+#include "coord_active_kit.h"
 
 /* Runs sql against the fixture's live database (a second connection, as an operator's tool
  * would); returns SQLite's primary result code. */
@@ -151,30 +45,6 @@ static int64_t checkin_selected(struct fx *f, const char *tok, char *pid, size_t
     return rid;
 }
 
-/* Device c's active secagg client with identity id (pinning authority a) and its ADVERTISE
- * (the library signs the device id of id into it). */
-static void active_client(struct tc *c, const fl_secagg_identity *id, const struct authority *a,
-                          int64_t rid, const uint8_t **out, size_t *out_len) {
-    fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = c->task.n;
-    cfg.dim = (uint32_t)c->task.vec_len;
-    cfg.bits = c->task.bits;
-    cfg.degree = c->task.k;
-    cfg.threshold = c->task.t;
-    cfg.active = 1;
-    cfg.device_certs = 1;
-    memcpy(cfg.verify_key, a->vk, sizeof(cfg.verify_key));
-    task_secagg_context(&c->task, cfg.context);
-    assert_int_equal(fl_secagg_client_create(&c->sa, &cfg, (uint64_t)rid, c->task.index, id, NULL),
-                     FL_OK);
-    uint32_t x[1024];
-    for (size_t j = 0; j < c->task.vec_len; j++)
-        x[j] = (uint32_t)c->words[j];
-    assert_int_equal(fl_secagg_client_set_input(c->sa, x, c->task.vec_len), FL_OK);
-    assert_int_equal(fl_secagg_client_start(c->sa, out, out_len), FL_OK);
-}
-
 /* ---- one client per device and population ---- */
 
 /* Enrollment cannot give one device id a second client in a population: again with a new
@@ -186,7 +56,7 @@ static void test_one_client_per_device(void **state) {
     struct fx *f = *state;
     struct authority a;
     authority_make(&a);
-    char *etok = active_pop(f, "seats", 3, &a);
+    char *etok = active_pop(f, "seats", 3, 3, &a, NULL);
     fl_secagg_identity d, d_again, e;
     char ident_d[512], ident_d_again[512], ident_e[512];
     device_make(&d, ident_d, sizeof(ident_d), &a, 1);
@@ -194,10 +64,10 @@ static void test_one_client_per_device(void **state) {
     device_make(&e, ident_e, sizeof(ident_e), &a, 2);
     assert_memory_equal(d.device_id, d_again.device_id, FL_SECAGG_DEVICE_ID_BYTES);
     char cid_d[32], cid_e[32];
-    char *tok_d = enroll_ok(f, etok, "seats", ident_d, cid_d, sizeof(cid_d));
-    char *tok_e = enroll_ok(f, etok, "seats", ident_e, cid_e, sizeof(cid_e));
+    char *tok_d = enroll_ident_ok(f, etok, "seats", ident_d, cid_d, sizeof(cid_d));
+    char *tok_e = enroll_ident_ok(f, etok, "seats", ident_e, cid_e, sizeof(cid_e));
 
-    struct resp r = enroll(f, etok, "seats", ident_d_again);
+    struct resp r = enroll_ident(f, etok, "seats", ident_d_again);
     assert_error(&r, 409, "conflict");
     resp_free(&r);
     r = http_json(f, "POST", "/v1/admin/populations/seats/enrollment-token", ADMIN_TOKEN, NULL);
@@ -206,7 +76,7 @@ static void test_one_client_per_device(void **state) {
     char *etok2 = strdup(json_string_value(json_object_get(j, "enrollment_token")));
     json_decref(j);
     resp_free(&r);
-    r = enroll(f, etok2, "seats", ident_d_again);
+    r = enroll_ident(f, etok2, "seats", ident_d_again);
     assert_error(&r, 409, "conflict");
     resp_free(&r);
     assert_int_equal(db_int(f, "SELECT count(*) FROM clients"), 2);
@@ -229,8 +99,8 @@ static void test_one_client_per_device(void **state) {
     assert_int_equal(db_int(f, "SELECT count(DISTINCT device_id) FROM client_identities"), 2);
 
     /* Another population: the same device is another client there. */
-    char *etok_o = active_pop(f, "other", 3, &a);
-    char *tok_o = enroll_ok(f, etok_o, "other", ident_d_again, NULL, 0);
+    char *etok_o = active_pop(f, "other", 3, 3, &a, NULL);
+    char *tok_o = enroll_ident_ok(f, etok_o, "other", ident_d_again, NULL, 0);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), 3);
     assert_int_equal(db_int(f, "SELECT max(c) FROM (SELECT count(*) AS c FROM client_identities "
                                "GROUP BY population_id, device_id)"),
@@ -257,16 +127,11 @@ static void test_one_seat_per_client(void **state) {
     enum { N = 3 };
     struct authority a;
     authority_make(&a);
-    char *etok = active_pop(f, "once", N, &a);
+    char *etok = active_pop(f, "once", N, 3, &a, NULL);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
     fl_secagg_identity id[N];
     char cid[N][32];
-    for (int i = 0; i < N; i++) {
-        char ident[512];
-        device_make(&id[i], ident, sizeof(ident), &a, (uint8_t)(40 + i));
-        c[i].tok = enroll_ok(f, etok, "once", ident, cid[i], sizeof(cid[i]));
-    }
+    enroll_devices(f, etok, "once", &a, 40, c, id, N, cid);
     /* Device 0 twice while the round forms: one seat. */
     char pid_again[40];
     int64_t rid = checkin_selected(f, c[0].tok, c[0].pid, sizeof(c[0].pid));
@@ -331,15 +196,10 @@ static void test_second_seat_refused(void **state) {
     enum { N = 4 };
     struct authority a;
     authority_make(&a);
-    char *etok = active_pop(f, "twice", N, &a);
+    char *etok = active_pop(f, "twice", N, 3, &a, NULL);
     struct tc c[N];
-    memset(c, 0, sizeof(c));
     fl_secagg_identity id[N];
-    for (int i = 0; i < N; i++) {
-        char ident[512];
-        device_make(&id[i], ident, sizeof(ident), &a, (uint8_t)(70 + i));
-        c[i].tok = enroll_ok(f, etok, "twice", ident, NULL, 0);
-    }
+    enroll_devices(f, etok, "twice", &a, 70, c, id, N, NULL);
     free(etok);
     int64_t rid;
     checkin_all(f, c, N, &rid);
