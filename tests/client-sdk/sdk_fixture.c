@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "fl_test_time.h"
+#include "flotilla/secagg.h"
 #include "sdk_fixture.h"
 
 /* ---- coordinator ---- */
@@ -390,4 +391,81 @@ bool sfx_aggregated(void *user) {
     bool r = f->sum.calls > 0;
     pthread_mutex_unlock(&f->lock);
     return r;
+}
+
+bool sdev_all_idle(const struct sdev *d, int n) {
+    for (int i = 0; i < n; i++) {
+        if (d[i].off)
+            continue;
+        fl_client_stats cs;
+        sdev_stats(&d[i], &cs);
+        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
+            return false;
+    }
+    return true;
+}
+
+void sfx_check_sum(struct sfx *f, const struct sdev *d, int n, const bool *in,
+                   bool uniform_weights) {
+    pthread_mutex_lock(&f->lock);
+    struct sfx_sum h = f->sum;
+    pthread_mutex_unlock(&f->lock);
+    assert_int_equal(h.calls, 1);
+    static uint64_t expect[SFX_MAX_VEC];
+    memset(expect, 0, sizeof(expect));
+    uint32_t count = 0;
+    size_t L = 0;
+    for (int i = 0; i < n; i++) {
+        if (!in[i])
+            continue;
+        const struct sfx_update *u = &d[i].up;
+        assert_int_equal(u->calls, 1);
+        assert_int_equal(u->round_id, h.round_id);
+        L = u->len;
+        count++;
+        for (size_t j = 0; j < L; j++)
+            expect[j] = (expect[j] + u->words[j]) & 0xffffffffull;
+    }
+    assert_true(L > 1);
+    assert_int_equal(h.count, count);
+    assert_int_equal(h.vec_len, L);
+    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t)); /* bit for bit */
+    if (uniform_weights)
+        assert_int_equal(h.sum[L - 1], count);
+}
+
+/* ---- secagg's active mode ---- */
+
+void sfx_active_pop_json(char *out, size_t cap, const char *name, int target, int min,
+                         const uint8_t auth_vk[32], int dl, const char *extra) {
+    char hex[65];
+    sodium_bin2hex(hex, sizeof(hex), auth_vk, 32);
+    snprintf(out, cap,
+             "{\"name\":\"%s\",\"allowed_regions\":[\"EU\"],"
+             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
+             "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":1,"
+             "\"max_retry_s\":60},"
+             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"consistency\":%d,"
+             "\"unmask\":%d},"
+             "\"training\":{\"epochs\":2,\"batch_size\":8,\"learning_rate\":0.1,"
+             "\"max_examples\":100},"
+             "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
+             "\"weighting\":\"uniform\"},"
+             "\"strategy\":{\"name\":\"fedavg\"},"
+             "\"secagg\":{\"enabled\":true,\"threshold_fraction\":0.5,"
+             "\"consistency_check\":true,\"authority_key\":\"%s\"%s},"
+             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0}}",
+             name, target, min, dl, dl, dl, dl, dl, hex, extra ? extra : "");
+}
+
+void sdev_identity_make(struct sdev_identity *id, const uint8_t auth_sk[64],
+                        const uint8_t pinned[32], const char *device_id) {
+    uint8_t vk[32];
+    memset(id, 0, sizeof(*id));
+    assert_int_equal(fl_client_identity_keygen(vk, id->signing_key), FL_OK);
+    snprintf((char *)id->device_id, sizeof(id->device_id), "%s", device_id);
+    assert_int_equal(fl_secagg_cert_issue_device(id->cert, auth_sk, id->device_id, vk,
+                                                 FL_SECAGG_BACKEND_DEFAULT),
+                     FL_OK);
+    memcpy(id->authority_key, pinned, 32);
 }

@@ -134,5 +134,26 @@ int sdev_drive(struct sfx *f, struct sdev *d, int n, bool (*done)(void *), void 
 /* done() helpers: the coordinator aggregated a round / every device went back to idle
  * after a round ended. */
 bool sfx_aggregated(void *f);
+/* Whether every device of d[0..n) that is not off is idle with a round ended (completed or
+ * failed); a done() helper over it adds sfx_aggregated. */
+bool sdev_all_idle(const struct sdev *d, int n);
+/* Asserts that the coordinator aggregated one round whose sum is, bit for bit and mod 2^32,
+ * the sum of the words each device in (in[i]) of d[0..n) saw of its own update in that
+ * round, with their count and vec_len; with uniform_weights, also that the last word (the
+ * weights' sum) is that count. */
+void sfx_check_sum(struct sfx *f, const struct sdev *d, int n, const bool *in,
+                   bool uniform_weights);
+
+/* ---- secagg's active mode ---- */
+
+/* A population of the MLP in active mode (JSON into out, cap bytes): target and min, every
+ * phase deadline dl seconds, secagg.consistency_check with authority key auth_vk (extra:
+ * more secagg fields after it, e.g. ",\"norm_proof\":true", or NULL). */
+void sfx_active_pop_json(char *out, size_t cap, const char *name, int target, int min,
+                         const uint8_t auth_vk[32], int dl, const char *extra);
+/* A device identity: a fresh key pair, device id `device_id` (a string, zero padded),
+ * certified by the authority with signing key auth_sk; the app pins `pinned`. */
+void sdev_identity_make(struct sdev_identity *id, const uint8_t auth_sk[64],
+                        const uint8_t pinned[32], const char *device_id);
 
 #endif /* FL_SDK_FIXTURE_H */

@@ -59,37 +59,16 @@ static void world_open(struct world *w) {
     assert_int_equal(fl_secagg_signing_keygen(w->auth_vk, w->auth_sk, FL_SECAGG_BACKEND_DEFAULT),
                      FL_OK);
     w->model = sfx_model(&w->mlen);
-    char hex[65], json[4096];
-    sodium_bin2hex(hex, sizeof(hex), w->auth_vk, 32);
-    snprintf(json, sizeof(json),
-             "{\"name\":\"pop\",\"allowed_regions\":[\"EU\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":3,"
-             "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":30,\"consistency\":30,"
-             "\"unmask\":30},"
-             "\"training\":{\"epochs\":2,\"batch_size\":8,\"learning_rate\":0.1,"
-             "\"max_examples\":100},"
-             "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
-             "\"weighting\":\"uniform\"},"
-             "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":true,\"threshold_fraction\":0.5,\"norm_proof\":true,"
-             "\"consistency_check\":true,\"authority_key\":\"%s\"},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0}}",
-             NDEV, hex);
+    char json[4096];
+    sfx_active_pop_json(json, sizeof(json), "pop", NDEV, 3, w->auth_vk, 30,
+                        ",\"norm_proof\":true");
     sfx_population(w->f, json, w->model, w->mlen, w->etok, sizeof(w->etok));
     for (int i = 0; i < NDEV; i++) {
-        uint8_t vk[32];
-        struct sdev_identity *id = &w->id[i];
-        memset(id, 0, sizeof(*id));
-        assert_int_equal(fl_client_identity_keygen(vk, id->signing_key), FL_OK);
-        snprintf((char *)id->device_id, sizeof(id->device_id), "norm-device-%d", i);
-        assert_int_equal(fl_secagg_cert_issue_device(id->cert, w->auth_sk, id->device_id, vk,
-                                                     FL_SECAGG_BACKEND_DEFAULT),
-                         FL_OK);
-        memcpy(id->authority_key, w->auth_vk, 32);
+        char name[32];
+        snprintf(name, sizeof(name), "norm-device-%d", i);
+        sdev_identity_make(&w->id[i], w->auth_sk, w->auth_vk, name);
         struct sdev_opts o = {"pop", w->etok, NULL, 20, 0, NULL, NULL};
-        assert_int_equal(sdev_open_identity(&w->d[i], w->f, i, &o, id), FL_OK);
+        assert_int_equal(sdev_open_identity(&w->d[i], w->f, i, &o, &w->id[i]), FL_OK);
         obs_ctx[i] = (struct obs){w, i};
         sim_ft_set_observe(w->d[i].ft, observe, &obs_ctx[i]);
     }
@@ -105,44 +84,7 @@ static void world_close(struct world *w) {
 
 static bool all_idle(void *u) {
     struct world *w = u;
-    if (!sfx_aggregated(w->f))
-        return false;
-    for (int i = 0; i < NDEV; i++) {
-        if (w->d[i].off)
-            continue;
-        fl_client_stats cs;
-        sdev_stats(&w->d[i], &cs);
-        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
-            return false;
-    }
-    return true;
-}
-
-/* The coordinator's sum equals the sum of the words of the devices in `in`, mod 2^32. */
-static void check_sum(struct world *w, const bool *in) {
-    pthread_mutex_lock(&w->f->lock);
-    struct sfx_sum h = w->f->sum;
-    pthread_mutex_unlock(&w->f->lock);
-    assert_int_equal(h.calls, 1);
-    static uint64_t expect[SFX_MAX_VEC];
-    memset(expect, 0, sizeof(expect));
-    uint32_t count = 0;
-    size_t L = 0;
-    for (int i = 0; i < NDEV; i++) {
-        if (!in[i])
-            continue;
-        const struct sfx_update *u = &w->d[i].up;
-        assert_int_equal(u->calls, 1);
-        assert_int_equal(u->round_id, h.round_id);
-        L = u->len;
-        count++;
-        for (size_t j = 0; j < L; j++)
-            expect[j] = (expect[j] + u->words[j]) & 0xffffffffull;
-    }
-    assert_true(L > 1);
-    assert_int_equal(h.count, count);
-    assert_int_equal(h.vec_len, L);
-    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t)); /* bit for bit */
+    return sfx_aggregated(w->f) && sdev_all_idle(w->d, NDEV);
 }
 
 /* Words of the round's vector (from the coordinator's sum). */
@@ -171,7 +113,7 @@ static void active_norm_round(const char *vanish_phase) {
     if (vanish_phase)
         w.d[3].off = true;
     assert_true(sdev_drive(w.f, w.d, NDEV, all_idle, &w, 400, 200) < 400);
-    check_sum(&w, in);
+    sfx_check_sum(w.f, w.d, NDEV, in, false);
     for (int i = 0; i < NDEV; i++) {
         fl_client_stats cs;
         sdev_stats(&w.d[i], &cs);

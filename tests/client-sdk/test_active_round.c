@@ -38,14 +38,9 @@ static void authority_make(struct authority *a) {
  * pins `pinned` (the authority key it was given). */
 static void identity_make(struct sdev_identity *id, const struct authority *a,
                           const uint8_t pinned[32], int k) {
-    uint8_t vk[32];
-    memset(id, 0, sizeof(*id));
-    assert_int_equal(fl_client_identity_keygen(vk, id->signing_key), FL_OK);
-    snprintf((char *)id->device_id, sizeof(id->device_id), "device-%d", k);
-    assert_int_equal(
-        fl_secagg_cert_issue_device(id->cert, a->sk, id->device_id, vk, FL_SECAGG_BACKEND_DEFAULT),
-        FL_OK);
-    memcpy(id->authority_key, pinned, 32);
+    char name[32];
+    snprintf(name, sizeof(name), "device-%d", k);
+    sdev_identity_make(id, a->sk, pinned, name);
 }
 
 /* ---- population and devices ---- */
@@ -64,28 +59,6 @@ struct world {
     /* what each device's transport saw of the consistency phase */
     int cons_post[NDEV], cons_result[NDEV], model_get[NDEV], posts[NDEV];
 };
-
-static void pop_json(char *out, size_t cap, const char *name, int target, int min,
-                     const uint8_t auth_vk[32], int dl) {
-    char hex[65];
-    sodium_bin2hex(hex, sizeof(hex), auth_vk, 32);
-    snprintf(out, cap,
-             "{\"name\":\"%s\",\"allowed_regions\":[\"EU\"],"
-             "\"selection\":{\"target\":%d,\"over_selection\":1.0,\"min_participants\":%d,"
-             "\"require\":[],\"forming_s\":5,\"jitter_s\":0,\"min_retry_s\":1,"
-             "\"max_retry_s\":60},"
-             "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"consistency\":%d,"
-             "\"unmask\":%d},"
-             "\"training\":{\"epochs\":2,\"batch_size\":8,\"learning_rate\":0.1,"
-             "\"max_examples\":100},"
-             "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
-             "\"weighting\":\"uniform\"},"
-             "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":true,\"threshold_fraction\":0.5,"
-             "\"consistency_check\":true,\"authority_key\":\"%s\"},"
-             "\"privacy\":{\"mode\":\"none\",\"clip_norm\":1.0}}",
-             name, target, min, dl, dl, dl, dl, dl, hex);
-}
 
 /* Counts the exchanges of interest per device (its consistency posts and results, model
  * downloads, phase posts and uploads). */
@@ -116,7 +89,7 @@ static void world_open(struct world *w, int n, int dl) {
     authority_make(&w->auth);
     w->model = sfx_model(&w->mlen);
     char json[4096];
-    pop_json(json, sizeof(json), "pop", n, n > 3 ? n - 1 : n, w->auth.vk, dl);
+    sfx_active_pop_json(json, sizeof(json), "pop", n, n > 3 ? n - 1 : n, w->auth.vk, dl, NULL);
     sfx_population(w->f, json, w->model, w->mlen, w->etok, sizeof(w->etok));
     w->n = n;
     for (int i = 0; i < n; i++) {
@@ -138,45 +111,7 @@ static void world_close(struct world *w) {
 
 static bool all_idle(void *u) {
     struct world *w = u;
-    if (!sfx_aggregated(w->f))
-        return false;
-    for (int i = 0; i < w->n; i++) {
-        if (w->d[i].off)
-            continue;
-        fl_client_stats cs;
-        sdev_stats(&w->d[i], &cs);
-        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
-            return false;
-    }
-    return true;
-}
-
-/* The coordinator's sum equals the sum of the words of the devices in `in`, mod 2^32. */
-static void check_sum(struct world *w, const bool *in) {
-    pthread_mutex_lock(&w->f->lock);
-    struct sfx_sum h = w->f->sum;
-    pthread_mutex_unlock(&w->f->lock);
-    assert_int_equal(h.calls, 1);
-    static uint64_t expect[SFX_MAX_VEC];
-    memset(expect, 0, sizeof(expect));
-    uint32_t count = 0;
-    size_t L = 0;
-    for (int i = 0; i < w->n; i++) {
-        if (!in[i])
-            continue;
-        const struct sfx_update *u = &w->d[i].up;
-        assert_int_equal(u->calls, 1);
-        assert_int_equal(u->round_id, h.round_id);
-        L = u->len;
-        count++;
-        for (size_t j = 0; j < L; j++)
-            expect[j] = (expect[j] + u->words[j]) & 0xffffffffull;
-    }
-    assert_true(L > 1);
-    assert_int_equal(h.count, count);
-    assert_int_equal(h.vec_len, L);
-    assert_memory_equal(h.sum, expect, L * sizeof(uint64_t)); /* bit for bit */
-    assert_int_equal(h.sum[L - 1], count);                    /* uniform weights */
+    return sfx_aggregated(w->f) && sdev_all_idle(w->d, w->n);
 }
 
 /* The coordinator's admin view of the round: phase_counts.consistency. */
@@ -212,7 +147,7 @@ static void active_round(const char *vanish_phase) {
     if (vanish_phase)
         w.d[3].off = true; /* let the others read the outcome */
     assert_true(sdev_drive(w.f, w.d, NDEV, all_idle, &w, 400, 200) < 400);
-    check_sum(&w, in);
+    sfx_check_sum(w.f, w.d, w.n, in, true);
     int survivors = 0;
     for (int i = 0; i < NDEV; i++) {
         fl_client_stats cs;

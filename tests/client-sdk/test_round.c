@@ -240,17 +240,7 @@ static void assert_all_completed(struct world *w, const bool *in) {
 /* Every device back to idle (its round over, outcome read). */
 static bool all_idle(void *u) {
     struct world *w = u;
-    if (!sfx_aggregated(w->f))
-        return false;
-    for (int i = 0; i < w->n; i++) {
-        if (w->d[i].off)
-            continue;
-        fl_client_stats cs;
-        sdev_stats(&w->d[i], &cs);
-        if (cs.state != FL_CLIENT_STATE_IDLE || cs.rounds_completed + cs.rounds_failed == 0)
-            return false;
-    }
-    return true;
+    return sfx_aggregated(w->f) && sdev_all_idle(w->d, w->n);
 }
 
 static void run_basic_norm(const char *mode, bool secagg, bool examples, double noise,
