@@ -297,4 +297,59 @@ static inline void sa_opts_init(struct sa_opts *o, uint32_t n, uint32_t d, uint3
     o->seed = 1;
 }
 
+/* ---- a server lying about dropouts (active mode) ---- */
+
+/* What sa_lie_about_dropout does to the server's messages to one client. */
+struct sa_lie {
+    uint32_t victim;  /* client lied to */
+    uint32_t claimed; /* client claimed dropped */
+    int mode;         /* 0: forged set in UNMASK_REQ; 1: forged set in CONSISTENCY_REQ;
+                         2: a forwarded neighbour signature is corrupted */
+    int hits;         /* messages changed */
+};
+
+/* sa_tamper_fn (user: struct sa_lie): clears the claimed client's bit in the survivor set
+ * the server sends the victim (modes 0 and 1), or flips the last byte of the last forwarded
+ * signature in its UNMASK_REQ (mode 2). */
+static inline void sa_lie_about_dropout(void *u, int to_server, uint32_t client,
+                                        fl_secagg_msg_type t, uint8_t *m, size_t *len,
+                                        size_t cap) {
+    struct sa_lie *l = u;
+    (void)cap;
+    if (to_server || client != l->victim)
+        return;
+    if ((t == FL_SECAGG_MSG_UNMASK_REQ && l->mode == 0) ||
+        (t == FL_SECAGG_MSG_CONSISTENCY_REQ && l->mode == 1)) {
+        m[FL_SECAGG_HEADER_BYTES + 4 + l->claimed / 8] &= (uint8_t)~(1u << (l->claimed % 8));
+        l->hits++;
+    }
+    if (t == FL_SECAGG_MSG_UNMASK_REQ && l->mode == 2) {
+        m[*len - 1] ^= 0x80; /* last byte of the last signature */
+        l->hits++;
+    }
+}
+
+/* Asserts that an active round of n clients under l's lie caught it: one message changed;
+ * the victim refuses to unmask (mode 0: the set differs from the one it signed, it reveals
+ * nothing; mode 2: forwarded signatures must verify over its set), or (mode 1) it signed a
+ * different set, whose signature does not verify at the server, so it is excluded from
+ * unmasking (and its neighbours would reject a forged set the same way); the honest part of
+ * the round still sums correctly, with all n. */
+static inline void sa_check_lie_caught(const struct sa_lie *l, const struct sa_result *r,
+                                       uint32_t n) {
+    assert_int_equal(l->hits, 1);
+    if (l->mode == 0) {
+        assert_int_equal(r->client_failures, 1);
+        assert_int_equal(r->client_fail_code, FL_ERR_PROTOCOL);
+    } else if (l->mode == 2) {
+        assert_int_equal(r->client_failures, 1);
+        assert_int_equal(r->client_fail_code, FL_ERR_CRYPTO);
+    } else {
+        assert_int_equal(r->client_failures, 0);
+    }
+    assert_int_equal(r->st, FL_OK);
+    assert_true(r->sum_ok);
+    assert_int_equal(r->count, n);
+}
+
 #endif
