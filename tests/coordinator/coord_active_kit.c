@@ -167,6 +167,23 @@ void active_client(struct tc *c, const fl_secagg_identity *id, const struct auth
     active_client_start(c, &cfg, id, rid, NULL, out, out_len);
 }
 
+void advertise_other_refused(struct fx *f, struct tc *c, int64_t rid, const uint8_t *msg,
+                             size_t len, const fl_secagg_identity *own,
+                             const struct authority *a) {
+    struct resp r = post_phase(f, c, rid, "advertise", msg, len);
+    assert_error(&r, 400, "invalid_message");
+    assert_non_null(strstr(r.body, "the advertisement names another device"));
+    resp_free(&r);
+    fl_secagg_client_destroy(c->sa);
+    c->sa = NULL;
+    const uint8_t *own_msg;
+    size_t own_len;
+    active_client(c, own, a, rid, &own_msg, &own_len);
+    r = post_phase(f, c, rid, "advertise", own_msg, own_len);
+    assert_error(&r, 410, "round_closed");
+    resp_free(&r);
+}
+
 void active_results(struct fx *f, struct tc *c, int n, int64_t rid, int ph, const bool *alive,
                     const uint8_t **out, size_t *out_len, json_t **outcome) {
     for (int i = 0; i < n; i++) {

@@ -72,6 +72,13 @@ void active_client_start(struct tc *c, const fl_secagg_config *cfg, const fl_sec
 /* active_config and active_client_start with the device's own words. */
 void active_client(struct tc *c, const fl_secagg_identity *id, const struct authority *a,
                    int64_t rid, const uint8_t **out, size_t *out_len);
+/* Device c posts ADVERTISE msg (len bytes) naming another enrolled device: asserts that it is
+ * refused (400 invalid_message, "the advertisement names another device") and that c is
+ * dropped: its secagg client is replaced by one with its own identity own (pinning a), whose
+ * ADVERTISE is refused too (410 round_closed). */
+void advertise_other_refused(struct fx *f, struct tc *c, int64_t rid, const uint8_t *msg,
+                             size_t len, const fl_secagg_identity *own,
+                             const struct authority *a);
 /* Every alive device (alive[i]) reads phase ph's result and hands it to its secagg client,
  * which makes its next message (out[i]/out_len[i]), asserting 200 and FL_OK. In the unmask
  * phase (the last) the results are not handled: the first 200 one goes to *outcome (JSON,

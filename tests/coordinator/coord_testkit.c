@@ -44,14 +44,19 @@ static void *fx_tick_main(void *arg) {
     return NULL;
 }
 
+void fx_config_init(struct fx *f, fl_coord_config *cfg) {
+    fl_coord_config_init(cfg);
+    cfg->port = 0;
+    cfg->threads = 2;
+    cfg->db_path = f->db;
+    cfg->has_admin_token = 1;
+    crypto_hash_sha256(cfg->admin_token_sha256, (const uint8_t *)ADMIN_TOKEN,
+                       strlen(ADMIN_TOKEN));
+}
+
 void fx_start(struct fx *f) {
     fl_coord_config cfg;
-    fl_coord_config_init(&cfg);
-    cfg.port = 0;
-    cfg.threads = 2;
-    cfg.db_path = f->db;
-    cfg.has_admin_token = 1;
-    crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
+    fx_config_init(f, &cfg);
     cfg.clock = fx_clock;
     cfg.clock_user = f;
     cfg.logger.fn = fx_log;
@@ -379,6 +384,21 @@ int64_t db_int(struct fx *f, const char *q) {
     sqlite3_finalize(s);
     sqlite3_close(db);
     return v;
+}
+
+int db_exec_rc(struct fx *f, const char *sql) {
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "db_exec(%s): %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return rc & 0xff;
+}
+
+void db_exec(struct fx *f, const char *sql) {
+    assert_int_equal(db_exec_rc(f, sql), SQLITE_OK);
 }
 
 double metric_value(struct fx *f, const char *series) {

@@ -53,6 +53,9 @@ struct fx {
 int fx_setup(void **state);
 int fx_teardown(void **state);
 void fx_start(struct fx *f);
+/* The coordinator config every fixture starts from: defaults, an ephemeral port, 2 threads,
+ * the fixture's database and the test admin token. */
+void fx_config_init(struct fx *f, fl_coord_config *cfg);
 void fx_stop(struct fx *f);
 /* Moves the injected clock and runs the timers once. */
 void fx_advance(struct fx *f, int64_t ms);
@@ -100,6 +103,12 @@ void assert_error(const struct resp *r, long status, const char *code);
 
 /* First column of the first row of a query on the fixture's database (-1: no row). */
 int64_t db_int(struct fx *f, const char *q);
+/* Runs sql on the fixture's database over a second connection (read-write, 5 s busy timeout,
+ * as an operator's tool would); returns SQLite's primary result code (a failure also prints
+ * the statement and SQLite's message). */
+int db_exec_rc(struct fx *f, const char *sql);
+/* db_exec_rc, asserting SQLITE_OK. */
+void db_exec(struct fx *f, const char *sql);
 /* Value of one series in GET /metrics: its name with labels, e.g.
  * "flotilla_auth_cache_total{result=\"hit\"}" (asserts that it is there). */
 double metric_value(struct fx *f, const char *series);

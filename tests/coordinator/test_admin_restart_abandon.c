@@ -6,7 +6,6 @@
  * trigger gone, the start abandons the round and logs it, exactly once. */
 #include <signal.h>
 
-#include <sqlite3.h>
 #include <sodium.h>
 
 #include "coord_testkit.h"
@@ -23,16 +22,6 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fx_free(*state);
     return 0;
-}
-
-static void db_exec(struct fx *f, const char *sql) {
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-        fail_msg("%s: %s", sql, err ? err : "?");
-    sqlite3_close(db);
 }
 
 /* fl_coord_create on the fixture's database (as fx_start does, without starting). */

@@ -6,19 +6,7 @@
  * its own round. A round such a population left unfinished is abandoned at load, unlogged.
  * Runs the coordinator in-process (coord_testkit.c) and edits its database between two runs
  * with SQLite directly. */
-#include <sqlite3.h>
-
 #include "coord_testkit.h"
-
-static void db_exec(struct fx *f, const char *sql) {
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-        fprintf(stderr, "%s: %s\n", sql, err ? err : "?");
-    assert_null(err);
-    sqlite3_close(db);
-}
 
 static int64_t audit_count(struct fx *f) {
     return db_int(f, "SELECT count(*) FROM audit_entries");

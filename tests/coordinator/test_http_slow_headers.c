@@ -16,8 +16,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <sodium.h>
-
 #include "coord_testkit.h"
 
 /* The coordinator with a 2 s request deadline (times S) and a 30 s idle timeout (times S),
@@ -25,12 +23,7 @@
 static int setup_slow(void **state) {
     struct fx *f = fx_new();
     fl_coord_config cfg;
-    fl_coord_config_init(&cfg);
-    cfg.port = 0;
-    cfg.threads = 2;
-    cfg.db_path = f->db;
-    cfg.has_admin_token = 1;
-    crypto_hash_sha256(cfg.admin_token_sha256, (const uint8_t *)ADMIN_TOKEN, strlen(ADMIN_TOKEN));
+    fx_config_init(f, &cfg);
     cfg.request_deadline_s = (unsigned)fl_test_scaled(2);
     cfg.limits.connection_timeout_s = (unsigned)fl_test_scaled(30);
     char err[256] = "";

@@ -33,17 +33,8 @@ static char *create_pop(struct fx *f, const char *name, const char *extra) {
 static void upload_and_start(struct fx *f, const char *name) {
     size_t mlen;
     uint8_t *model = make_model(&mlen);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/models", name);
-    struct resp r =
-        http_req(f, "POST", path, ADMIN_TOKEN, "application/octet-stream", model, mlen, NULL);
-    assert_int_equal(r.status, 201);
-    resp_free(&r);
+    pop_model_start(f, name, model, mlen);
     free(model);
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/start", name);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_int_equal(r.status, 200);
-    resp_free(&r);
 }
 
 static char *enroll(struct fx *f, const char *etok, const char *pop) {

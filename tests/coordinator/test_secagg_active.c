@@ -339,19 +339,8 @@ static void test_advertise_other_device(void **state) {
         active_client(&c[i], i == 1 ? &id[0] : &id[i], &a, rid, &out[i], &out_len[i]);
     }
     int64_t t0 = atomic_load(&f->now_ms);
-    struct resp r = post_phase(f, &c[1], rid, "advertise", out[1], out_len[1]);
-    assert_error(&r, 400, "invalid_message");
-    assert_non_null(strstr(r.body, "the advertisement names another device"));
-    resp_free(&r);
-    /* Dropped: its next try, even with its own identity, is refused. */
-    fl_secagg_client_destroy(c[1].sa);
-    c[1].sa = NULL;
-    const uint8_t *own;
-    size_t own_len;
-    active_client(&c[1], &id[1], &a, rid, &own, &own_len);
-    r = post_phase(f, &c[1], rid, "advertise", own, own_len);
-    assert_error(&r, 410, "round_closed");
-    resp_free(&r);
+    /* Refused, and dropped: its next try, even with its own identity, is refused. */
+    advertise_other_refused(f, &c[1], rid, out[1], out_len[1], &id[1], &a);
     alive[1] = false;
     json_t *o = run_active(f, c, N, rid, alive, out, out_len);
     assert_int_equal(atomic_load(&f->now_ms), t0); /* no deadline was waited for */

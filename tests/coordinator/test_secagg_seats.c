@@ -11,21 +11,9 @@
  * of another, already advertised seat is refused (400) and dropped, and the survivors'
  * secagg clients accept the server's key list, which they refuse when it names a device
  * twice. */
-#include <sodium.h>
 #include <sqlite3.h>
 
 #include "coord_active_kit.h"
-
-/* Runs sql against the fixture's live database (a second connection, as an operator's tool
- * would); returns SQLite's primary result code. */
-static int db_exec(struct fx *f, const char *sql) {
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    sqlite3_close(db);
-    return rc & 0xff;
-}
 
 /* POST /v1/checkin as tok: the participation id (into pid) of a "selected" answer, and the
  * round id. */
@@ -43,6 +31,15 @@ static int64_t checkin_selected(struct fx *f, const char *tok, char *pid, size_t
     json_decref(j);
     resp_free(&r);
     return rid;
+}
+
+/* POST /admin/clients/{cid}/erase, asserting 409 conflict (the client is seated). */
+static void erase_refused(struct fx *f, const char *cid) {
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid);
+    struct resp r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
+    assert_error(&r, 409, "conflict");
+    resp_free(&r);
 }
 
 /* ---- one client per device and population ---- */
@@ -89,13 +86,13 @@ static void test_one_client_per_device(void **state) {
              "UPDATE client_identities SET device_id = (SELECT device_id FROM "
              "client_identities WHERE client_id = '%s') WHERE client_id = '%s'",
              cid_d, cid_e);
-    assert_int_equal(db_exec(f, sql), SQLITE_CONSTRAINT);
+    assert_int_equal(db_exec_rc(f, sql), SQLITE_CONSTRAINT);
     snprintf(sql, sizeof(sql),
              "INSERT INTO client_identities (client_id, population_id, device_id, verify_key, "
              "cert) SELECT client_id, population_id, randomblob(32), verify_key, cert FROM "
              "client_identities WHERE client_id = '%s'",
              cid_d);
-    assert_int_equal(db_exec(f, sql), SQLITE_CONSTRAINT);
+    assert_int_equal(db_exec_rc(f, sql), SQLITE_CONSTRAINT);
     assert_int_equal(db_int(f, "SELECT count(DISTINCT device_id) FROM client_identities"), 2);
 
     /* Another population: the same device is another client there. */
@@ -138,11 +135,7 @@ static void test_one_seat_per_client(void **state) {
     assert_int_equal(checkin_selected(f, c[0].tok, pid_again, sizeof(pid_again)), rid);
     assert_string_equal(pid_again, c[0].pid);
     /* Erasing a seated client is refused while the round forms... */
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid[0]);
-    struct resp r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_error(&r, 409, "conflict");
-    resp_free(&r);
+    erase_refused(f, cid[0]);
     /* ... the others fill it (target N, over-selection 1: it starts) ... */
     for (int i = 1; i < N; i++)
         assert_int_equal(checkin_selected(f, c[i].tok, c[i].pid, sizeof(c[i].pid)), rid);
@@ -150,8 +143,9 @@ static void test_one_seat_per_client(void **state) {
     /* ... and device 0 again once it runs: still its seat. */
     assert_int_equal(checkin_selected(f, c[0].tok, pid_again, sizeof(pid_again)), rid);
     assert_string_equal(pid_again, c[0].pid);
+    char path[128];
     snprintf(path, sizeof(path), "/v1/rounds/%lld/task", (long long)rid);
-    r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
+    struct resp r = http_req(f, "GET", path, c[0].tok, NULL, NULL, 0, c[0].pid);
     assert_int_equal(r.status, 200);
     struct task t;
     parse_task(&r, &t);
@@ -176,10 +170,7 @@ static void test_one_seat_per_client(void **state) {
              (long long)rid);
     assert_int_equal(db_int(f, q), N);
     /* ... and while it runs. */
-    snprintf(path, sizeof(path), "/v1/admin/clients/%s/erase", cid[0]);
-    r = http_json(f, "POST", path, ADMIN_TOKEN, NULL);
-    assert_error(&r, 409, "conflict");
-    resp_free(&r);
+    erase_refused(f, cid[0]);
     assert_int_equal(db_int(f, "SELECT count(*) FROM client_identities"), N);
     clients_free(c, N);
     free(etok);
@@ -211,18 +202,7 @@ static void test_second_seat_refused(void **state) {
     struct resp r = post_phase(f, &c[0], rid, "advertise", out[0], out_len[0]);
     assert_int_equal(r.status, 202);
     resp_free(&r);
-    r = post_phase(f, &c[1], rid, "advertise", out[1], out_len[1]);
-    assert_error(&r, 400, "invalid_message");
-    assert_non_null(strstr(r.body, "the advertisement names another device"));
-    resp_free(&r);
-    fl_secagg_client_destroy(c[1].sa);
-    c[1].sa = NULL;
-    const uint8_t *own;
-    size_t own_len;
-    active_client(&c[1], &id[1], &a, rid, &own, &own_len);
-    r = post_phase(f, &c[1], rid, "advertise", own, own_len);
-    assert_error(&r, 410, "round_closed");
-    resp_free(&r);
+    advertise_other_refused(f, &c[1], rid, out[1], out_len[1], &id[1], &a);
     for (int i = 2; i < N; i++) {
         r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
         assert_int_equal(r.status, 202);

@@ -10,7 +10,6 @@
  * come from the configuration file (it refuses a "populations" key), so creation, PATCH and
  * loading are the only paths. Runs the coordinator in-process (coord_testkit.c). */
 #include <sodium.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -216,16 +215,6 @@ static void test_patch_refused(void **state) {
 }
 
 /* ---- stored configs and round forming ---- */
-
-static void db_exec(struct fx *f, const char *sql) {
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-        fprintf(stderr, "%s: %s\n", sql, err ? err : "?");
-    assert_null(err);
-    sqlite3_close(db);
-}
 
 /* Checks in c[0..n) (all selected into one round) and returns the round. */
 static int64_t checkin(struct fx *f, struct tc *c, int n) {
