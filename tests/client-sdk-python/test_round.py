@@ -235,14 +235,9 @@ def test_round_through_python_transport_and_python_trainer(coord, counting):
             assert paths[0] == "/v1/enroll" and "/v1/checkin" in paths, paths
             assert any(p.startswith("/v1/rounds/") for p in paths), paths
             tok = c.token()
-    code, p = coord.call("/v1/admin/populations/pycb")
-    assert code == 200 and p["model_version"] == 2, p
     # The new model is base + step: the steps are multiples of the lattice step and the
     # delta is under the clip norm, so quantization is exact.
-    r = urllib.request.Request(coord.url + "/v1/models/pycb/2")
-    r.add_header("Authorization", "Bearer " + tok)
-    with urllib.request.urlopen(r, timeout=10) as resp:
-        new = _tensors(resp.read())
+    new = _new_model(coord, "pycb", tok, 2)
     base = _tensors(model)
     np.testing.assert_allclose(new["fc1.weight"], base["fc1.weight"] + 0.125, atol=1e-6)
     np.testing.assert_allclose(new["fc1.bias"], base["fc1.bias"] - 0.25, atol=1e-6)
@@ -259,6 +254,17 @@ def _tensors(image):
         a, b = v["data_offsets"]
         out[k] = np.frombuffer(image[8 + n + a: 8 + n + b], dtype="<f4").reshape(v["shape"])
     return out
+
+
+def _new_model(coord, pop, tok, version):
+    """Asserts that population pop's model is at `version` and downloads it as the client
+    with token tok: its tensors."""
+    code, p = coord.call("/v1/admin/populations/" + pop)
+    assert code == 200 and p["model_version"] == version, p
+    r = urllib.request.Request(coord.url + "/v1/models/%s/%d" % (pop, version))
+    r.add_header("Authorization", "Bearer " + tok)
+    with urllib.request.urlopen(r, timeout=10) as resp:
+        return _tensors(resp.read())
 
 
 # ---- active-adversary secure aggregation (protocol 5.6) ----
@@ -367,12 +373,7 @@ def test_active_secure_round_through_the_binding(coord, counting):
     # Every device posted its signature over the survivor set (the consistency phase).
     code, r = coord.call("/v1/admin/rounds/%d" % rid)
     assert code == 200 and r["phase_counts"]["consistency"] == 3, r
-    code, p = coord.call("/v1/admin/populations/pyactive")
-    assert code == 200 and p["model_version"] == 2, p
-    req = urllib.request.Request(coord.url + "/v1/models/pyactive/2")
-    req.add_header("Authorization", "Bearer " + tok)
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        new = _tensors(resp.read())
+    new = _new_model(coord, "pyactive", tok, 2)
     base = _tensors(model)
     mean = sum(steps) / len(steps)  # 0.25: exact in binary
     np.testing.assert_allclose(new["fc1.weight"], base["fc1.weight"] + mean, atol=1e-6)
