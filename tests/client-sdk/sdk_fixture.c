@@ -405,6 +405,38 @@ bool sdev_all_idle(const struct sdev *d, int n) {
     return true;
 }
 
+/* sdev_round_vanish's done(): aggregated and every device idle again. */
+struct sdev_set {
+    struct sfx *f;
+    struct sdev *d;
+    int n;
+};
+
+static bool sdev_set_idle(void *u) {
+    struct sdev_set *s = u;
+    return sfx_aggregated(s->f) && sdev_all_idle(s->d, s->n);
+}
+
+void sdev_round_vanish(struct sfx *f, struct sdev *d, int n, const char *vanish_phase,
+                       bool *in) {
+    for (int i = 0; i < n; i++)
+        in[i] = true;
+    if (vanish_phase) {
+        sim_ft_rule r = {"POST", vanish_phase, 0, -1, SIM_FT_DROP_REQUEST};
+        assert_int_equal(sim_ft_add_rule(d[n - 1].ft, &r), FL_OK);
+        in[n - 1] = false;
+    }
+    int passes = sdev_drive(f, d, n, sfx_aggregated, f, 800, 200);
+    if (passes >= 800)
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(d[i].c));
+    assert_true(passes < 800);
+    if (vanish_phase)
+        d[n - 1].off = true;
+    struct sdev_set s = {f, d, n};
+    assert_true(sdev_drive(f, d, n, sdev_set_idle, &s, 400, 200) < 400);
+}
+
 void sfx_check_sum(struct sfx *f, const struct sdev *d, int n, const bool *in,
                    bool uniform_weights) {
     pthread_mutex_lock(&f->lock);

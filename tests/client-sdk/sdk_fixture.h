@@ -137,6 +137,14 @@ bool sfx_aggregated(void *f);
 /* Whether every device of d[0..n) that is not off is idle with a round ended (completed or
  * failed); a done() helper over it adds sfx_aggregated. */
 bool sdev_all_idle(const struct sdev *d, int n);
+/* Drives one round of d[0..n) to its end. With vanish_phase, the last device loses the
+ * network for good before it POSTs to a path containing it (e.g. "/secagg/masked").
+ * in[i] (n) receives whether device i must be in the sum. Drives until the coordinator
+ * aggregated (asserting within 800 passes; each device's errmsg is printed if not), then,
+ * with the vanished device off so the others read the outcome, until sfx_aggregated and
+ * sdev_all_idle (asserting within 400 passes). */
+void sdev_round_vanish(struct sfx *f, struct sdev *d, int n, const char *vanish_phase,
+                       bool *in);
 /* Asserts that the coordinator aggregated one round whose sum is, bit for bit and mod 2^32,
  * the sum of the words each device in (in[i]) of d[0..n) saw of its own update in that
  * round, with their count and vec_len; with uniform_weights, also that the last word (the

@@ -82,11 +82,6 @@ static void world_close(struct world *w) {
     sodium_memzero(w->auth_sk, sizeof(w->auth_sk));
 }
 
-static bool all_idle(void *u) {
-    struct world *w = u;
-    return sfx_aggregated(w->f) && sdev_all_idle(w->d, NDEV);
-}
-
 /* Words of the round's vector (from the coordinator's sum). */
 static size_t vec_len(struct world *w) {
     pthread_mutex_lock(&w->f->lock);
@@ -98,21 +93,8 @@ static size_t vec_len(struct world *w) {
 static void active_norm_round(const char *vanish_phase) {
     struct world w;
     world_open(&w);
-    bool in[NDEV] = {true, true, true, true};
-    if (vanish_phase) {
-        /* Device 3 loses the network for good before it posts in vanish_phase. */
-        sim_ft_rule r = {"POST", vanish_phase, 0, -1, SIM_FT_DROP_REQUEST};
-        assert_int_equal(sim_ft_add_rule(w.d[3].ft, &r), FL_OK);
-        in[3] = false;
-    }
-    int passes = sdev_drive(w.f, w.d, NDEV, sfx_aggregated, w.f, 800, 200);
-    if (passes >= 800)
-        for (int i = 0; i < NDEV; i++)
-            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(w.d[i].c));
-    assert_true(passes < 800);
-    if (vanish_phase)
-        w.d[3].off = true;
-    assert_true(sdev_drive(w.f, w.d, NDEV, all_idle, &w, 400, 200) < 400);
+    bool in[NDEV];
+    sdev_round_vanish(w.f, w.d, NDEV, vanish_phase, in);
     sfx_check_sum(w.f, w.d, NDEV, in, false);
     for (int i = 0; i < NDEV; i++) {
         fl_client_stats cs;

@@ -109,11 +109,6 @@ static void world_close(struct world *w) {
     sodium_memzero(w->auth.sk, sizeof(w->auth.sk));
 }
 
-static bool all_idle(void *u) {
-    struct world *w = u;
-    return sfx_aggregated(w->f) && sdev_all_idle(w->d, w->n);
-}
-
 /* The coordinator's admin view of the round: phase_counts.consistency. */
 static long consistency_count(struct world *w, int64_t rid) {
     char path[96], out[8192];
@@ -132,21 +127,8 @@ static long consistency_count(struct world *w, int64_t rid) {
 static void active_round(const char *vanish_phase) {
     struct world w;
     world_open(&w, NDEV, 10);
-    bool in[NDEV] = {true, true, true, true};
-    if (vanish_phase) {
-        /* Device 3 loses the network for good before it posts in vanish_phase. */
-        sim_ft_rule r = {"POST", vanish_phase, 0, -1, SIM_FT_DROP_REQUEST};
-        assert_int_equal(sim_ft_add_rule(w.d[3].ft, &r), FL_OK);
-        in[3] = false;
-    }
-    int passes = sdev_drive(w.f, w.d, NDEV, sfx_aggregated, w.f, 800, 200);
-    if (passes >= 800)
-        for (int i = 0; i < NDEV; i++)
-            fprintf(stderr, "device %d: %s\n", i, fl_client_errmsg(w.d[i].c));
-    assert_true(passes < 800);
-    if (vanish_phase)
-        w.d[3].off = true; /* let the others read the outcome */
-    assert_true(sdev_drive(w.f, w.d, NDEV, all_idle, &w, 400, 200) < 400);
+    bool in[NDEV];
+    sdev_round_vanish(w.f, w.d, NDEV, vanish_phase, in);
     sfx_check_sum(w.f, w.d, w.n, in, true);
     int survivors = 0;
     for (int i = 0; i < NDEV; i++) {
