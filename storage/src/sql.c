@@ -110,6 +110,8 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
                               "state = excluded.state, updated_at = excluded.updated_at",
     [FL__STORE_PART_LIST] = "SELECT round_id, client_id, state, updated_at "
                             "FROM round_participants WHERE round_id = ?1 ORDER BY client_id",
+    [FL__STORE_PART_GET] = "SELECT round_id, client_id, state, updated_at "
+                           "FROM round_participants WHERE round_id = ?1 AND client_id = ?2",
 
     [FL__STORE_LEDGER_INSERT] = "INSERT INTO privacy_ledger (population_id, round_id, "
                                 "mechanism, sampling_rate, noise_multiplier, clip_norm, steps, "

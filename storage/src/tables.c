@@ -851,6 +851,35 @@ fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out, si
                      "listing participants");
 }
 
+/* One primary-key lookup (round_id, client_id): a single statement, so no transaction of
+ * its own, as fl_store_round_get. */
+fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out, int64_t round_id,
+                                   const char *client_id) {
+    fl_status r = fl__store_enter(st, "participant_get");
+    if (r != FL_OK)
+        return r;
+    if (!out)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "out is NULL");
+    *out = NULL;
+    if (round_id <= 0)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "round_id must be > 0");
+    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
+    if (r != FL_OK)
+        return r;
+    sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_PART_GET);
+    if (!s)
+        return st->err.code;
+    sqlite3_bind_int64(s, 1, round_id);
+    sqlite3_bind_text(s, 2, client_id, -1, SQLITE_STATIC);
+    size_t n;
+    r = fl__store_collect(st, s, decode_participant, sizeof(fl_store_participant),
+                          FL__STORE_ROWS_ONE, (void **)out, &n, "reading the participant");
+    if (r == FL_OK && n == 0)
+        r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not recorded in round %lld",
+                        client_id, (long long)round_id);
+    return r;
+}
+
 /* ==== privacy ledger ==== */
 
 static void decode_ledger(sqlite3_stmt *s, void *elem, struct fl__store_pack *p) {

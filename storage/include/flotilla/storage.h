@@ -501,6 +501,19 @@ FL_API fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const 
 FL_API fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out, size_t *count,
                                            int64_t round_id);
 
+/* Reads client_id's participation in round_id into *out (release with fl_store_free; on
+ * failure *out is NULL, or untouched when st is NULL or failed): one row by its key,
+ * without listing the round, for a coordinator that answers a device's poll of a round it
+ * no longer holds in memory.
+ *   out        receives the row; its client_id lives in the same allocation.
+ *   round_id   > 0.
+ *   client_id  1..FL_STORE_NAME_MAX bytes.
+ * Reads only; any thread rule of the handle applies (one thread at a time). Returns FL_OK;
+ * FL_ERR_NOT_FOUND (no such round, or client_id not recorded in it); FL_ERR_MISUSE;
+ * FL_ERR_IO; FL_ERR_BUSY; FL_ERR_NOMEM; FL_ERR_STATE (failed handle). */
+FL_API fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out,
+                                          int64_t round_id, const char *client_id);
+
 /* ---- privacy ledger ----
  * Append-only record of every DP release, one entry per round (or per mechanism use). The
  * DP accountant replays a population's entries to compute its cumulative epsilon; the
