@@ -1112,6 +1112,80 @@ static json_t *round_json(fl_coord *co, const fl_store_round *r) {
     return o;
 }
 
+/* ---- outcome of a round no longer in memory ---- */
+
+/* Storage holds per round its state, result version, counts and abandonment reason, and
+ * per participant its state (selected, completed, dropped): enough for the fields of the
+ * outcome (round.c outcome_json), built the same way: participants are the round's
+ * completed count once completed (the survivors), its selected count otherwise. Not the
+ * participation id: the Idempotency-Key must be present (checked before) but cannot be
+ * compared, so the token's client id is what is checked. A round that never started keeps
+ * its selection in memory until it ends (api.c check-in); after a crash its devices are
+ * not recorded, so an unrecorded caller of such a round keeps the 410 it got before (it
+ * cannot be told apart from one selected before the crash). So does one of a round that
+ * ended before the retention window: the sweep (audit.c) deleted its participations. */
+int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
+                            const struct fl__coord_client_auth *ca, int64_t rid) {
+    struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca->population_id);
+    fl_store_round *sr = NULL;
+    fl_store_participant *sp = NULL;
+    int status = rep->status;
+    if (!p || p->buffered)
+        return status; /* buffered participations are found by their own id (round.c) */
+    fl_status rc = fl_store_round_get(co->store, &sr, rid);
+    if (rc == FL_ERR_NOT_FOUND)
+        goto out;
+    if (rc != FL_OK) {
+        fl__coord_reply_clear(co, rep);
+        status = store_fail(co, rep, rc);
+        goto out;
+    }
+    bool ended = sr->state == FL_STORE_ROUND_COMPLETED || sr->state == FL_STORE_ROUND_ABANDONED;
+    if (sr->population_id != p->id || !ended)
+        goto out;
+    rc = fl_store_participant_get(co->store, &sp, rid, ca->client_id);
+    if (rc != FL_OK && rc != FL_ERR_NOT_FOUND) {
+        fl__coord_reply_clear(co, rep);
+        status = store_fail(co, rep, rc);
+        goto out;
+    }
+    if (rc == FL_ERR_NOT_FOUND || sp->state == FL_STORE_PARTICIPANT_CHECKED_IN) {
+        bool swept = co->retention_ms > 0 && sr->ended_at < fl__coord_now(co) - co->retention_ms;
+        if (sr->started_at == 0 || swept)
+            goto out;
+        fl__coord_reply_clear(co, rep);
+        status = fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
+                                 "not a participant of round %lld", (long long)rid);
+        goto out;
+    }
+    bool completed = sr->state == FL_STORE_ROUND_COMPLETED;
+    json_t *o = json_pack("{s:I, s:s}", "round_id", (json_int_t)rid, "state",
+                          completed ? "completed" : "abandoned");
+    int bad = !o;
+    if (o) {
+        bad |= json_object_set_new(o, "new_model_version",
+                                   sr->result_version ? json_integer(sr->result_version)
+                                                      : json_null()) != 0;
+        bad |= json_object_set_new(o, "participants",
+                                   json_integer(completed ? sr->counts.completed
+                                                          : sr->counts.selected)) != 0;
+        bad |= json_object_set_new(o, "reason",
+                                   sr->abandon_reason ? json_string(sr->abandon_reason)
+                                                      : json_null()) != 0;
+    }
+    fl__coord_reply_clear(co, rep);
+    if (bad) {
+        json_decref(o);
+        status = fl__coord_oom(rep);
+        goto out;
+    }
+    status = fl__coord_json(rep, 200, o);
+out:
+    fl_store_free(co->store, sp);
+    fl_store_free(co->store, sr);
+    return status;
+}
+
 /* ---- configuration changes ---- */
 
 /* Appends a "config_changed" audit entry for population p with configuration cfg (lock

@@ -653,6 +653,17 @@ struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
                                                       int64_t rid,
                                                       struct fl__coord_pop **pop_out,
                                                       struct fl__coord_round **round_out);
+/* The status poll of round rid when it is not in memory (after a restart, or older than
+ * the finished rounds kept; docs/protocol.md 5.3), answered from storage (api.c). Called
+ * with the lock held and rep holding fl__coord_participant_of's 410: a terminal round of
+ * the caller's synchronous population that records the caller as selected, completed or
+ * dropped replaces it with 200 and the outcome; a started round without the caller, 403
+ * not_a_participant; a storage failure, 503 (or 500). Anything else (no such round, another
+ * population's, not ended, a FedBuff population's, an unrecorded caller of a round that
+ * never started or ended before the retention window) leaves the 410. Returns
+ * rep->status. */
+int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
+                            const struct fl__coord_client_auth *ca, int64_t rid);
 
 /* ---- signed body caches (cache.c) ---- */
 

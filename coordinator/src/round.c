@@ -1485,7 +1485,9 @@ int fl__coord_h_status(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     struct fl__coord_round *r = NULL;
     fl__coord_lock(co);
     struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
-    if (!pt)
+    if (!pt && rep->status == 410)
+        status = fl__coord_status_stored(co, rep, &ca, rid); /* not in memory: storage */
+    else if (!pt)
         status = rep->status;
     else if (terminal(r) || !poll_time_left(rq, wait_s))
         status = reply_outcome(rep, r);

@@ -6,12 +6,16 @@
  * The slow device's late update gets 410 round_closed ("has ended"), and its status poll
  * and the admin view of round 1 still answer from memory: 200 with the outcome (completed,
  * 2 participants, the model version it produced) and the per-phase counts. One round later
- * round 1 is past FL__COORD_ROUNDS_KEPT (4 finished rounds) and its status poll gets 410.
- * Before the kept rounds, only the current and the last round answered: the poll after
- * three later rounds got 410 "round 1 is not open".
+ * round 1 is past FL__COORD_ROUNDS_KEPT (4 finished rounds): its status poll is answered
+ * from storage (api.c fl__coord_status_stored) with the same outcome, a device of another
+ * round still gets 403, and the late update gets 410 "is not open". Before the kept rounds,
+ * only the current and the last round answered: the poll after three later rounds got 410
+ * "round 1 is not open"; before the storage fallback, so did the poll past the kept ones.
+ * (After a restart: test_round_history_restart.c.)
  *
  * The same for secure rounds: the unmask result of a kept round is its outcome, an earlier
- * phase's result is gone, and one round past the kept ones the poll gets 410. */
+ * phase's result is gone, and one round past the kept ones the unmask result gets 410 while
+ * the status poll still answers from storage. */
 #include "coord_testkit.h"
 
 /* Test-only (coord_internal.h): kept rounds' participant slots naming client_id. */
@@ -121,11 +125,31 @@ static void test_slow_device_reads_old_outcome(void **state) {
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(ar, "dropped_by_phase"), "masked")), 1);
     json_decref(ar);
-    /* One more later round: round 1 is no longer kept. */
+    /* One more later round: round 1 is no longer kept; its outcome comes from storage. */
     later[KEPT - 1] = run_round(f, c + T);
-    r = status_of(f, &c[2], r1);
-    assert_error(&r, 410, "round_closed");
+    for (int i = 0; i < 3; i += 2) {
+        r = status_of(f, &c[i], r1);
+        assert_int_equal(r.status, 200);
+        st = body_json(&r);
+        assert_string_equal(json_string_value(json_object_get(st, "state")), "completed");
+        assert_int_equal(json_integer_value(json_object_get(st, "round_id")), r1);
+        assert_int_equal(json_integer_value(json_object_get(st, "participants")), 2);
+        assert_int_equal(json_integer_value(json_object_get(st, "new_model_version")), v1);
+        assert_true(json_is_null(json_object_get(st, "reason")));
+        json_decref(st);
+        resp_free(&r);
+    }
+    r = status_of(f, &c[3], r1);
+    assert_error(&r, 403, "not_a_participant");
     resp_free(&r);
+    /* The late update: the round is no longer held, as before the storage fallback. */
+    r = http_req(f, "POST", upath, c[2].tok, "application/octet-stream", body, bl, c[2].pid);
+    assert_error(&r, 410, "round_closed");
+    assert_non_null(strstr(r.body, "is not open"));
+    resp_free(&r);
+    ar = admin_round(f, r1);
+    assert_true(json_is_null(json_object_get(ar, "phase_counts")));
+    json_decref(ar);
     /* The oldest of the later rounds is still kept (asked with that participation's key). */
     memcpy(c[T].pid, pid0, sizeof(pid0));
     st = round_status(f, &c[T], later[0]);
@@ -181,6 +205,12 @@ static void test_secagg_outcome_kept(void **state) {
     struct resp r = get_result(f, &c[0], rid[0], "unmask", 0);
     assert_error(&r, 410, "round_closed");
     resp_free(&r);
+    /* The status poll still answers, from storage. */
+    json_t *o = round_status(f, &c[0], rid[0]);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), S);
+    assert_true(json_integer_value(json_object_get(o, "new_model_version")) > 0);
+    json_decref(o);
     clients_free(c, 2 * S);
 }
 
