@@ -150,14 +150,20 @@ static inline int rel_copy_file(const char *src, const char *dst) {
     return rc;
 }
 
-/* Copies a database with its -wal (not -shm: SQLite rebuilds it). 0 or -1. */
+/* Copies a database with its -wal and -journal (not -shm: SQLite rebuilds it). The
+ * rollback journal exists only while a fresh file is switched to WAL mode: a cut there
+ * leaves page 1 torn and the journal hot, and without it the copy would read as "not a
+ * database" where the real files recover. 0 or -1. */
 static inline int rel_copy_db(const char *src, const char *dst) {
+    static const char *const sfx[] = {"-wal", "-journal"};
     char s[512], d[512];
     int rc = rel_copy_file(src, dst);
-    if (snprintf(s, sizeof(s), "%s-wal", src) >= (int)sizeof(s) ||
-        snprintf(d, sizeof(d), "%s-wal", dst) >= (int)sizeof(d))
-        return -1;
-    rc |= rel_copy_file(s, d);
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        if (snprintf(s, sizeof(s), "%s%s", src, sfx[i]) >= (int)sizeof(s) ||
+            snprintf(d, sizeof(d), "%s%s", dst, sfx[i]) >= (int)sizeof(d))
+            return -1;
+        rc |= rel_copy_file(s, d);
+    }
     if (snprintf(d, sizeof(d), "%s-shm", dst) >= (int)sizeof(d))
         return -1;
     if (unlink(d) != 0 && errno != ENOENT)
