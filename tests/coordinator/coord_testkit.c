@@ -439,6 +439,36 @@ fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r) {
     return b;
 }
 
+json_t *audit_round_find(struct fx *f, const char *pop, int64_t rid, const char *never) {
+    struct resp r;
+    fl_store_audit_bundle *b = audit_bundle_verified(f, &r);
+    size_t never_len = never ? strlen(never) : 0;
+    json_t *found = NULL;
+    int count = 0;
+    for (size_t i = 0; i < fl_store_audit_bundle_entry_count(b); i++) {
+        size_t n = 0;
+        const char *p = fl_store_audit_bundle_entry(b, i, &n);
+        json_t *e = json_loadb(p, n, 0, NULL);
+        assert_non_null(e);
+        for (size_t k = 0; never && k + never_len <= n; k++)
+            assert_false(memcmp(p + k, never, never_len) == 0);
+        if (strcmp(json_string_value(json_object_get(e, "type")), "round") == 0 &&
+            (!pop || strcmp(json_string_value(json_object_get(e, "population")), pop) == 0) &&
+            (!rid || json_integer_value(json_object_get(e, "round_id")) == rid)) {
+            count++;
+            if (!found) {
+                found = e;
+                continue;
+            }
+        }
+        json_decref(e);
+    }
+    assert_int_equal(count, 1);
+    fl_store_audit_bundle_close(b);
+    resp_free(&r);
+    return found;
+}
+
 /* ---- the coordinator's aggregate hook ---- */
 
 void sum_hook_capture(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,

@@ -123,6 +123,10 @@ void audit_vkey_expected(struct fx *f, char *vkey, size_t n);
  * FL_OK and a good verdict; the failure names the verdict's message). Returns the open bundle
  * for the caller's own checks (fl_store_audit_bundle_close it); the caller frees *r. */
 fl_store_audit_bundle *audit_bundle_verified(struct fx *f, struct resp *r);
+/* The entry of the one round of population pop (NULL: any) with id rid (0: any) in the
+ * verified audit bundle (audit_bundle_verified), asserting there is exactly one (json_decref
+ * it). With never (NULL: none), also asserts that no entry holds that text anywhere. */
+json_t *audit_round_find(struct fx *f, const char *pop, int64_t rid, const char *never);
 
 /* ---- the coordinator's aggregate hook ---- */
 

@@ -160,30 +160,15 @@ static json_t *attacked_round(struct fx *f, const char *name, int attack, struct
 /* The round's audit entry (the bundle verifies offline) logs the mode and the bound:
  * secagg {active, authority_key_sha256, k, n, norm_proof, t}. */
 static void check_audit(struct fx *f, const char *name, const struct task *t) {
-    struct resp r;
-    fl_store_audit_bundle *b = audit_bundle_verified(f, &r);
-    int found = 0;
-    for (size_t i = 0; i < fl_store_audit_bundle_entry_count(b); i++) {
-        size_t n = 0;
-        const char *p = fl_store_audit_bundle_entry(b, i, &n);
-        json_t *e = json_loadb(p, n, 0, NULL);
-        assert_non_null(e);
-        if (strcmp(json_string_value(json_object_get(e, "type")), "round") == 0 &&
-            strcmp(json_string_value(json_object_get(e, "population")), name) == 0) {
-            found++;
-            json_t *sa = json_object_get(e, "secagg");
-            assert_int_equal(json_object_size(sa), 6);
-            assert_int_equal(json_integer_value(json_object_get(sa, "active")), 1);
-            assert_non_null(json_object_get(sa, "authority_key_sha256"));
-            json_t *np = json_object_get(sa, "norm_proof");
-            assert_int_equal(json_integer_value(json_object_get(np, "bits")), t->norm_bits);
-            assert_int_equal(json_integer_value(json_object_get(np, "bound2")), t->norm_bound2);
-        }
-        json_decref(e);
-    }
-    assert_int_equal(found, 1);
-    fl_store_audit_bundle_close(b);
-    resp_free(&r);
+    json_t *e = audit_round_find(f, name, 0, NULL);
+    json_t *sa = json_object_get(e, "secagg");
+    assert_int_equal(json_object_size(sa), 6);
+    assert_int_equal(json_integer_value(json_object_get(sa, "active")), 1);
+    assert_non_null(json_object_get(sa, "authority_key_sha256"));
+    json_t *np = json_object_get(sa, "norm_proof");
+    assert_int_equal(json_integer_value(json_object_get(np, "bits")), t->norm_bits);
+    assert_int_equal(json_integer_value(json_object_get(np, "bound2")), t->norm_bound2);
+    json_decref(e);
 }
 
 /* ---- tests ---- */
