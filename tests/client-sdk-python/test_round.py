@@ -427,6 +427,7 @@ def test_active_population_refuses_clients_without_identity(coord):
             assert s.selected == 1 and s.rounds_failed == 1 and s.rounds_completed == 0, s
             assert s.last_error == "FL_ERR_STATE" and s.state == "IDLE", s  # not sticky
             assert any("requires a device identity" in m for m in logs), logs[-8:]
+            assert "requires a device identity" in x.errmsg, x.errmsg
             assert trained == []
             assert not any(p.startswith("/v1/models/") for _, p in requests), requests
             assert all(p == "/v1/checkin" for m, p in requests if m == "POST"), requests

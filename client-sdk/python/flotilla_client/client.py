@@ -410,6 +410,13 @@ class Client:
         return self._pyt.error if self._pyt is not None else None
 
     @property
+    def errmsg(self):
+        """Detail of the last failure on this client (fl_client_errmsg), e.g. why a round
+        was given up while step() returned normally; "" if there was none."""
+        m = self._lib.fl_client_errmsg(self._handle())
+        return m.decode("utf-8", "replace") if m else ""
+
+    @property
     def train_error(self):
         """The last exception the Python train_fn raised (None if none)."""
         return self._pytr.error if self._pytr is not None else None
