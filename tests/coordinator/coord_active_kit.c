@@ -129,6 +129,19 @@ json_t *task_json(struct fx *f, const struct tc *c, int64_t rid) {
     return j;
 }
 
+int64_t active_round_start(struct fx *f, const char *name, const struct authority *a,
+                           const char *extra, int seed0, struct tc *c, fl_secagg_identity *id,
+                           int n, json_t **task) {
+    char *etok = active_pop(f, name, n, 3, a, extra);
+    enroll_devices(f, etok, name, a, seed0, c, id, n, NULL);
+    free(etok);
+    int64_t rid;
+    checkin_all(f, c, n, &rid);
+    fetch_tasks(f, c, n, rid);
+    *task = task_json(f, &c[0], rid);
+    return rid;
+}
+
 /* ---- active secagg clients ---- */
 
 const char *const active_phases[5] = {"advertise", "share", "masked", "consistency", "unmask"};

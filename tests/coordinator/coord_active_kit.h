@@ -59,6 +59,14 @@ void enroll_devices(struct fx *f, const char *etok, const char *pop, const struc
 /* GET /v1/rounds/{rid}/task as device c (asserting 200): the task's JSON (json_decref it). */
 json_t *task_json(struct fx *f, const struct tc *c, int64_t rid);
 
+/* An active population `name` (target n, min 3; extra as for active_pop) with n devices
+ * enrolled (enroll_devices, seeds seed0 + i) and checked in to one round, each holding its
+ * task (fetch_tasks); returns the round id, and in *task the task's JSON as device 0 reads
+ * it (json_decref it). */
+int64_t active_round_start(struct fx *f, const char *name, const struct authority *a,
+                           const char *extra, int seed0, struct tc *c, fl_secagg_identity *id,
+                           int n, json_t **task);
+
 /* ---- active secagg clients ---- */
 
 /* The phases of an active round, in order. */

@@ -190,14 +190,9 @@ static void test_enrollment(void **state) {
  * device i's identity; the round id is returned. */
 static int64_t active_round(struct fx *f, const char *name, const struct authority *a, struct tc *c,
                             fl_secagg_identity *id, int n) {
-    char *etok = active_pop(f, name, n, 3, a, NULL);
-    enroll_devices(f, etok, name, a, 10, c, id, n, NULL);
-    free(etok);
-    int64_t rid;
-    checkin_all(f, c, n, &rid);
-    fetch_tasks(f, c, n, rid);
+    json_t *j;
+    int64_t rid = active_round_start(f, name, a, NULL, 10, c, id, n, &j);
     /* The task says active mode and device certificates, and carries no authority key. */
-    json_t *j = task_json(f, &c[0], rid);
     json_t *sa = json_object_get(j, "secagg");
     assert_true(json_is_true(json_object_get(sa, "enabled")));
     assert_true(json_is_true(json_object_get(sa, "consistency_check")));

@@ -23,13 +23,8 @@ enum { HONEST = 0, OVER_BOUND = 1, MASKED_BOOST = 2 };
  * id. */
 static int64_t start_round(struct fx *f, const char *name, const struct authority *a,
                            struct tc *c, fl_secagg_identity *id) {
-    char *etok = active_pop(f, name, N, 3, a, ",\"norm_proof\":true");
-    enroll_devices(f, etok, name, a, 40, c, id, N, NULL);
-    free(etok);
-    int64_t rid;
-    checkin_all(f, c, N, &rid);
-    fetch_tasks(f, c, N, rid);
-    json_t *j = task_json(f, &c[0], rid);
+    json_t *j;
+    int64_t rid = active_round_start(f, name, a, ",\"norm_proof\":true", 40, c, id, N, &j);
     json_t *sa = json_object_get(j, "secagg");
     assert_true(json_is_true(json_object_get(sa, "consistency_check")));
     assert_true(json_is_true(json_object_get(sa, "device_certs")));
