@@ -158,31 +158,43 @@ static void test_slow_device_reads_old_outcome(void **state) {
     clients_free(c, N);
 }
 
-/* Secure rounds: the unmask result of a kept round is its outcome, as for the current one
- * (its secagg state and phase results were freed when it was retired). */
-static void test_secagg_outcome_kept(void **state) {
-    struct fx *f = *state;
-    enum { S = 4 };
-    struct popcfg pc = {.name = "hsa",
+/* A secure population of S-device rounds (complete graph), and one of its rounds run by
+ * devices g[0..S) to completion; the clock then moves past their retry_after_s. */
+enum { S = 4 };
+
+static void secure_devices(struct fx *f, const char *name, struct tc *c, int n) {
+    struct popcfg pc = {.name = name,
                         .target = S,
                         .min = 3,
                         .secagg = true,
                         .neighbors = 0,
                         .mode = "none",
                         .bits = 32};
+    setup_devices(f, &pc, c, n);
+}
+
+static int64_t secure_round(struct fx *f, struct tc *g) {
+    int64_t rid = 0;
+    checkin_all(f, g, S, &rid);
+    fetch_tasks(f, g, S, rid);
+    json_t *o = run_secagg(f, g, S, rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    json_decref(o);
+    fx_advance(f, 61 * 1000);
+    return rid;
+}
+
+/* Secure rounds: the unmask result of a kept round is its outcome, as for the current one
+ * (its secagg state and phase results were freed when it was retired). */
+static void test_secagg_outcome_kept(void **state) {
+    struct fx *f = *state;
     struct tc c[2 * S];
-    setup_devices(f, &pc, c, 2 * S);
+    secure_devices(f, "hsa", c, 2 * S);
     int64_t rid[KEPT + 1];
     char pid0[sizeof(c[0].pid)];
     for (int k = 0; k <= KEPT; k++) {
-        struct tc *g = k == 0 ? c : c + S; /* round 1: c[0..S); later rounds: c[S..2S) */
-        checkin_all(f, g, S, &rid[k]);
-        fetch_tasks(f, g, S, rid[k]);
-        json_t *o = run_secagg(f, g, S, rid[k]);
-        assert_non_null(o);
-        assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
-        json_decref(o);
-        fx_advance(f, 61 * 1000);
+        rid[k] = secure_round(f, k == 0 ? c : c + S); /* round 1: c[0..S); later: c[S..2S) */
         if (k == 0)
             memcpy(pid0, c[0].pid, sizeof(pid0));
         if (k == KEPT - 1) {
@@ -220,27 +232,11 @@ static void test_secagg_outcome_kept(void **state) {
  * counts and the other devices' view of it stay as they were. */
 static void test_erase_leaves_kept_rounds(void **state) {
     struct fx *f = *state;
-    enum { S = 4 };
-    struct popcfg pc = {.name = "her",
-                        .target = S,
-                        .min = 3,
-                        .secagg = true,
-                        .neighbors = 0,
-                        .mode = "none",
-                        .bits = 32};
     struct tc c[2 * S];
-    setup_devices(f, &pc, c, 2 * S);
+    secure_devices(f, "her", c, 2 * S);
     int64_t rid[2];
-    for (int k = 0; k < 2; k++) {
-        struct tc *g = c + k * S; /* round 1: c[0..S); round 2: c[S..2S) */
-        checkin_all(f, g, S, &rid[k]);
-        fetch_tasks(f, g, S, rid[k]);
-        json_t *o = run_secagg(f, g, S, rid[k]);
-        assert_non_null(o);
-        assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
-        json_decref(o);
-        fx_advance(f, 61 * 1000);
-    }
+    for (int k = 0; k < 2; k++)
+        rid[k] = secure_round(f, c + k * S); /* round 1: c[0..S); round 2: c[S..2S) */
     char cid[17];
     memcpy(cid, c[0].tok + 4, 16);
     cid[16] = '\0';
