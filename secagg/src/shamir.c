@@ -71,6 +71,16 @@ static inline uint64_t sa_sbb(uint64_t a, uint64_t b, uint64_t *borrow) {
 #define FL__SA_UNROLL
 #endif
 
+/* out = r, a limb at a time. A memcpy here became two 16-byte loads of r, which the
+ * callers had just written 8 bytes at a time: the loads could not be forwarded from those
+ * stores and stalled; the multiplications of combine ran 1.3x slower (docs/secagg.md,
+ * "Server per-client work"). */
+static inline void sa_fe_put(struct sa_fe *out, const uint64_t r[FL__SA_FE_LIMBS]) {
+    FL__SA_UNROLL
+    for (int i = 0; i < FL__SA_FE_LIMBS; i++)
+        out->v[i] = r[i];
+}
+
 /* r = r - p if r >= p, in constant time. r is a 320-bit value < 2^320. */
 static inline void sa_fe_cond_sub_p(uint64_t r[FL__SA_FE_LIMBS]) {
     uint64_t s[FL__SA_FE_LIMBS];
@@ -112,7 +122,7 @@ static inline void sa_fe_reduce_wide(struct sa_fe *out, const uint64_t t[9]) {
     r[4] += carry + 1u;
     sa_fe_cond_sub_p(r);
     sa_fe_cond_sub_p(r);
-    memcpy(out->v, r, sizeof(r));
+    sa_fe_put(out, r);
 }
 
 /* out = a * b. The top limbs are 0 or 1, so the product is the 4 x 4-limb product of the
@@ -142,8 +152,10 @@ static void sa_fe_mul(struct sa_fe *out, const struct sa_fe *a, const struct sa_
 }
 
 /* out = t mod p for t < 2^322 (six limbs): sa_fe_reduce_wide with H = t >> 256 < 2^66, so
- * c = 297 H has two limbs and L - c + p lies in (0, 2p): one conditional subtraction. */
-static inline void sa_fe_reduce_narrow(struct sa_fe *out, const uint64_t t[6]) {
+ * c = 297 H has two limbs and L - c + p lies in (0, 2p): one conditional subtraction, which
+ * `full` = 0 leaves out (out is then congruent to t and below 2p, not reduced; a < 2p times
+ * a 64-bit word is still below 2^322). `full` is a compile-time constant at every call. */
+static inline void sa_fe_reduce_narrow_to(struct sa_fe *out, const uint64_t t[6], int full) {
     uint64_t r[FL__SA_FE_LIMBS];
     fl__sa_u128 m = (fl__sa_u128)t[4] * 297u;
     uint64_t c0 = (uint64_t)m;
@@ -159,14 +171,20 @@ static inline void sa_fe_reduce_narrow(struct sa_fe *out, const uint64_t t[6]) {
     for (int i = 1; i < 4; i++)
         r[i] = sa_adc(r[i], 0, &carry);
     r[4] += carry + 1u;
-    sa_fe_cond_sub_p(r);
-    memcpy(out->v, r, sizeof(r));
+    if (full)
+        sa_fe_cond_sub_p(r);
+    sa_fe_put(out, r);
+}
+
+static inline void sa_fe_reduce_narrow(struct sa_fe *out, const uint64_t t[6]) {
+    sa_fe_reduce_narrow_to(out, t, 1);
 }
 
 /* out = a * m + c for a public 64-bit multiplier m (a product of share indices or index
- * differences) and c < p (NULL: 0): 5 limb products instead of 16, one reduction. */
-static inline void sa_fe_mul_small_add(struct sa_fe *out, const struct sa_fe *a, uint64_t m,
-                                       const struct sa_fe *c) {
+ * differences), a < 2p and c <= p (NULL: 0): 5 limb products instead of 16, one reduction,
+ * which is partial (out < 2p) when full is 0. */
+static inline void sa_fe_mul_small_add_to(struct sa_fe *out, const struct sa_fe *a, uint64_t m,
+                                          const struct sa_fe *c, int full) {
     uint64_t t[6];
     uint64_t carry = 0;
     FL__SA_UNROLL
@@ -175,15 +193,20 @@ static inline void sa_fe_mul_small_add(struct sa_fe *out, const struct sa_fe *a,
         t[i] = (uint64_t)x;
         carry = (uint64_t)(x >> 64);
     }
-    t[FL__SA_FE_LIMBS] = carry; /* a m < 2^321 */
+    t[FL__SA_FE_LIMBS] = carry; /* a m < 2^322 */
     if (c) {
         uint64_t k = 0;
         FL__SA_UNROLL
         for (int i = 0; i < FL__SA_FE_LIMBS; i++)
             t[i] = sa_adc(t[i], c->v[i], &k);
-        t[5] += k; /* < 2^321 + 2^257 */
+        t[5] += k; /* a < p: < 2^321 + 2^257 */
     }
-    sa_fe_reduce_narrow(out, t);
+    sa_fe_reduce_narrow_to(out, t, full);
+}
+
+static inline void sa_fe_mul_small_add(struct sa_fe *out, const struct sa_fe *a, uint64_t m,
+                                       const struct sa_fe *c) {
+    sa_fe_mul_small_add_to(out, a, m, c, 1);
 }
 
 static inline void sa_fe_mul_small(struct sa_fe *out, const struct sa_fe *a, uint64_t m) {
@@ -197,7 +220,7 @@ static void sa_fe_add(struct sa_fe *out, const struct sa_fe *a, const struct sa_
     for (int i = 0; i < FL__SA_FE_LIMBS; i++)
         r[i] = sa_adc(a->v[i], b->v[i], &carry);
     sa_fe_cond_sub_p(r); /* a + b < 2p */
-    memcpy(out->v, r, sizeof(r));
+    sa_fe_put(out, r);
 }
 
 /* out = a - b = (a + p) - b, which lies in (0, 2p). */
@@ -209,7 +232,7 @@ static void sa_fe_sub(struct sa_fe *out, const struct sa_fe *a, const struct sa_
         r[i] = sa_sbb(sa_adc(a->v[i], sa_p[i], &carry), b->v[i], &borrow);
     /* a + p < 2^258 fits in 5 limbs, so the final carry and borrow cancel. */
     sa_fe_cond_sub_p(r);
-    memcpy(out->v, r, sizeof(r));
+    sa_fe_put(out, r);
 }
 
 /* out = a^(p-2) = a^-1 for a != 0 (Fermat). The exponent is public and fixed, so the
@@ -429,37 +452,78 @@ static void sa_den_word(struct sa_den *dd, uint64_t word) {
     sa_fe_mul_small(&dd->d, &dd->d, word);
 }
 
-/* n *= |D_i|, q *= |D_i|; returns 1 if D_i < 0 (an odd number of x_j < x_i). Factors
- * (< 2^32) are gathered into 64-bit words. */
-static int sa_scale_den(struct sa_fe *n, struct sa_fe *q, const struct fl__sa_share *sh, size_t k,
-                        size_t i) {
+/* n = n |D_i| + s_i t, q *= |D_i| (D_i = s_i |D_i|: s_i = -1 if an odd number of x_j < x_i),
+ * both reduced; t < p. Factors (< 2^32) are gathered into 64-bit words; between the words
+ * of one D_i the products stay partially reduced (below 2p), and s_i t rides on the last
+ * word's product (as p - t when s_i = -1, which the public s_i selects). */
+static void sa_scale_den_add(struct sa_fe *n, struct sa_fe *q, const struct sa_fe *t,
+                             const struct fl__sa_share *sh, size_t k, size_t i) {
     struct sa_den dd;
-    uint64_t xi = sh[i].x, pend = xi, prod;
+    uint64_t xi = sh[i].x, pa = xi, pb = 1, prod;
     int neg = 0;
     dd.nw = 0;
     dd.fe = 0;
-    for (size_t j = 0; j < k; j++) {
-        if (j == i)
-            continue;
-        uint64_t xj = sh[j].x, f = xj > xi ? xj - xi : xi - xj;
-        neg ^= xj < xi;
-        if (__builtin_mul_overflow(pend, f, &prod)) {
-            sa_den_word(&dd, pend);
-            prod = f;
+    /* Two products in turn (even and odd j), so that two multiplications are in flight:
+     * one chain of k multiplications was most of this function's time. The factor of
+     * j == i is |x_i - x_i| = 0 (indices are distinct), made 1. */
+    size_t j = 0;
+    for (; j + 1 < k; j += 2) {
+        uint64_t xa = sh[j].x, xb = sh[j + 1].x;
+        uint64_t fa = xa > xi ? xa - xi : xi - xa, fb = xb > xi ? xb - xi : xi - xb;
+        fa += fa == 0;
+        fb += fb == 0;
+        neg ^= (xa < xi) ^ (xb < xi);
+        if (__builtin_mul_overflow(pa, fa, &prod)) {
+            sa_den_word(&dd, pa);
+            prod = fa;
         }
-        pend = prod;
+        pa = prod;
+        if (__builtin_mul_overflow(pb, fb, &prod)) {
+            sa_den_word(&dd, pb);
+            prod = fb;
+        }
+        pb = prod;
     }
-    sa_den_word(&dd, pend);
+    if (j < k) {
+        uint64_t xa = sh[j].x, fa = xa > xi ? xa - xi : xi - xa;
+        fa += fa == 0;
+        neg ^= xa < xi;
+        if (__builtin_mul_overflow(pa, fa, &prod)) {
+            sa_den_word(&dd, pa);
+            prod = fa;
+        }
+        pa = prod;
+    }
+    if (__builtin_mul_overflow(pa, pb, &prod)) {
+        sa_den_word(&dd, pa);
+        prod = pb;
+    }
+    sa_den_word(&dd, prod);
     if (dd.fe) {
         sa_fe_mul(n, n, &dd.d);
         sa_fe_mul(q, q, &dd.d);
-    } else {
-        for (size_t w = 0; w < dd.nw; w++) {
-            sa_fe_mul_small(n, n, dd.w[w]);
-            sa_fe_mul_small(q, q, dd.w[w]);
-        }
+        if (neg)
+            sa_fe_sub(n, n, t);
+        else
+            sa_fe_add(n, n, t);
+        return;
     }
-    return neg;
+    struct sa_fe c;
+    if (neg) { /* c = p - t, in (0, p] */
+        uint64_t borrow = 0;
+        FL__SA_UNROLL
+        for (int l = 0; l < FL__SA_FE_LIMBS; l++)
+            c.v[l] = sa_sbb(sa_p[l], t->v[l], &borrow);
+    } else {
+        c = *t;
+    }
+    for (size_t w = 0; w + 1 < dd.nw; w++) {
+        sa_fe_mul_small_add_to(n, n, dd.w[w], NULL, 0);
+        sa_fe_mul_small_add_to(q, q, dd.w[w], NULL, 0);
+    }
+    sa_fe_mul_small_add_to(n, n, dd.w[dd.nw - 1], &c, 1);
+    sa_fe_mul_small_add_to(q, q, dd.w[dd.nw - 1], NULL, 1);
+    fl_memzero(&c, sizeof(c));
 }
 
 /* P = prod_j x_j mod p. */
@@ -508,11 +572,7 @@ static int sa_job_fraction(const struct fl__sa_combine_job *job, struct sa_fe *n
     for (size_t i = 0; i < job->k; i++) {
         bad |= sa_fe_load_share(&y, job->shares[i].y);
         sa_fe_mul(&t, &y, q);
-        int neg = sa_scale_den(n, q, job->shares, job->k, i);
-        if (neg)
-            sa_fe_sub(n, n, &t);
-        else
-            sa_fe_add(n, n, &t);
+        sa_scale_den_add(n, q, &t, job->shares, job->k, i);
     }
     fl_memzero(&y, sizeof(y));
     fl_memzero(&t, sizeof(t));
