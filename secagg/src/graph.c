@@ -113,31 +113,3 @@ void fl__sa_graph_free(struct fl__sa_graph *g, const fl_allocator *a) {
     fl__free(a, g->pos, (size_t)g->n * sizeof(uint32_t));
     g->perm = g->pos = NULL;
 }
-
-int32_t fl__sa_graph_slot(const struct fl__sa_graph *g, uint32_t u, uint32_t v) {
-    if (u >= g->n || v >= g->n || u == v)
-        return -1;
-    if (g->complete)
-        return (int32_t)(v < u ? v : v - 1);
-    uint32_t h = g->k / 2;
-    /* Signed ring offset from u to v in (-n/2, n/2]. */
-    uint32_t d = g->pos[v] + g->n - g->pos[u]; /* 1..2n-1; no division: hot path */
-    if (d >= g->n)
-        d -= g->n;
-    if (d <= h)
-        return (int32_t)(h + d - 1);         /* +1..+h -> slots h..k-1 */
-    if (g->n - d <= h)
-        return (int32_t)(h - (g->n - d));    /* -h..-1 -> slots 0..h-1 */
-    return -1;
-}
-
-uint32_t fl__sa_graph_neighbor(const struct fl__sa_graph *g, uint32_t u, uint32_t slot) {
-    if (g->complete)
-        return slot < u ? slot : slot + 1;
-    uint32_t h = g->k / 2;
-    uint32_t p = g->pos[u];
-    uint32_t q = slot < h ? p + g->n - (h - slot) : p + (slot - h) + 1; /* < 2n */
-    if (q >= g->n)
-        q -= g->n;
-    return g->perm[q];
-}

@@ -87,10 +87,50 @@ fl_status fl__sa_graph_init(struct fl__sa_graph *g, uint32_t n, uint32_t k,
                             const uint8_t seed[32], const struct fl__sa_crypto *crypto,
                             const fl_allocator *a);
 void fl__sa_graph_free(struct fl__sa_graph *g, const fl_allocator *a);
+/* The lookups below are inline: the server calls them ~10^5 times a round (every
+ * neighbour of every client in each phase), where a call into graph.c cost more than
+ * the lookup. */
+
 /* Slot of v in u's neighbour list, or -1 if v is not a neighbour of u (or v == u). */
-int32_t fl__sa_graph_slot(const struct fl__sa_graph *g, uint32_t u, uint32_t v);
+static inline int32_t fl__sa_graph_slot(const struct fl__sa_graph *g, uint32_t u, uint32_t v) {
+    if (u >= g->n || v >= g->n || u == v)
+        return -1;
+    if (g->complete)
+        return (int32_t)(v < u ? v : v - 1);
+    uint32_t h = g->k / 2;
+    /* Signed ring offset from u to v in (-n/2, n/2]. */
+    uint32_t d = g->pos[v] + g->n - g->pos[u]; /* 1..2n-1; no division: hot path */
+    if (d >= g->n)
+        d -= g->n;
+    if (d <= h)
+        return (int32_t)(h + d - 1);         /* +1..+h -> slots h..k-1 */
+    if (g->n - d <= h)
+        return (int32_t)(h - (g->n - d));    /* -h..-1 -> slots 0..h-1 */
+    return -1;
+}
+
 /* Neighbour of u at slot (slot < k). */
-uint32_t fl__sa_graph_neighbor(const struct fl__sa_graph *g, uint32_t u, uint32_t slot);
+static inline uint32_t fl__sa_graph_neighbor(const struct fl__sa_graph *g, uint32_t u,
+                                             uint32_t slot) {
+    if (g->complete)
+        return slot < u ? slot : slot + 1;
+    uint32_t h = g->k / 2;
+    uint32_t p = g->pos[u];
+    uint32_t q = slot < h ? p + g->n - (h - slot) : p + (slot - h) + 1; /* < 2n */
+    if (q >= g->n)
+        q -= g->n;
+    return g->perm[q];
+}
+
+/* Slot of u in the list of v = fl__sa_graph_neighbor(g, u, slot): fl__sa_graph_slot(g, v,
+ * u) without the search. On the ring, offset +d from u is offset -d from v, and slots
+ * j and k-1-j stand for opposite offsets (k is even). */
+static inline uint32_t fl__sa_graph_mirror_slot(const struct fl__sa_graph *g, uint32_t u,
+                                                uint32_t slot, uint32_t v) {
+    if (g->complete)
+        return u < v ? u : u - 1;
+    return g->k - 1 - slot;
+}
 
 /* ---- mask.c: key derivation and mask expansion ---- */
 

@@ -323,13 +323,12 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     if (count != expect || r->left != (size_t)count * (4 + FL__SA_SHARE_CT_BYTES))
         return fl__err_set(&s->err, FL_ERR_FORMAT, "SHARES: %u entries, expected %u", count,
                            expect);
-    struct fl__sa_reader scan = *r;
+    /* The body's length is checked above: walk its fixed-size entries directly. */
+    const size_t es = 4 + FL__SA_SHARE_CT_BYTES;
+    const uint8_t *e = r->p;
     int32_t prev = -1;
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t to;
-        const uint8_t *ct;
-        fl__sa_read_u32(&scan, &to);
-        fl__sa_read_bytes(&scan, &ct, FL__SA_SHARE_CT_BYTES);
+    for (uint32_t i = 0; i < count; i++, e += es) {
+        uint32_t to = fl__get_u32le(e);
         int32_t slot = fl__sa_graph_slot(&s->graph, from, to);
         if (slot <= prev || !(s->flags[to] & C_U1))
             return fl__err_set(&s->err, FL_ERR_PROTOCOL,
@@ -340,14 +339,13 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     if (!store)
         return fl__err_set(&s->err, FL_ERR_NOMEM, "SHARES: out of memory");
     memset(store, 0, ct_bytes(s));
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t to;
-        const uint8_t *ct;
-        fl__sa_read_u32(r, &to);
-        fl__sa_read_bytes(r, &ct, FL__SA_SHARE_CT_BYTES);
-        memcpy(store + (size_t)fl__sa_graph_slot(&s->graph, from, to) * FL__SA_SHARE_CT_BYTES,
-               ct, FL__SA_SHARE_CT_BYTES);
-    }
+    e = r->p;
+    for (uint32_t i = 0; i < count; i++, e += es)
+        memcpy(store + (size_t)fl__sa_graph_slot(&s->graph, from, fl__get_u32le(e)) *
+                           FL__SA_SHARE_CT_BYTES,
+               e + 4, FL__SA_SHARE_CT_BYTES);
+    r->p = e;
+    r->left = 0;
     memcpy(s->cl[from].commit, commit, FL__SA_COMMIT_BYTES);
     s->cl[from].ct = store;
     s->flags[from] |= C_SHARES;
@@ -429,15 +427,13 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     if (count != expect || r->left != (size_t)count * es)
         return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: %u entries, expected %u",
                            count, expect);
-    struct fl__sa_reader scan = *r;
+    /* The body's length is checked above: walk its fixed-size entries directly. */
+    const uint8_t *e = r->p;
     int32_t prev = -1;
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t v;
-        uint8_t kind;
-        const uint8_t *y;
-        fl__sa_read_u32(&scan, &v);
-        fl__sa_read_u8(&scan, &kind);
-        fl__sa_read_bytes(&scan, &y, FL__SA_SHARE_Y_BYTES);
+    for (uint32_t i = 0; i < count; i++, e += es) {
+        uint32_t v = fl__get_u32le(e);
+        uint8_t kind = e[4];
+        const uint8_t *y = e + 5;
         int32_t slot = v == from ? (int32_t)s->k : fl__sa_graph_slot(&s->graph, from, v);
         if (slot <= prev || (v != from && !(s->flags[v] & C_U2)))
             return fl__err_set(&s->err, FL_ERR_PROTOCOL,
@@ -449,20 +445,18 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
             return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: share out of field");
         prev = slot;
     }
-    for (uint32_t i = 0; i < count; i++) {
-        uint32_t v;
-        uint8_t kind;
-        const uint8_t *y;
-        fl__sa_read_u32(r, &v);
-        fl__sa_read_u8(r, &kind);
-        fl__sa_read_bytes(r, &y, FL__SA_SHARE_Y_BYTES);
+    e = r->p;
+    for (uint32_t i = 0; i < count; i++, e += es) {
+        uint32_t v = fl__get_u32le(e);
         if (!s->cl[v].sh)
             continue; /* nothing to reconstruct for v (no survivor depends on it) */
         int32_t hs = v == from ? (int32_t)s->k : fl__sa_graph_slot(&s->graph, v, from);
         uint8_t *slot = s->cl[v].sh + (size_t)hs * SH_SLOT;
         slot[0] = 1;
-        memcpy(slot + 1, y, FL__SA_SHARE_Y_BYTES);
+        memcpy(slot + 1, e + 5, FL__SA_SHARE_Y_BYTES);
     }
+    r->p = e;
+    r->left = 0;
     s->flags[from] |= C_UNMASK;
     return FL_OK;
 }
@@ -690,7 +684,7 @@ static fl_status build_ciphertexts(fl_secagg_server *s) {
             uint32_t u = fl__sa_graph_neighbor(&s->graph, w, j);
             if (!(s->flags[u] & C_U2))
                 continue;
-            int32_t slot = fl__sa_graph_slot(&s->graph, u, w);
+            uint32_t slot = fl__sa_graph_mirror_slot(&s->graph, w, j, u); /* w in u's list */
             fl__put_u32le(p, u);
             memcpy(p + 4, s->cl[u].ct + (size_t)slot * FL__SA_SHARE_CT_BYTES,
                    FL__SA_SHARE_CT_BYTES);

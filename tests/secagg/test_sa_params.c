@@ -206,6 +206,8 @@ static void test_graph(void **state) {
                 assert_true(v < n && v != u);
                 assert_int_equal(fl__sa_graph_slot(&g, u, v), (int32_t)j);
                 assert_true(fl__sa_graph_slot(&g, v, u) >= 0); /* symmetric */
+                assert_int_equal(fl__sa_graph_mirror_slot(&g, u, j, v),
+                                 (uint32_t)fl__sa_graph_slot(&g, v, u));
                 deg++;
             }
             assert_int_equal(deg, k);
@@ -229,9 +231,12 @@ static void test_graph(void **state) {
     struct fl__sa_graph g;
     assert_int_equal(fl__sa_graph_init(&g, 6, 5, seed, so, NULL), FL_OK);
     for (uint32_t u = 0; u < 6; u++)
-        for (uint32_t j = 0; j < 5; j++)
-            assert_int_equal(fl__sa_graph_slot(&g, u, fl__sa_graph_neighbor(&g, u, j)),
-                             (int32_t)j);
+        for (uint32_t j = 0; j < 5; j++) {
+            uint32_t v = fl__sa_graph_neighbor(&g, u, j);
+            assert_int_equal(fl__sa_graph_slot(&g, u, v), (int32_t)j);
+            assert_int_equal(fl__sa_graph_mirror_slot(&g, u, j, v),
+                             (uint32_t)fl__sa_graph_slot(&g, v, u));
+        }
     fl__sa_graph_free(&g, NULL);
 }
 
