@@ -71,10 +71,9 @@ static inline uint64_t sa_sbb(uint64_t a, uint64_t b, uint64_t *borrow) {
 #define FL__SA_UNROLL
 #endif
 
-/* out = r, a limb at a time. A memcpy here became two 16-byte loads of r, which the
- * callers had just written 8 bytes at a time: the loads could not be forwarded from those
- * stores and stalled; the multiplications of combine ran 1.3x slower (docs/secagg.md,
- * "Server per-client work"). */
+/* out = r, a limb at a time. A memcpy here became two 16-byte loads of r, which had just
+ * been written 8 bytes at a time: the loads could not be forwarded from those stores and
+ * stalled, ~4% of combine's time (docs/secagg.md, "Server per-client work"). */
 static inline void sa_fe_put(struct sa_fe *out, const uint64_t r[FL__SA_FE_LIMBS]) {
     FL__SA_UNROLL
     for (int i = 0; i < FL__SA_FE_LIMBS; i++)
@@ -151,15 +150,16 @@ static void sa_fe_mul(struct sa_fe *out, const struct sa_fe *a, const struct sa_
     sa_fe_reduce_wide(out, t);
 }
 
-/* out = t mod p for t < 2^322 (six limbs): sa_fe_reduce_wide with H = t >> 256 < 2^66, so
+/* out = t mod p for t < 2^323 (six limbs): sa_fe_reduce_wide with H = t >> 256 < 2^67, so
  * c = 297 H has two limbs and L - c + p lies in (0, 2p): one conditional subtraction, which
  * `full` = 0 leaves out (out is then congruent to t and below 2p, not reduced; a < 2p times
- * a 64-bit word is still below 2^322). `full` is a compile-time constant at every call. */
+ * a 64-bit word plus c <= p is still below 2^323). `full` is a compile-time constant at
+ * every call. */
 static inline void sa_fe_reduce_narrow_to(struct sa_fe *out, const uint64_t t[6], int full) {
     uint64_t r[FL__SA_FE_LIMBS];
     fl__sa_u128 m = (fl__sa_u128)t[4] * 297u;
     uint64_t c0 = (uint64_t)m;
-    uint64_t c1 = t[5] * 297u + (uint64_t)(m >> 64); /* t[5] < 4: no overflow */
+    uint64_t c1 = t[5] * 297u + (uint64_t)(m >> 64); /* t[5] < 8: no overflow */
     uint64_t borrow = 0, carry = 0;
     r[0] = sa_sbb(t[0], c0, &borrow);
     r[1] = sa_sbb(t[1], c1, &borrow);
@@ -199,7 +199,7 @@ static inline void sa_fe_mul_small_add_to(struct sa_fe *out, const struct sa_fe 
         FL__SA_UNROLL
         for (int i = 0; i < FL__SA_FE_LIMBS; i++)
             t[i] = sa_adc(t[i], c->v[i], &k);
-        t[5] += k; /* a < p: < 2^321 + 2^257 */
+        t[5] += k; /* a < 2p, c <= p: < 2^322 + 2^257 */
     }
     sa_fe_reduce_narrow_to(out, t, full);
 }
