@@ -318,6 +318,12 @@ fl_status sdev_open_identity(struct sdev *d, struct sfx *f, int k, const struct 
     cfg.backoff_initial_ms = 200;
     cfg.backoff_max_ms = 2000;
     cfg.long_poll_s = o->long_poll_s;
+    if (o->retry_timeout_none)
+        cfg.retry_timeout_ms = 0;
+    else if (o->retry_timeout_ms > 0)
+        cfg.retry_timeout_ms = (uint64_t)o->retry_timeout_ms;
+    if (o->wrap)
+        o->wrap(&cfg.transport, o->wrap_user);
     if (identity) {
         cfg.has_secagg_identity = 1;
         memcpy(cfg.secagg_signing_key, identity->signing_key, 64);

@@ -115,6 +115,13 @@ struct sdev_opts {
     uint32_t long_poll_s;      /* 0 = answers at once (stepped tests) */
     const fl_allocator *alloc; /* NULL = libc */
     const uint8_t *pinned;     /* NULL = the coordinator's key */
+    int64_t retry_timeout_ms;  /* fl_client_config.retry_timeout_ms; 0 = the SDK's default
+                                  (retry_timeout_none for 0 itself) */
+    bool retry_timeout_none;   /* retry_timeout_ms = 0: no limit */
+    /* Called with the client's transport (the fault wrapper) before the client is
+     * created, to put a transport of the test's own in front of it; NULL = none. */
+    void (*wrap)(fl_client_transport *t, void *user);
+    void *wrap_user;
 };
 
 /* Opens a device: store with n_examples examples, curl transport, fault wrapper, client.

@@ -67,7 +67,7 @@ static void world_open(struct world *w) {
         char name[32];
         snprintf(name, sizeof(name), "norm-device-%d", i);
         sdev_identity_make(&w->id[i], w->auth_sk, w->auth_vk, name);
-        struct sdev_opts o = {"pop", w->etok, NULL, 20, 0, NULL, NULL};
+        struct sdev_opts o = {.population = "pop", .etok = w->etok, .n_examples = 20};
         assert_int_equal(sdev_open_identity(&w->d[i], w->f, i, &o, &w->id[i]), FL_OK);
         obs_ctx[i] = (struct obs){w, i};
         sim_ft_set_observe(w->d[i].ft, observe, &obs_ctx[i]);

@@ -94,7 +94,7 @@ static void world_open(struct world *w, int n, int dl) {
     w->n = n;
     for (int i = 0; i < n; i++) {
         identity_make(&w->id[i], &w->auth, w->auth.vk, i);
-        struct sdev_opts o = {"pop", w->etok, NULL, 20, 0, NULL, NULL};
+        struct sdev_opts o = {.population = "pop", .etok = w->etok, .n_examples = 20};
         assert_int_equal(sdev_open_identity(&w->d[i], w->f, i, &o, &w->id[i]), FL_OK);
         obs_ctx[i] = (struct obs){w, i};
         sim_ft_set_observe(w->d[i].ft, observe, &obs_ctx[i]);
@@ -182,7 +182,7 @@ static void test_no_identity_refuses_active_task(void **st) {
     char tok[256];
     assert_int_equal(fl_client_token(w.d[0].c, tok, sizeof(tok)), FL_OK);
     sdev_close(&w.d[0]);
-    struct sdev_opts o = {"pop", NULL, tok, 20, 0, NULL, NULL};
+    struct sdev_opts o = {.population = "pop", .client_token = tok, .n_examples = 20};
     assert_int_equal(sdev_open(&w.d[0], w.f, 0, &o), FL_OK);
     sim_ft_set_observe(w.d[0].ft, observe, &obs_ctx[0]);
     fl_client_stats cs;
@@ -212,7 +212,7 @@ static void test_no_identity_refuses_active_task(void **st) {
 static void expect_enroll_refused(struct world *w, const struct sdev_identity *id, fl_status want,
                                   const char *const *needles) {
     struct sdev d;
-    struct sdev_opts o = {"pop", w->etok, NULL, 5, 0, NULL, NULL};
+    struct sdev_opts o = {.population = "pop", .etok = w->etok, .n_examples = 5};
     assert_int_equal(sdev_open_identity(&d, w->f, 9, &o, id), FL_OK);
     int64_t next;
     assert_int_equal(fl_client_step(d.c, &next), want);

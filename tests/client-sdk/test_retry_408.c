@@ -128,69 +128,30 @@ static void t408_cancel(void *ctx) {
 
 /* ---- devices ---- */
 
-static void dev_log(void *u, fl_log_level lv, const char *msg) {
-    (void)lv;
-    if (getenv("FL_TEST_LOG"))
-        fprintf(stderr, "  [dev %d] %s\n", ((struct sdev *)u)->k, msg);
+/* Puts t (struct t408) in front of the device's fault transport (sdev_opts.wrap). */
+static void t408_wrap(fl_client_transport *tr, void *user) {
+    struct t408 *t = user;
+    t->inner = *tr;
+    tr->struct_size = sizeof(*tr);
+    tr->send = t408_send;
+    tr->recv = t408_recv;
+    tr->cancel = t408_cancel;
+    tr->ctx = t;
 }
 
-/* Like sdev_open (sdk_fixture.c), with t in front of the fault transport. retry_ms is
+/* sdev_open (sdk_fixture.c) with 20 examples, stepped (no long polls: results are
+ * answered at once) and t in front of the fault transport. retry_ms is
  * cfg.retry_timeout_ms, or -1 for the default. */
 static void dev_open(struct sdev *d, struct t408 *t, struct sfx *f, int k, const char *pop,
                      const char *etok, int64_t retry_ms) {
-    memset(d, 0, sizeof(*d));
-    d->k = k;
-    d->max_rounds = 1;
-    fl_client_store_config sc;
-    fl_client_store_config_init(&sc);
-    sc.path = ":memory:";
-    sc.feature_dim = SFX_IN;
-    sc.clock = sfx_clock;
-    sc.clock_user = f;
-    assert_int_equal(fl_client_store_open(&d->store, &sc, NULL, 0), FL_OK);
-    for (int i = 0; i < 20; i++) {
-        float x[SFX_IN];
-        int32_t y;
-        sfx_example(x, &y, k, i);
-        assert_int_equal(fl_client_store_add(d->store, x, SFX_IN, y), FL_OK);
-    }
-    fl_client_curl_config tc;
-    fl_client_curl_config_init(&tc);
-    tc.base_url = f->base_url;
-    char err[256] = "";
-    assert_int_equal(fl_client_curl_create(&d->curl, &tc, err, sizeof(err)), FL_OK);
-    fl_client_transport curl;
-    assert_int_equal(fl_client_curl_transport(d->curl, &curl), FL_OK);
-    assert_int_equal(sim_ft_create(&d->ft, &curl, sfx_clock, f), FL_OK);
-    sim_ft_transport(d->ft, &t->inner);
-    fl_client_config cfg;
-    fl_client_config_init(&cfg);
-    cfg.logger.fn = dev_log;
-    cfg.logger.user = d;
-    cfg.logger.min_level = FL_LOG_DEBUG;
-    cfg.population = pop;
-    cfg.region = "EU";
-    memcpy(cfg.coordinator_key, f->pk, 32);
-    cfg.has_coordinator_key = 1;
-    cfg.enrollment_token = etok;
-    cfg.transport.struct_size = sizeof(cfg.transport);
-    cfg.transport.send = t408_send;
-    cfg.transport.recv = t408_recv;
-    cfg.transport.cancel = t408_cancel;
-    cfg.transport.ctx = t;
-    cfg.store = d->store;
-    cfg.clock = sfx_clock;
-    cfg.clock_user = f;
-    cfg.seed = (uint64_t)k + 1;
-    cfg.backoff_initial_ms = 200;
-    cfg.backoff_max_ms = 2000;
-    cfg.long_poll_s = 0; /* stepped: results are answered at once */
-    if (retry_ms >= 0)
-        cfg.retry_timeout_ms = (uint64_t)retry_ms;
-    if (fl_client_create(&d->c, &cfg, err, sizeof(err)) != FL_OK)
-        fail_msg("fl_client_create: %s", err);
-    fl_client_eligibility e = {sizeof(e), 1, 1, 1, 80};
-    assert_int_equal(fl_client_set_eligibility(d->c, &e), FL_OK);
+    struct sdev_opts o = {.population = pop,
+                          .etok = etok,
+                          .n_examples = 20,
+                          .retry_timeout_ms = retry_ms > 0 ? retry_ms : 0,
+                          .retry_timeout_none = retry_ms == 0,
+                          .wrap = t408_wrap,
+                          .wrap_user = t};
+    assert_int_equal(sdev_open(d, f, k, &o), FL_OK);
 }
 
 static void pop_json(char *out, size_t cap, int n, bool secagg, int dl_s) {

@@ -87,8 +87,10 @@ static void world_open(struct world *w, const struct popspec *s, int n, const in
     sfx_population(w->f, json, w->model, w->mlen, w->etok, sizeof(w->etok));
     w->n = n;
     for (int i = 0; i < n; i++) {
-        struct sdev_opts o = {s->name, w->etok, NULL, examples ? examples[i] : 20, long_poll_s,
-                              NULL, NULL};
+        struct sdev_opts o = {.population = s->name,
+                              .etok = w->etok,
+                              .n_examples = examples ? examples[i] : 20,
+                              .long_poll_s = long_poll_s};
         assert_int_equal(sdev_open(&w->d[i], w->f, i, &o), FL_OK);
     }
 }
@@ -484,7 +486,10 @@ static void refusal(int mode) {
         sdev_close(&w.d[0]);
         uint8_t other[32];
         memset(other, 0x42, sizeof(other));
-        struct sdev_opts o = {"pop", NULL, tok, 20, 0, NULL, other};
+        struct sdev_opts o = {.population = "pop",
+                              .client_token = tok,
+                              .n_examples = 20,
+                              .pinned = other};
         assert_int_equal(sdev_open(&w.d[0], w.f, 0, &o), FL_OK);
         sim_ft_set_capture(w.d[0].ft, on_cap, &cap);
     }
@@ -539,7 +544,7 @@ static void test_enrollment_key_mismatch_is_sticky(void **st) {
     uint8_t other[32];
     memset(other, 0x42, sizeof(other));
     struct sdev d;
-    struct sdev_opts o = {"pop", etok, NULL, 5, 0, NULL, other};
+    struct sdev_opts o = {.population = "pop", .etok = etok, .n_examples = 5, .pinned = other};
     assert_int_equal(sdev_open(&d, f, 0, &o), FL_OK);
     int64_t next;
     assert_int_equal(fl_client_step(d.c, &next), FL_ERR_CRYPTO);

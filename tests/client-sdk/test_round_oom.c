@@ -38,7 +38,10 @@ static void test_round_oom_walk(void **st) {
         struct sdev d[3];
         memset(d, 0, sizeof(d));
         for (int i = 0; i < 3; i++) {
-            struct sdev_opts o = {"oom", etok, NULL, 12, 0, i == 1 ? &a : NULL, NULL};
+            struct sdev_opts o = {.population = "oom",
+                                  .etok = etok,
+                                  .n_examples = 12,
+                                  .alloc = i == 1 ? &a : NULL};
             fl_status rc = sdev_open(&d[i], f, i, &o);
             assert_true(rc == FL_OK || (i == 1 && rc == FL_ERR_NOMEM));
         }

@@ -132,7 +132,7 @@ static void test_equivocation_abandons_round(void **state) {
     struct sdev d[N];
     memset(d, 0, sizeof(d));
     for (int i = 0; i < N; i++) {
-        struct sdev_opts o = {"eq", etok, NULL, 20, 0, NULL, NULL};
+        struct sdev_opts o = {.population = "eq", .etok = etok, .n_examples = 20};
         assert_int_equal(sdev_open(&d[i], f, i, &o), FL_OK);
         d[i].max_rounds = 1;
     }

@@ -135,7 +135,7 @@ static void world_open(struct world *w, const char *mode) {
     assert_non_null(w->d);
     assert_non_null(w->v);
     for (int i = 0; i < w->n; i++) {
-        struct sdev_opts o = {"e2e", w->etok, NULL, 20, 0, NULL, NULL};
+        struct sdev_opts o = {.population = "e2e", .etok = w->etok, .n_examples = 20};
         assert_int_equal(sdev_open(&w->d[i], w->f, i, &o), FL_OK);
         sim_ft_set_decide(w->d[i].ft, vanish_at, &w->v[i]);
         sim_ft_set_observe(w->d[i].ft, observe, &w->v[i]);
