@@ -95,7 +95,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: flotilla-sim [options]\n"
             "  --clients N         simulated devices (100)\n"
-            "  --per-round K       clients per round, the population's target (10)\n"
+            "  --per-round K       clients per round, the population's target (10; at least 3\n"
+            "                      with --secagg on)\n"
             "  --rounds R          completed rounds to run (5)\n"
             "  --alpha A           Dirichlet non-IID concentration; 0 = IID (0)\n"
             "  --dropout P         probability a device vanishes in each phase (0)\n"
@@ -212,6 +213,12 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
     }
     if (o->url && (o->db || o->audit_bundle)) {
         fprintf(stderr, "--db and --audit-bundle need the in-process coordinator (no --url)\n");
+        return false;
+    }
+    if (o->secagg && o->per_round < 3) {
+        /* The coordinator refuses a secure population below 3 (a sum of 2 reveals each). */
+        fprintf(stderr, "--per-round must be 3 or more with --secagg on (secure aggregation "
+                        "needs 3 participants)\n");
         return false;
     }
     if (o->secagg_active && !o->secagg) {

@@ -41,7 +41,7 @@ idx "$work/truncated" train 40
 idx "$work/truncated" t10k 10 1000              # header claims more images than it holds
 touch "$work/exists.db"
 
-small=(--clients 4 --per-round 2 --rounds 1 --timeout-s 60 --data "$work/data")
+small=(--clients 4 --per-round 3 --rounds 1 --timeout-s 60 --data "$work/data")
 zero_key=0000000000000000000000000000000000000000000000000000000000000000
 n=0
 # expect STATUS STDERR_PATTERN ARGS...: flotilla-sim ARGS exits STATUS and its stderr
@@ -68,6 +68,8 @@ expect() {
 expect 2 "unknown or incomplete option --no-such-flag" --no-such-flag
 expect 2 "unknown or incomplete option --clients" --clients
 expect 2 "bad option values" --clients 1 --data "$work/data"
+expect 2 "--per-round must be 3 or more with --secagg on" --clients 4 --per-round 2 \
+    --data "$work/data"
 # Fashion-MNIST: missing, only half there, corrupt, truncated.
 expect 77 "Fashion-MNIST not found in $work/none" --data "$work/none"
 expect 77 "Fashion-MNIST not found in $work/trainonly" --data "$work/trainonly"

@@ -728,6 +728,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (secagg && n < 3) {
+        /* The coordinator refuses a secure population below 3 (a sum of 2 reveals each). */
+        fprintf(stderr, "--secagg 1 needs --n 3 or more (secure aggregation needs 3 "
+                        "participants)\n");
+        return 2;
+    }
     if (conc > n)
         conc = n;
     if (g_distinct == 0 || g_distinct > n)
