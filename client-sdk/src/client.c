@@ -345,7 +345,8 @@ static bool chars_ok(const char *s, size_t max, const char *extra) {
 
 static bool token_ok(const char *s) {
     size_t n = strlen(s);
-    return n >= 20 && n <= FL_CLIENT_TOKEN_MAX_CHARS && chars_ok(s, FL_CLIENT_TOKEN_MAX_CHARS, "_.-");
+    return n >= 20 && n <= FL_CLIENT_TOKEN_MAX_CHARS &&
+           chars_ok(s, FL_CLIENT_TOKEN_MAX_CHARS, "_.-");
 }
 
 void fl_client_config_init(fl_client_config *cfg) {

@@ -262,7 +262,8 @@ static fl_status check_params(fl_client_trainer *tr, const fl_client_train_param
         return fl__err_set(&tr->err, FL_ERR_MISUSE, "params: call fl_client_train_params_init");
     if (p->epochs < 1 || p->batch_size < 1 || p->batch_size > 65536)
         return fl__err_set(&tr->err, FL_ERR_MISUSE, "params: epochs >= 1, batch_size 1..65536");
-    if (!(p->learning_rate >= 0 && p->learning_rate < 1e6) || !(p->momentum >= 0 && p->momentum < 1) ||
+    if (!(p->learning_rate >= 0 && p->learning_rate < 1e6) ||
+        !(p->momentum >= 0 && p->momentum < 1) ||
         !(p->weight_decay >= 0 && p->weight_decay < 1e6) ||
         !(p->proximal_mu >= 0 && p->proximal_mu < 1e6))
         return fl__err_set(&tr->err, FL_ERR_MISUSE, "params: learning_rate, weight_decay and "

@@ -318,8 +318,8 @@ fl_status fl__coord_budget_check(fl_coord *co, struct fl__coord_pop *p,
     memset(&report, 0, sizeof(report));
     char msg[256] = "";
     if (rc == FL_OK)
-        rc = fl_dp_budget_check(&report, &budget, es, n, &proposed, NULL, fl__coord_pub_alloc(co), msg,
-                                sizeof(msg));
+        rc = fl_dp_budget_check(&report, &budget, es, n, &proposed, NULL,
+                                fl__coord_pub_alloc(co), msg, sizeof(msg));
     if (rc == FL_ERR_BUDGET) {
         snprintf(why, why_len, "privacy budget exhausted: %s", msg);
         /* Logged once per refusal streak (each check-in while exhausted re-checks). */

@@ -50,7 +50,12 @@ static bool known(const char *k, const char *const *keys) {
     return false;
 }
 
-#define BAD(code, ...) do { snprintf(err, errlen, __VA_ARGS__); rc = (code); goto out_fail; } while (0)
+#define BAD(code, ...)                                                                         \
+    do {                                                                                       \
+        snprintf(err, errlen, __VA_ARGS__);                                                    \
+        rc = (code);                                                                           \
+        goto out_fail;                                                                         \
+    } while (0)
 
 static bool get_uint(json_t *o, const char *k, unsigned long long max, unsigned long long *out) {
     json_t *v = json_object_get(o, k);

@@ -230,8 +230,9 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     if (!get_int(sel, "selection", "target", 100, 1, 100000, &s->target, rep) ||
         !get_num(sel, "selection", "over_selection", 1.3, 1.0, 3.0, false, &s->over_selection,
                  rep) ||
-        !get_int(sel, "selection", "min_participants", s->target * 8 / 10 > 0 ? s->target * 8 / 10 : 1,
-                 1, s->target, &s->min_participants, rep) ||
+        !get_int(sel, "selection", "min_participants",
+                 s->target * 8 / 10 > 0 ? s->target * 8 / 10 : 1, 1, s->target,
+                 &s->min_participants, rep) ||
         !get_int(sel, "selection", "min_examples", 0, 0, INT64_C(1) << 40, &s->min_examples,
                  rep) ||
         !get_int(sel, "selection", "forming_s", 60, 1, 86400, &s->forming_s, rep) ||

@@ -44,7 +44,8 @@ __global__ void v2(float *db, const float *dY, int M, int N) {
 }
 
 int main(int argc, char **argv) {
-    int M = argc > 2 ? std::atoi(argv[1]) : 4096, N = argc > 2 ? std::atoi(argv[2]) : 10;
+    int M = argc > 2 ? (int)std::strtol(argv[1], nullptr, 10) : 4096;
+    int N = argc > 2 ? (int)std::strtol(argv[2], nullptr, 10) : 10;
     std::vector<float> h((size_t)M * N), ref(N, 0.0f), out(N);
     unsigned s = 1;
     for (auto &x : h) { s = s * 1664525u + 1013904223u; x = (float)(s >> 8) / 16777216.0f - 0.5f; }

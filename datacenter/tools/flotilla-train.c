@@ -64,7 +64,8 @@ struct opts {
 static void usage(void) {
     fprintf(stderr,
             "usage: flotilla-train [options]\n"
-            "  --data DIR         Fashion-MNIST IDX(.gz) directory [/usr/share/datasets/fashion-mnist]\n"
+            "  --data DIR         Fashion-MNIST IDX(.gz) directory\n"
+            "                     [/usr/share/datasets/fashion-mnist]\n"
             "  --limit N          use the first N training examples (0 = all)\n"
             "  --layers A,B,..    layer widths [784,128,10]; 784,10 = softmax regression\n"
             "  --dp N --tp N      grid (dp*tp = number of processes) [1,1]\n"

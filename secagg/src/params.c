@@ -316,7 +316,8 @@ fl_status fl_secagg_signing_keygen(uint8_t verify_key[FL_SECAGG_VERIFY_KEY_BYTES
         return FL_ERR_UNSUPPORTED; /* backend not built (every built backend has Ed25519) */
     uint8_t seed[32];
     fl_status st = FL_OK;
-    if (c->random(seed, sizeof(seed)) != 0 || c->ed25519_keypair(verify_key, signing_key, seed) != 0) {
+    if (c->random(seed, sizeof(seed)) != 0 ||
+        c->ed25519_keypair(verify_key, signing_key, seed) != 0) {
         fl_memzero(signing_key, FL_SECAGG_SIGNING_KEY_BYTES);
         st = FL_ERR_CRYPTO;
     }

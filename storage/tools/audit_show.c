@@ -215,7 +215,8 @@ int tool_export(struct tool_bundle *tb, FILE *out, int csv) {
         return 0;
     }
     fputs("seq,time,type,population,round,outcome,checked_in,selected,completed,dropped,"
-          "secagg_n,secagg_k,secagg_t,secagg_mode,dp_mechanism,clip_norm,noise_multiplier,sampling_rate,"
+          "secagg_n,secagg_k,secagg_t,secagg_mode,dp_mechanism,clip_norm,noise_multiplier,"
+          "sampling_rate,"
           "epsilon_spent,epsilon_total,epsilon_budget,model_in,model_out,regions,detail\r\n",
           out);
     for (size_t i = 0; i < n; i++) {

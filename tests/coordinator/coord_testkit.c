@@ -613,8 +613,8 @@ void parse_task(const struct resp *r, struct task *t) {
     memset(t, 0, sizeof(*t));
     t->rid = json_integer_value(json_object_get(j, "round_id"));
     t->model_version = json_integer_value(json_object_get(json_object_get(j, "model"), "version"));
-    snprintf(t->kind, sizeof(t->kind), "%s",
-             json_string_value(json_object_get(j, "kind")) ? json_string_value(json_object_get(j, "kind")) : "");
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    snprintf(t->kind, sizeof(t->kind), "%s", kind ? kind : "");
     t->vec_len = (size_t)json_integer_value(json_object_get(up, "length"));
     t->dim = (size_t)json_integer_value(json_object_get(up, "dim"));
     const char *mode = json_string_value(json_object_get(dp, "mode"));

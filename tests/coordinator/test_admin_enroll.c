@@ -41,7 +41,7 @@ static long enroll(struct fx *f, const char *etok, int *retry_after) {
         json_decref(j);
         char h[32];
         assert_non_null(header_in(&r, "Retry-After", h, sizeof(h)));
-        assert_int_equal(atoi(h), body_ra);
+        assert_int_equal(strtol(h, NULL, 10), body_ra);
         *retry_after = body_ra;
     } else if (st == 403) {
         assert_error(&r, 403, "enrollment_closed");

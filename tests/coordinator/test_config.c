@@ -338,7 +338,8 @@ static void test_example_config(void **state) {
     out[o] = '\0';
     write_file("admin.token", "fla_0123456789abcdefghijklmnop\n");
     write_file("signing.key", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
-    write_file("pseudonym.key", "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
+    write_file("pseudonym.key",
+               "ff0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n");
     char tls[256];
     snprintf(tls, sizeof(tls), "%s/tls", g_dir);
     mkdir(tls, 0700);

@@ -63,7 +63,8 @@ static void test_budget_over_rounds(void **state) {
     assert_int_equal(r.status, 200);
     resp_free(&r);
     /* The next round would overspend: refused, logged once. */
-    int64_t refusals = db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'");
+    int64_t refusals =
+        db_int(f, "SELECT count(*) FROM audit_entries WHERE type = 'budget_refused'");
     const char *ck = "{\"region\":\"EU\",\"eligibility\":{\"charging\":true,\"unmetered\":true,"
                      "\"idle\":true}}";
     for (int i = 0; i < 2; i++) {

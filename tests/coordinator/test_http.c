@@ -292,8 +292,8 @@ static char *create_population(struct fx *f) {
 
 static char *enroll(struct fx *f, const char *etok, const char *region) {
     char body[256];
-    snprintf(body, sizeof(body), "{\"population\":\"kb-en\",\"region\":\"%s\",\"platform\":\"linux\"}",
-             region);
+    snprintf(body, sizeof(body),
+             "{\"population\":\"kb-en\",\"region\":\"%s\",\"platform\":\"linux\"}", region);
     struct resp r = http_json(f, "POST", "/v1/enroll", etok, body);
     assert_int_equal(r.status, 201);
     json_t *j = body_json(&r);
@@ -434,7 +434,7 @@ static int raw_request(struct fx *f, const char *req, bool half_close, int wait_
     close(fd);
     int st = 0;
     if (strncmp(out, "HTTP/1.", 7) == 0)
-        st = atoi(out + 9);
+        st = (int)strtol(out + 9, NULL, 10);
     return st;
 }
 
@@ -526,7 +526,7 @@ static int raw_trickle(struct fx *f, const char *req, size_t step, double gap_s,
         *closed = !raw_read_answer(fd, out, sizeof(out), 15000) && !out[0];
     *elapsed = mono_s() - t0;
     close(fd);
-    return strncmp(out, "HTTP/1.", 7) == 0 ? atoi(out + 9) : 0;
+    return strncmp(out, "HTTP/1.", 7) == 0 ? (int)strtol(out + 9, NULL, 10) : 0;
 }
 
 /* Request deadline 2 s (idle timeout 30 s): requests that arrive within it are served (also
@@ -601,7 +601,8 @@ static void test_request_deadline(void **state) {
      * (0-6 of them: libmicrohttpd closes the others itself first). */
     struct resp mr = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
     assert_int_equal(mr.status, 200);
-    const char *dl = strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"deadline\"} ");
+    const char *dl =
+        strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"deadline\"} ");
     const char *eo = strstr(mr.body, "\nflotilla_http_connections_closed_total{reason=\"eof\"} ");
     assert_non_null(dl);
     assert_non_null(eo);
@@ -647,7 +648,7 @@ static int raw_slow_body(struct fx *f, const char *head, const char *body, doubl
     *closed = raw_read_all(fd, out, cap, 15000);
     *elapsed = mono_s() - t0;
     close(fd);
-    return strncmp(out, "HTTP/1.", 7) == 0 ? atoi(out + 9) : 0;
+    return strncmp(out, "HTTP/1.", 7) == 0 ? (int)strtol(out + 9, NULL, 10) : 0;
 }
 
 static long closed_deadline_count(struct fx *f) {
@@ -917,8 +918,10 @@ static void test_ops_endpoints(void **state) {
     assert_true(samples > 5);
     resp_free(&r);
     r = http(f, "GET", "/metrics", NULL, NULL, NULL, 0, NULL);
-    assert_non_null(strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"200\"} 1"));
-    assert_non_null(strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"405\"} 1"));
+    assert_non_null(
+        strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"200\"} 1"));
+    assert_non_null(
+        strstr(r.body, "flotilla_http_requests_total{route=\"healthz\",code=\"405\"} 1"));
     resp_free(&r);
 }
 
@@ -952,8 +955,8 @@ static void test_admin_refusals_change_nothing(void **state) {
     json_decref(j);
     resp_free(&r);
     r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
-                  "{\"name\":\"p\",\"allowed_regions\":[\"EU\"],\"privacy\":{\"mode\":\"distributed\"},"
-                  "\"secagg\":{\"enabled\":false}}");
+                  "{\"name\":\"p\",\"allowed_regions\":[\"EU\"],"
+                  "\"privacy\":{\"mode\":\"distributed\"},\"secagg\":{\"enabled\":false}}");
     assert_error(&r, 400, "invalid_field");
     resp_free(&r);
     r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN,
@@ -1176,7 +1179,8 @@ static void test_checkin_selection(void **state) {
     r = http(f, "GET", path, c[0], NULL, NULL, 0, NULL);
     assert_error(&r, 400, "missing_field");
     resp_free(&r);
-    r = http(f, "GET", path, c[4], NULL, NULL, 0, "Idempotency-Key: 00000000000000000000000000000000");
+    r = http(f, "GET", path, c[4], NULL, NULL, 0,
+             "Idempotency-Key: 00000000000000000000000000000000");
     assert_error(&r, 403, "not_a_participant");
     resp_free(&r);
     snprintf(key, sizeof(key), "Idempotency-Key: %s", pid0);

@@ -1,7 +1,8 @@
 /* Round parameters from the population's model (aggregate.c, docs/coordinator.md "Rounds"):
  * a round (or a FedBuff buffer) cannot form (check-ins get retry no_round_forming, nothing
  * is stored) when an update tensor named in update.tensors is missing or not F32, when the
- * model has no F32 tensor at all, or when central DP noise cannot be sized for the configured granularity;
+ * model has no F32 tensor at all, or when central DP noise cannot be sized for the configured
+ * granularity;
  * without update.tensors every F32 tensor is trained and the others (here an I32 tensor)
  * and the model's metadata pass through the aggregation unchanged. */
 #include <math.h>

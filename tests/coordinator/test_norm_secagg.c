@@ -317,10 +317,12 @@ static void test_plain_secagg_audit(void **state) {
 static void test_config_refusals(void **state) {
     struct fx *f = *state;
     static const char *const bodies[] = {
-        "{\"name\":\"d1\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":true},"
-        "\"privacy\":{\"mode\":\"distributed\"}}",
-        "{\"name\":\"d2\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":false,\"norm_proof\":true}}",
-        "{\"name\":\"d3\",\"allowed_regions\":[\"*\"],\"secagg\":{\"enabled\":true,\"norm_proof\":1}}",
+        "{\"name\":\"d1\",\"allowed_regions\":[\"*\"],"
+        "\"secagg\":{\"enabled\":true,\"norm_proof\":true},\"privacy\":{\"mode\":\"distributed\"}}",
+        "{\"name\":\"d2\",\"allowed_regions\":[\"*\"],"
+        "\"secagg\":{\"enabled\":false,\"norm_proof\":true}}",
+        "{\"name\":\"d3\",\"allowed_regions\":[\"*\"],"
+        "\"secagg\":{\"enabled\":true,\"norm_proof\":1}}",
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, bodies[i]);

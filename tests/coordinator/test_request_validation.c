@@ -475,7 +475,8 @@ static void test_admin_patch_fields(void **state) {
     /* Accepted: lower budget, every mutable group, regions "*" (any). */
     struct resp r = http_json(f, "PATCH", "/v1/admin/populations/pdp", ADMIN_TOKEN,
                               "{\"privacy\":{\"epsilon_budget\":3},\"allowed_regions\":[\"*\"],"
-                              "\"selection\":{\"target\":7,\"min_participants\":5},\"deadlines_s\":{\"share\":9},"
+                              "\"selection\":{\"target\":7,\"min_participants\":5},"
+                              "\"deadlines_s\":{\"share\":9},"
                               "\"enrollment\":{\"max_per_minute\":5,\"max_clients\":10}}");
     if (r.status != 200)
         fprintf(stderr, "patch: %s\n", r.body);

@@ -376,7 +376,7 @@ static void test_secagg_no_dp(void **st) {
 
 int main(int argc, char **argv) {
     if (argc > 1)
-        n_dev = atoi(argv[1]);
+        n_dev = (int)strtol(argv[1], NULL, 10);
     if (getenv("E2E_NOISE"))
         NOISE = strtod(getenv("E2E_NOISE"), NULL);
     if (n_dev < 20)

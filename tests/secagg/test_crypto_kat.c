@@ -177,7 +177,8 @@ static void kat_x25519(const struct fl__sa_crypto *c, const struct kat_rec *r) {
 
 static void kat_x25519_iter(const struct fl__sa_crypto *c, const struct kat_rec *r) {
     size_t kl, ul, ol;
-    uint8_t *k = kat_hex(r, "scalar", &kl), *u = kat_hex(r, "u", &ul), *want = kat_hex(r, "out", &ol);
+    uint8_t *k = kat_hex(r, "scalar", &kl), *u = kat_hex(r, "u", &ul);
+    uint8_t *want = kat_hex(r, "out", &ol);
     size_t iters = kat_num(r, "iterations");
     uint8_t next[32];
     for (size_t i = 0; i < iters; i++) {

@@ -196,7 +196,8 @@ static void test_upgrade_v1_to_current(void **state) {
 }
 
 /* A version-3 file: a fresh store with migrations 5 and 4 undone by raw SQL (no
- * client_identities, and the clients table loses revoked_at: exactly its v3 shape), holding a client written the way v3 wrote it. */
+ * client_identities, and the clients table loses revoked_at: exactly its v3 shape), holding a
+ * client written the way v3 wrote it. */
 static void make_v3_database(const char *path, const char *token, size_t token_len) {
     fl_store *st = store_open_ok(path, NULL);
     int64_t pop = 0;

@@ -306,7 +306,8 @@ FL_API fl_status fl_secagg_norm_check(fl_secagg_norm_ticket *ticket,
 
 /* fl_secagg_server_receive, except that a MASKED_INPUT whose bytes, round, sender and norm
  * parameters match a valid ticket is not checked again. With a ticket that does not match,
- * the proof is checked here. FL_ERR_MISUSE on a NULL argument; otherwise as fl_secagg_server_receive. */
+ * the proof is checked here. FL_ERR_MISUSE on a NULL argument; otherwise as
+ * fl_secagg_server_receive. */
 FL_API fl_status fl_secagg_server_receive_checked(fl_secagg_server *srv, uint32_t from,
                                                   const uint8_t *msg, size_t len,
                                                   const fl_secagg_norm_ticket *ticket);

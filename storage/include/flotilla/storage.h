@@ -285,8 +285,8 @@ FL_API fl_status fl_store_client_get(fl_store *st, fl_store_client **out, const 
 
 /* Checks token against the stored hash (constant-time compare). Writes nothing. Does not
  * look at revocation: a revoked client with its right token still gets FL_OK here; read
- * revoked_at with fl_store_client_get to refuse it. Returns FL_OK; FL_ERR_AUTH for an unknown ID or a wrong token alike (no oracle);
- * FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_STATE. */
+ * revoked_at with fl_store_client_get to refuse it. Returns FL_OK; FL_ERR_AUTH for an
+ * unknown ID or a wrong token alike (no oracle); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_STATE. */
 FL_API fl_status fl_store_client_authenticate(fl_store *st, const char *client_id,
                                               const void *token, size_t token_len);
 
@@ -664,8 +664,8 @@ typedef struct fl_store_audit_round_info {
                                          * when secagg_active */
 } fl_store_audit_round_info;
 
-/* Fills info with defaults: no secagg, no norm proofs, semi-honest, no dropouts, epsilon_total 0, delta
- * 0, regions from participants, task config hash from the store. NULL is a no-op.
+/* Fills info with defaults: no secagg, no norm proofs, semi-honest, no dropouts, epsilon_total
+ * 0, delta 0, regions from participants, task config hash from the store. NULL is a no-op.
  * Thread-safe. */
 FL_API void fl_store_audit_round_info_init(fl_store_audit_round_info *info);
 
@@ -724,12 +724,14 @@ FL_API fl_status fl_store_audit_pseudonym(char out[FL_STORE_AUDIT_PSEUDONYM_BYTE
                                           const char *client_id);
 
 /* Erasure request (GDPR art. 17): deletes client_id's registry row (token hash, region,
- * times), its device identity (fl_store_client_identity_put) and its round participations, and appends an "erasure" entry naming the client
- * only by its pseudonym under pseudonym_key, all in one transaction. The key stays with
- * the caller; wipe it after use. Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
+ * times), its device identity (fl_store_client_identity_put) and its round participations,
+ * and appends an "erasure" entry naming the client only by its pseudonym under
+ * pseudonym_key, all in one transaction. The key stays with the caller; wipe it after use.
+ * Returns FL_OK; FL_ERR_NOT_FOUND (no such client);
  * FL_ERR_MISUSE; FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
-FL_API fl_status fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *client_id,
-                                       const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
+FL_API fl_status
+fl_store_client_erase(fl_store *st, int64_t *seq_out, const char *client_id,
+                      const uint8_t pseudonym_key[FL_STORE_AUDIT_PSEUDONYM_KEY_BYTES]);
 
 /* Revokes client_id: blocks it while keeping its row, token hash and participations (unlike
  * fl_store_client_erase), and, in the same transaction, appends a "client_revoked" audit
@@ -856,9 +858,9 @@ typedef struct fl_store_audit_checkpoint {
  * Returns FL_OK; FL_ERR_STATE (empty log, or failed handle); FL_ERR_MISUSE (bad origin, or a
  * key or origin different from the earlier checkpoints'); FL_ERR_CORRUPT (the stored tree
  * no longer matches the latest checkpoint); FL_ERR_BUSY; FL_ERR_IO; FL_ERR_NOMEM. */
-FL_API fl_status fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint **out,
-                                                const char *origin,
-                                                const uint8_t secret_key[FL_STORE_AUDIT_SECRET_KEY_BYTES]);
+FL_API fl_status
+fl_store_audit_checkpoint_sign(fl_store *st, fl_store_audit_checkpoint **out, const char *origin,
+                               const uint8_t secret_key[FL_STORE_AUDIT_SECRET_KEY_BYTES]);
 
 /* Reads the latest checkpoint into *out (release with fl_store_free). Returns FL_OK;
  * FL_ERR_NOT_FOUND (none yet); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */

@@ -444,7 +444,8 @@ static void server_main(int fd, const fl_secagg_config *cfg, unsigned threads) {
     if (crypto && st.plain_count > 0 && d > 0) {
         st.agree_s = unit_agree(crypto);
         st.prg_byte_s = unit_prg_byte(crypto);
-        double adv = (double)st.agreements * st.agree_s + (double)st.masks * d * 4.0 * st.prg_byte_s;
+        double adv =
+            (double)st.agreements * st.agree_s + (double)st.masks * d * 4.0 * st.prg_byte_s;
         /* The fold of the masked inputs is the plain sum of as many vectors. */
         double fold = st.t_plain / st.plain_count * st.count;
         st.floor_s = fold + adv;
@@ -792,10 +793,12 @@ static void print_json(const struct result *r) {
            "\"floor_over_plain\":%.2f,\"floor_span_over_plain\":%.2f,"
            "\"server_phases_s\":{\"advertise\":[%.4f,%.4f],\"share\":[%.4f,%.4f],"
            "\"masked\":[%.4f,%.4f],\"consistency\":[%.4f,%.4f],\"unmask\":[%.4f,%.4f]}",
-           r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, paced ? "true" : "false", v->status,
+           r->n, r->d, r->bits, r->drop, v->k, v->t, r->threads, paced ? "true" : "false",
+           v->status,
            v->match ? "true" : "false", v->count, v->t_secagg, v->t_fold, v->t_unmask,
            v->t_plain, ratio(v->t_secagg, v->t_plain), ratio(v->t_unmask, v->t_plain),
-           v->t_span, ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain), v->w_secagg, v->w_unmask, v->w_plain, ratio(v->w_secagg, v->w_plain),
+           v->t_span, ratio(v->t_secagg - v->t_unmask + v->t_span, v->t_plain), v->w_secagg,
+           v->w_unmask, v->w_plain, ratio(v->w_secagg, v->w_plain),
            ratio(v->w_unmask, v->w_plain), v->maxrss_kb / 1024.0, r->d * 4.0 / 1048576.0, cl,
            r->t_client[2], r->client_peak / 1048576.0, v->clock_cost * 1e6, r->loadavg,
            (unsigned long long)v->secrets, (unsigned long long)v->agreements,

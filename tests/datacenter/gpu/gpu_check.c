@@ -255,9 +255,10 @@ static void time_gemms(int hidden, int batch, cublasComputeType_t ct) {
     (void)big;
     const float one = 1.0f, zero = 0.0f;
 #define G(ta, tb, M, N, K, A, lda, Bm, ldb, C, ldc)                                        \
-    cublasCheck(cublasGemmEx(h, (tb) ? CUBLAS_OP_T : CUBLAS_OP_N, (ta) ? CUBLAS_OP_T : CUBLAS_OP_N, \
-                             N, M, K, &one, Bm, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &zero, C, \
-                             CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT))
+    cublasCheck(cublasGemmEx(h, (tb) ? CUBLAS_OP_T : CUBLAS_OP_N,                          \
+                             (ta) ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, Bm,          \
+                             CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &zero, C, CUDA_R_32F,    \
+                             ldc, ct, CUBLAS_GEMM_DEFAULT))
     cudaEvent_t e0, e1;
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
