@@ -208,12 +208,23 @@ static const char fl__store_migration_5[] =
     ") WITHOUT ROWID;\n"
     "PRAGMA user_version = 5;\n";
 
+/* v6: the hash of each participant's participation id (fl_store_participant_set_v2), so a
+ * device's status poll of a round answered from storage can be matched against the key
+ * it was given (docs/protocol.md 5.3) without the id itself ever reaching the disk. A
+ * nullable column: rows written before it read NULL and are checked on the client id alone,
+ * as before. Erasure and the retention sweep delete it with the row. */
+static const char fl__store_migration_6[] =
+    "ALTER TABLE round_participants ADD COLUMN participation_hash BLOB\n"
+    "  CHECK (participation_hash IS NULL OR length(participation_hash) = 32);\n"
+    "PRAGMA user_version = 6;\n";
+
 static const char *const fl__store_migrations[FL_STORE_SCHEMA_VERSION] = {
     fl__store_migration_1,
     fl__store_migration_2,
     fl__store_migration_3,
     fl__store_migration_4,
     fl__store_migration_5,
+    fl__store_migration_6,
 };
 
 /* Reads user_version, application_id and the number of schema objects in one statement, so

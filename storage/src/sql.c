@@ -104,13 +104,16 @@ static const char *const fl__store_sql[FL__STORE_STMT_COUNT] = {
     [FL__STORE_ROUND_ABANDON] = "UPDATE rounds SET state = 3, abandon_reason = ?2, "
                                 "ended_at = ?3 WHERE id = ?1",
 
+    /* A NULL hash (?5) keeps the row's hash: only a new participation brings a new one. */
     [FL__STORE_PART_UPSERT] = "INSERT INTO round_participants (round_id, client_id, state, "
-                              "updated_at) VALUES (?1, ?2, ?3, ?4) "
+                              "updated_at, participation_hash) VALUES (?1, ?2, ?3, ?4, ?5) "
                               "ON CONFLICT (round_id, client_id) DO UPDATE SET "
-                              "state = excluded.state, updated_at = excluded.updated_at",
+                              "state = excluded.state, updated_at = excluded.updated_at, "
+                              "participation_hash = ifnull(excluded.participation_hash, "
+                              "participation_hash)",
     [FL__STORE_PART_LIST] = "SELECT round_id, client_id, state, updated_at "
                             "FROM round_participants WHERE round_id = ?1 ORDER BY client_id",
-    [FL__STORE_PART_GET] = "SELECT round_id, client_id, state, updated_at "
+    [FL__STORE_PART_GET] = "SELECT round_id, client_id, state, updated_at, participation_hash "
                            "FROM round_participants WHERE round_id = ?1 AND client_id = ?2",
 
     [FL__STORE_LEDGER_INSERT] = "INSERT INTO privacy_ledger (population_id, round_id, "

@@ -48,6 +48,9 @@ size_t fl_store_verify_key_bytes(void) {
 size_t fl_store_cert_bytes(void) {
     return FL_STORE_CERT_BYTES;
 }
+size_t fl_store_participation_hash_bytes(void) {
+    return FL_STORE_PARTICIPATION_HASH_BYTES;
+}
 
 /* ---- errors ---- */
 

@@ -811,6 +811,13 @@ static void decode_participant(sqlite3_stmt *s, void *elem, struct fl__store_pac
 
 fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const char *client_id,
                                    fl_store_participant_state state) {
+    return fl_store_participant_set_v2(st, round_id, client_id, state, NULL);
+}
+
+fl_status
+fl_store_participant_set_v2(fl_store *st, int64_t round_id, const char *client_id,
+                            fl_store_participant_state state,
+                            const uint8_t participation_hash[FL_STORE_PARTICIPATION_HASH_BYTES]) {
     fl_status r = fl__store_enter(st, "participant_set");
     if (r != FL_OK)
         return r;
@@ -836,6 +843,11 @@ fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const char *c
             sqlite3_bind_text(s, 2, client_id, -1, SQLITE_STATIC);
             sqlite3_bind_int(s, 3, (int)state);
             sqlite3_bind_int64(s, 4, fl__store_now(st));
+            if (participation_hash)
+                sqlite3_bind_blob(s, 5, participation_hash, FL_STORE_PARTICIPATION_HASH_BYTES,
+                                  SQLITE_STATIC);
+            else
+                sqlite3_bind_null(s, 5);
             r = step_write(st, s, "recording the participant");
             if (r == FL_ERR_NOT_FOUND)
                 fl__err_set(&st->err, r, "client '%s' is not enrolled", client_id);
@@ -852,18 +864,20 @@ fl_status fl_store_participant_list(fl_store *st, fl_store_participant **out, si
 }
 
 /* One primary-key lookup (round_id, client_id): a single statement, so no transaction of
- * its own, as fl_store_round_get. */
-fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out, int64_t round_id,
-                                   const char *client_id) {
-    fl_status r = fl__store_enter(st, "participant_get");
-    if (r != FL_OK)
-        return r;
-    if (!out)
-        return fl__err_set(&st->err, FL_ERR_MISUSE, "out is NULL");
+ * its own, as fl_store_round_get. The hash is read from the row the statement stands on
+ * before the row is packed, so both come from one snapshot. hash and has_hash are NULL
+ * for fl_store_participant_get. */
+static fl_status participant_get(fl_store *st, fl_store_participant **out,
+                                 uint8_t hash[FL_STORE_PARTICIPATION_HASH_BYTES], int *has_hash,
+                                 int64_t round_id, const char *client_id) {
     *out = NULL;
+    if (hash) {
+        memset(hash, 0, FL_STORE_PARTICIPATION_HASH_BYTES);
+        *has_hash = 0;
+    }
     if (round_id <= 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "round_id must be > 0");
-    r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
+    fl_status r = fl__store_check_name(st, client_id, FL_STORE_NAME_MAX, 1, "client_id");
     if (r != FL_OK)
         return r;
     sqlite3_stmt *s = fl__store_stmt(st, FL__STORE_PART_GET);
@@ -871,13 +885,71 @@ fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out, int
         return st->err.code;
     sqlite3_bind_int64(s, 1, round_id);
     sqlite3_bind_text(s, 2, client_id, -1, SQLITE_STATIC);
-    size_t n;
-    r = fl__store_collect(st, s, decode_participant, sizeof(fl_store_participant),
-                          FL__STORE_ROWS_ONE, (void **)out, &n, "reading the participant");
-    if (r == FL_OK && n == 0)
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
         r = fl__err_set(&st->err, FL_ERR_NOT_FOUND, "client '%s' is not recorded in round %lld",
                         client_id, (long long)round_id);
+        goto out_reset;
+    }
+    if (rc != SQLITE_ROW) {
+        r = fl__store_sqlerr(st, rc, "reading the participant");
+        goto out_reset;
+    }
+    uint8_t got[FL_STORE_PARTICIPATION_HASH_BYTES];
+    int have = hash && sqlite3_column_type(s, 4) != SQLITE_NULL; /* v1: not looked at */
+    if (have) {
+        const void *b = sqlite3_column_blob(s, 4);
+        int len = sqlite3_column_bytes(s, 4);
+        if (!b && len > 0) {
+            r = fl__err_set(&st->err, FL_ERR_NOMEM, "out of memory reading the participant");
+            goto out_reset;
+        }
+        /* The CHECK constraint keeps other lengths out; a file that has one anyway is
+         * damaged, and a guess either way would be wrong. */
+        if (len != FL_STORE_PARTICIPATION_HASH_BYTES) {
+            r = fl__err_set(&st->err, FL_ERR_CORRUPT,
+                            "participation hash of client '%s' in round %lld has %d bytes, "
+                            "not %d",
+                            client_id, (long long)round_id, len, FL_STORE_PARTICIPATION_HASH_BYTES);
+            goto out_reset;
+        }
+        memcpy(got, b, sizeof(got));
+    }
+    size_t n = 0;
+    r = fl__store_collect(st, s, decode_participant, sizeof(fl_store_participant),
+                          FL__STORE_ROWS_CURRENT, (void **)out, &n, "reading the participant");
+    if (r == FL_OK && have) {
+        memcpy(hash, got, sizeof(got));
+        *has_hash = 1;
+    }
     return r;
+out_reset:
+    fl__store_done(s);
+    return r;
+}
+
+fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out, int64_t round_id,
+                                   const char *client_id) {
+    fl_status r = fl__store_enter(st, "participant_get");
+    if (r != FL_OK)
+        return r;
+    if (!out)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "out is NULL");
+    return participant_get(st, out, NULL, NULL, round_id, client_id);
+}
+
+fl_status fl_store_participant_get_v2(fl_store *st, fl_store_participant **out,
+                                      uint8_t hash[FL_STORE_PARTICIPATION_HASH_BYTES],
+                                      int *has_hash, int64_t round_id, const char *client_id) {
+    fl_status r = fl__store_enter(st, "participant_get_v2");
+    if (r != FL_OK)
+        return r;
+    if (!out || !hash || !has_hash)
+        return fl__err_set(&st->err, FL_ERR_MISUSE, "%s is NULL",
+                           !out    ? "out"
+                           : !hash ? "hash"
+                                   : "has_hash");
+    return participant_get(st, out, hash, has_hash, round_id, client_id);
 }
 
 /* ==== privacy ledger ==== */

@@ -1,7 +1,8 @@
 #include <stdio.h>
 /* Schema versions: upgrade of a v1 database built here with raw SQL (as the first release
- * wrote it), of a v3 one (clients stay active after the revocation column arrives) and of a
- * v4 one (client_identities arrives empty and usable),
+ * wrote it), of a v3 one (clients stay active after the revocation column arrives), of a
+ * v4 one (client_identities arrives empty and usable) and of a v5 one (participant rows
+ * keep no participation hash, new ones carry theirs),
  * atomicity of a failing migration, refusal of a newer database, and several
  * processes opening (and so migrating) one fresh file at once. */
 #include <signal.h>
@@ -195,7 +196,13 @@ static void test_upgrade_v1_to_current(void **state) {
     store_tdir_rm(&t);
 }
 
-/* A version-3 file: a fresh store with migrations 5 and 4 undone by raw SQL (no
+/* Migration 6 undone by raw SQL, inside the caller's transaction: round_participants loses
+ * participation_hash, exactly its v5 shape. */
+static void undo_migration_6(sqlite3 *db) {
+    exec_ok(db, "ALTER TABLE round_participants DROP COLUMN participation_hash");
+}
+
+/* A version-3 file: a fresh store with migrations 6, 5 and 4 undone by raw SQL (no
  * client_identities, and the clients table loses revoked_at: exactly its v3 shape), holding a
  * client written the way v3 wrote it. */
 static void make_v3_database(const char *path, const char *token, size_t token_len) {
@@ -206,6 +213,7 @@ static void make_v3_database(const char *path, const char *token, size_t token_l
     fl_store_close(st);
     sqlite3 *db = store_raw_open(path);
     exec_ok(db, "BEGIN");
+    undo_migration_6(db);
     exec_ok(db, "DROP TABLE client_identities"); /* migration 5 undone */
     exec_ok(db, "ALTER TABLE clients DROP COLUMN revoked_at");
     exec_ok(db, "PRAGMA user_version = 3");
@@ -263,8 +271,8 @@ static void test_upgrade_v3_keeps_clients_active(void **state) {
     store_tdir_rm(&t);
 }
 
-/* A version-4 file: a fresh store with migration 5 undone by raw SQL (no client_identities),
- * holding a revoked client and an active one, as v4 wrote them. */
+/* A version-4 file: a fresh store with migrations 6 and 5 undone by raw SQL (no
+ * client_identities), holding a revoked client and an active one, as v4 wrote them. */
 static void make_v4_database(const char *path, const char *token, size_t token_len) {
     fl_store *st = store_open_ok(path, NULL);
     int64_t pop = 0;
@@ -275,6 +283,7 @@ static void make_v4_database(const char *path, const char *token, size_t token_l
     fl_store_close(st);
     sqlite3 *db = store_raw_open(path);
     exec_ok(db, "BEGIN");
+    undo_migration_6(db);
     exec_ok(db, "DROP TABLE client_identities");
     exec_ok(db, "PRAGMA user_version = 4");
     exec_ok(db, "COMMIT");
@@ -320,6 +329,129 @@ static void test_upgrade_v4_adds_identities(void **state) {
     free(a);
     free(b);
     store_tdir_rm(&fresh);
+    store_tdir_rm(&t);
+}
+
+/* A version-5 file: a fresh store with migration 6 undone by raw SQL, holding a completed
+ * round with two participants (one written through the API, one by a four-column INSERT,
+ * as v5 wrote them) and an open round with one. */
+static void make_v5_database(const char *path) {
+    fl_store *st = store_open_ok(path, NULL);
+    int64_t pop = 0, r1 = 0, r2 = 0;
+    fl_store_model_ref ref;
+    STORE_OK(st, fl_store_population_create(st, &pop, "legacy", NULL, 2.5, 1e-7, NULL));
+    const char *ids[] = {"v5-a", "v5-b", "v5-c"};
+    for (int i = 0; i < 3; i++)
+        STORE_OK(st, fl_store_client_enroll(st, ids[i], "v5-client-token-0123", 20, "eu", pop));
+    STORE_OK(st, fl_store_model_put(st, &ref, pop, 0, "v5 weights", 10, NULL));
+    STORE_OK(st, fl_store_round_create(st, &r1, pop, 0, ref.version, NULL));
+    STORE_OK(st, fl_store_participant_set(st, r1, "v5-a", FL_STORE_PARTICIPANT_SELECTED));
+    STORE_OK(st, fl_store_round_create(st, &r2, pop, 0, ref.version, NULL));
+    STORE_OK(st, fl_store_participant_set(st, r2, "v5-c", FL_STORE_PARTICIPANT_SELECTED));
+    fl_store_close(st);
+    assert_int_equal(r1, 1);
+    assert_int_equal(r2, 2);
+    sqlite3 *db = store_raw_open(path);
+    exec_ok(db, "BEGIN");
+    undo_migration_6(db);
+    exec_ok(db, "PRAGMA user_version = 5");
+    exec_ok(db, "INSERT INTO round_participants VALUES (1, 'v5-b', 3, 1600000000000)");
+    exec_ok(db, "UPDATE rounds SET state = 2, result_version = 1, ended_at = 1600000000000 "
+                "WHERE id = 1");
+    exec_ok(db, "COMMIT");
+    sqlite3_close(db);
+}
+
+static void test_upgrade_v5_adds_participation_hash(void **state) {
+    (void)state;
+    struct store_tdir t;
+    store_tdir_make(&t, "v5.db");
+    make_v5_database(t.path);
+
+    fl_store *st = store_open_ok(t.path, NULL);
+    sqlite3 *raw = store_raw_open(t.path);
+    assert_int_equal(store_raw_int(raw, "PRAGMA user_version"), FL_STORE_SCHEMA_VERSION);
+    assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM round_participants WHERE "
+                                        "participation_hash IS NULL"),
+                     3);
+    sqlite3_close(raw);
+    /* Old rows are intact and have no hash... */
+    uint8_t h[FL_STORE_PARTICIPATION_HASH_BYTES], want[FL_STORE_PARTICIPATION_HASH_BYTES];
+    uint8_t zero[FL_STORE_PARTICIPATION_HASH_BYTES] = {0};
+    int has = -1;
+    fl_store_participant *p = NULL;
+    STORE_OK(st, fl_store_participant_get_v2(st, &p, h, &has, 1, "v5-b"));
+    assert_int_equal(p->state, FL_STORE_PARTICIPANT_DROPPED);
+    assert_int_equal(p->updated_at, 1600000000000);
+    assert_int_equal(has, 0);
+    assert_memory_equal(h, zero, sizeof(h));
+    fl_store_free(st, p);
+    STORE_OK(st, fl_store_participant_get_v2(st, &p, h, &has, 1, "v5-a"));
+    assert_int_equal(p->state, FL_STORE_PARTICIPANT_SELECTED);
+    assert_int_equal(has, 0);
+    fl_store_free(st, p);
+    /* ...an old row of a round still open keeps none when its state moves... */
+    STORE_OK(st, fl_store_participant_set(st, 2, "v5-c", FL_STORE_PARTICIPANT_COMPLETED));
+    STORE_OK(st, fl_store_participant_get_v2(st, &p, h, &has, 2, "v5-c"));
+    assert_int_equal(has, 0);
+    fl_store_free(st, p);
+    /* ...and rows written now carry their hash, with the column's constraint. */
+    memset(want, 0x5a, sizeof(want));
+    STORE_OK(st, fl_store_participant_set_v2(st, 2, "v5-a", FL_STORE_PARTICIPANT_SELECTED, want));
+    STORE_OK(st, fl_store_participant_get_v2(st, &p, h, &has, 2, "v5-a"));
+    assert_int_equal(has, 1);
+    assert_memory_equal(h, want, sizeof(h));
+    fl_store_free(st, p);
+    assert_int_equal(fl_store_check(st), FL_OK);
+    fl_store_close(st);
+    raw = store_raw_open(t.path);
+    assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM round_participants WHERE "
+                                        "participation_hash IS NULL"),
+                     3);
+    assert_int_not_equal(sqlite3_exec(raw,
+                                      "UPDATE round_participants SET participation_hash = "
+                                      "zeroblob(16) WHERE client_id = 'v5-a'",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    sqlite3_close(raw);
+
+    /* The upgraded file has exactly the schema of a fresh one. */
+    struct store_tdir fresh;
+    store_tdir_make(&fresh, "fresh.db");
+    st = store_open_ok(fresh.path, NULL);
+    fl_store_close(st);
+    char *a = schema_fingerprint(t.path), *b = schema_fingerprint(fresh.path);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    store_tdir_rm(&fresh);
+    store_tdir_rm(&t);
+}
+
+/* Migration 6 fails as a whole on a v5 file that already has a column of that name (an
+ * operator's experiment): the version stays 5 and the file is as it was. */
+static void test_failed_migration_6_is_rolled_back(void **state) {
+    (void)state;
+    struct store_tdir t;
+    store_tdir_make(&t, "v5-conflict.db");
+    make_v5_database(t.path);
+    sqlite3 *raw = store_raw_open(t.path);
+    exec_ok(raw, "ALTER TABLE round_participants ADD COLUMN participation_hash TEXT");
+    sqlite3_close(raw);
+    char *before = schema_fingerprint(t.path);
+
+    fl_store *st = NULL;
+    assert_int_not_equal(fl_store_open(&st, t.path, NULL), FL_OK);
+    assert_non_null(strstr(fl_store_errmsg(st), "migration"));
+    fl_store_close(st);
+    raw = store_raw_open(t.path);
+    assert_int_equal(store_raw_int(raw, "PRAGMA user_version"), 5);
+    assert_int_equal(store_raw_int(raw, "SELECT count(*) FROM round_participants"), 3);
+    sqlite3_close(raw);
+    char *after = schema_fingerprint(t.path);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
     store_tdir_rm(&t);
 }
 
@@ -434,6 +566,8 @@ int main(void) {
         cmocka_unit_test(test_upgrade_v1_to_current),
         cmocka_unit_test(test_upgrade_v3_keeps_clients_active),
         cmocka_unit_test(test_upgrade_v4_adds_identities),
+        cmocka_unit_test(test_upgrade_v5_adds_participation_hash),
+        cmocka_unit_test(test_failed_migration_6_is_rolled_back),
         cmocka_unit_test(test_failed_migration_is_rolled_back),
         cmocka_unit_test(test_newer_database_refused),
         cmocka_unit_test(test_concurrent_first_open),

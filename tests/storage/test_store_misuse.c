@@ -11,6 +11,7 @@
 static void call_all(fl_store *st, fl_status want) {
     int64_t id = 0, n64 = 0;
     size_t n = 0;
+    int hh = 0;
     uint8_t h[32], key[32], proof[4][32];
     memset(key, 1, sizeof(key));
     fl_store_population *pop = NULL;
@@ -66,6 +67,9 @@ static void call_all(fl_store *st, fl_status want) {
         fl_store_round_list_unfinished(st, &rd, &n, 0),
         fl_store_participant_set(st, 1, "c", FL_STORE_PARTICIPANT_SELECTED),
         fl_store_participant_list(st, &pa, &n, 1),
+        fl_store_participant_set_v2(st, 1, "c", FL_STORE_PARTICIPANT_SELECTED, key),
+        fl_store_participant_get(st, &pa, 1, "c"),
+        fl_store_participant_get_v2(st, &pa, h, &hh, 1, "c"),
         fl_store_ledger_append(st, &id, &le),
         fl_store_ledger_list(st, &lel, &n, 1),
         fl_store_audit_append_population(st, NULL, 1),

@@ -40,7 +40,7 @@ extern "C" {
 /* Bytes of a lowercase hex SHA-256 digest including the terminating NUL. */
 #define FL_STORE_SHA256_HEX_BYTES 65
 /* Schema version this library creates and upgrades to (PRAGMA user_version). */
-#define FL_STORE_SCHEMA_VERSION 5
+#define FL_STORE_SCHEMA_VERSION 6
 /* Longest name accepted for populations, tags and client IDs, in bytes. */
 #define FL_STORE_NAME_MAX 128
 /* Longest JSON text accepted in any *_json argument, in bytes. */
@@ -64,6 +64,11 @@ FL_API size_t fl_store_token_min_bytes(void);
 FL_API size_t fl_store_device_id_bytes(void);
 FL_API size_t fl_store_verify_key_bytes(void);
 FL_API size_t fl_store_cert_bytes(void);
+
+/* Size of a participation hash (fl_store_participant_set_v2, schema version 6): the caller's
+ * digest of the id it gave a participant for one round, stored instead of the id. */
+#define FL_STORE_PARTICIPATION_HASH_BYTES 32
+FL_API size_t fl_store_participation_hash_bytes(void);
 
 /* ---- handle and configuration ---- */
 
@@ -495,6 +500,18 @@ typedef struct fl_store_participant {
 FL_API fl_status fl_store_participant_set(fl_store *st, int64_t round_id, const char *client_id,
                                           fl_store_participant_state state);
 
+/* fl_store_participant_set that also records the participation hash (schema version 6).
+ *   participation_hash  FL_STORE_PARTICIPATION_HASH_BYTES bytes the caller derived from the
+ *                       participation id it gave client_id for this round (opaque to the
+ *                       store; the coordinator's derivation is in docs/protocol.md 6), or
+ *                       NULL: a new row gets none, an existing row keeps its hash. A hash
+ *                       replaces the row's (a new participation). Copied; not kept.
+ * fl_store_participant_set(...) is fl_store_participant_set_v2(..., NULL). Same thread rule
+ * and returns as fl_store_participant_set. */
+FL_API fl_status fl_store_participant_set_v2(
+    fl_store *st, int64_t round_id, const char *client_id, fl_store_participant_state state,
+    const uint8_t participation_hash[FL_STORE_PARTICIPATION_HASH_BYTES]);
+
 /* Lists round_id's participants ordered by client_id into an array of *count entries
  * (release with fl_store_free; *out is NULL when *count is 0). Returns FL_OK (also for an
  * unknown round: zero entries); FL_ERR_MISUSE; FL_ERR_IO; FL_ERR_NOMEM; FL_ERR_STATE. */
@@ -513,6 +530,20 @@ FL_API fl_status fl_store_participant_list(fl_store *st, fl_store_participant **
  * FL_ERR_IO; FL_ERR_BUSY; FL_ERR_NOMEM; FL_ERR_STATE (failed handle). */
 FL_API fl_status fl_store_participant_get(fl_store *st, fl_store_participant **out,
                                           int64_t round_id, const char *client_id);
+
+/* fl_store_participant_get that also reads the row's participation hash (schema version 6),
+ * for a caller that checks a presented participation id against it (fl_store_participant
+ * itself does not grow: fl_store_participant_list returns arrays of it).
+ *   hash      receives FL_STORE_PARTICIPATION_HASH_BYTES bytes: the stored hash, or zeros.
+ *   has_hash  receives 1 when the row has a hash, 0 when it was written without one
+ *             (fl_store_participant_set, or before schema version 6).
+ * On failure *out is NULL, hash zeroed and *has_hash 0, except that nothing is touched when
+ * st is NULL or failed or an output pointer is NULL (FL_ERR_MISUSE).
+ * Same thread rule and returns as fl_store_participant_get. */
+FL_API fl_status fl_store_participant_get_v2(fl_store *st, fl_store_participant **out,
+                                             uint8_t hash[FL_STORE_PARTICIPATION_HASH_BYTES],
+                                             int *has_hash, int64_t round_id,
+                                             const char *client_id);
 
 /* ---- privacy ledger ----
  * Append-only record of every DP release, one entry per round (or per mechanism use). The
