@@ -42,7 +42,8 @@ esac
 case $build in /*) ;; *) build=$root/$build ;; esac
 
 all=(safetensors coord_bodies coord_config client_task client_protocol audit_bundle
-     audit_proofs dc_checkpoint secagg_server_msg secagg_client_msg secagg_norm_proof)
+     audit_proofs dc_checkpoint secagg_server_msg secagg_client_msg secagg_norm_proof
+     secagg_ed25519_diff)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
