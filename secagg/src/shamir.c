@@ -176,10 +176,6 @@ static inline void sa_fe_reduce_narrow_to(struct sa_fe *out, const uint64_t t[6]
     sa_fe_put(out, r);
 }
 
-static inline void sa_fe_reduce_narrow(struct sa_fe *out, const uint64_t t[6]) {
-    sa_fe_reduce_narrow_to(out, t, 1);
-}
-
 /* out = a * m + c for a public 64-bit multiplier m (a product of share indices or index
  * differences), a < 2p and c <= p (NULL: 0): 5 limb products instead of 16, one reduction,
  * which is partial (out < 2p) when full is 0. */
