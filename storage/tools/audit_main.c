@@ -468,7 +468,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1], *path = argv[2], *key = NULL, *outp = NULL, *format = NULL,
                *population = NULL;
     long long from = 0, to = -1, seq_from = 0, seq_to = -1, rounds = 30, seed = 1;
-    for (int i = 3; i < argc; i++) {
+    for (int i = 3; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -508,7 +508,6 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        i++;
     }
     if (strcmp(cmd, "demo") == 0) {
         if (rounds < 1 || rounds > 100000) {

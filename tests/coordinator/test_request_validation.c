@@ -408,8 +408,8 @@ static void test_population_config_fields(void **state) {
         "\"strategy\":{\"name\":\"fedyogi\"}",
         "\"strategy\":{\"name\":\"fedadagrad\"}",
         "\"strategy\":{\"name\":\"fedbuff\"}",
-        "\"privacy\":{\"mode\":\"distributed\"},\"selection\":{\"require\":[\"idle\"]},"
-        "\"data_schema\":{\"x\":\"f32\"}",
+        ("\"privacy\":{\"mode\":\"distributed\"},\"selection\":{\"require\":[\"idle\"]},"
+         "\"data_schema\":{\"x\":\"f32\"}"),
         "\"privacy\":{\"mode\":\"central\",\"rotation\":\"none\"}",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {

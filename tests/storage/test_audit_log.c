@@ -355,8 +355,8 @@ static void test_append_only(void **state) {
     const char *sql[] = {
         "UPDATE audit_entries SET data = 'x' WHERE seq = 0",
         "DELETE FROM audit_entries WHERE seq = 0",
-        "INSERT OR REPLACE INTO audit_entries (seq, type, created_at, data) "
-        "VALUES (0, 'x', 0, 'xx')",
+        ("INSERT OR REPLACE INTO audit_entries (seq, type, created_at, data) "
+         "VALUES (0, 'x', 0, 'xx')"),
         "UPDATE audit_tree SET hash = zeroblob(32)",
         "DELETE FROM audit_tree",
         "INSERT OR REPLACE INTO audit_tree VALUES (0, 0, zeroblob(32))",
