@@ -755,9 +755,11 @@ static fl_status commit_round(fl_coord *co, struct fl__coord_pop *p, struct fl__
         if (r->rp.buffered && !in)
             continue; /* still training: its participation moves to the next buffer */
         done += in;
-        rc = fl_store_participant_set(co->store, r->id, pt->client_id,
-                                      in ? FL_STORE_PARTICIPANT_COMPLETED
-                                         : FL_STORE_PARTICIPANT_DROPPED);
+        uint8_t ph[32];
+        rc = fl_store_participant_set_v2(co->store, r->id, pt->client_id,
+                                         in ? FL_STORE_PARTICIPANT_COMPLETED
+                                            : FL_STORE_PARTICIPANT_DROPPED,
+                                         fl__coord_pid_hash(ph, pt->pid));
     }
     int64_t sel = r->rp.buffered ? (int64_t)count : (int64_t)r->n;
     fl_store_round_counts counts = {sel, sel, (int64_t)count, sel - (int64_t)count};

@@ -502,8 +502,14 @@ static int checkin_buffered(fl_coord *co, struct fl__coord_reply *rep, struct fl
         return reply_retry(co, rep, clamp_retry(p, p->sel.min_retry_s), "round_full");
     if (pt && inflight >= r->rp.max_inflight)
         return reply_retry(co, rep, clamp_retry(p, p->sel.min_retry_s), "round_full");
-    fl_status rc = fl_store_participant_set(co->store, r->id, client_id,
-                                            FL_STORE_PARTICIPANT_SELECTED);
+    /* The id is drawn first so that its hash is recorded with the selection. */
+    uint8_t pid[16], ph[32];
+    char pid_hex[FL__COORD_PID_CHARS + 1];
+    fl__coord_random(pid, sizeof(pid));
+    fl__coord_hex(pid_hex, pid, sizeof(pid));
+    fl_status rc = fl_store_participant_set_v2(co->store, r->id, client_id,
+                                               FL_STORE_PARTICIPANT_SELECTED,
+                                               fl__coord_pid_hash(ph, pid_hex));
     if (rc != FL_OK)
         return store_fail(co, rep, rc);
     if (!pt) {
@@ -516,9 +522,7 @@ static int checkin_buffered(fl_coord *co, struct fl__coord_reply *rep, struct fl
     pt->index = index;
     pt->dropped_at = -1;
     snprintf(pt->client_id, sizeof(pt->client_id), "%s", client_id);
-    uint8_t pid[16];
-    fl__coord_random(pid, sizeof(pid));
-    fl__coord_hex(pt->pid, pid, sizeof(pid));
+    memcpy(pt->pid, pid_hex, sizeof(pt->pid));
     pt->sel_rid = r->id;
     pt->base_version = p->model_version;
     pt->deadline = now + p->deadlines_s[FL__PH_MASKED] * 1000;
@@ -1118,17 +1122,22 @@ static json_t *round_json(fl_coord *co, const fl_store_round *r) {
  * per participant its state (selected, completed, dropped): enough for the fields of the
  * outcome (round.c outcome_json), built the same way: participants are the round's
  * completed count once completed (the survivors), its selected count otherwise. Not the
- * participation id: the Idempotency-Key must be present (checked before) but cannot be
- * compared, so the token's client id is what is checked. A round that never started keeps
+ * participation id but its hash (schema version 6, fl__coord_pid_hash): the Idempotency-Key
+ * must hash to it, compared in constant time, as the id itself is in memory. A row written
+ * before the hash was stored has none, and there the token's client id is all that is
+ * checked (the key must still be present, checked before). A round that never started keeps
  * its selection in memory until it ends (api.c check-in); after a crash its devices are
  * not recorded, so an unrecorded caller of such a round keeps the 410 it got before (it
  * cannot be told apart from one selected before the crash). So does one of a round that
  * ended before the retention window: the sweep (audit.c) deleted its participations. */
 int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
-                            const struct fl__coord_client_auth *ca, int64_t rid) {
+                            const struct fl__coord_client_auth *ca, int64_t rid,
+                            const char *key) {
     struct fl__coord_pop *p = fl__coord_pop_by_id(co, ca->population_id);
     fl_store_round *sr = NULL;
     fl_store_participant *sp = NULL;
+    uint8_t stored[FL_STORE_PARTICIPATION_HASH_BYTES], presented[32];
+    int has_hash = 0;
     int status = rep->status;
     if (!p || p->buffered)
         return status; /* buffered participations are found by their own id (round.c) */
@@ -1143,7 +1152,7 @@ int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
     bool ended = sr->state == FL_STORE_ROUND_COMPLETED || sr->state == FL_STORE_ROUND_ABANDONED;
     if (sr->population_id != p->id || !ended)
         goto out;
-    rc = fl_store_participant_get(co->store, &sp, rid, ca->client_id);
+    rc = fl_store_participant_get_v2(co->store, &sp, stored, &has_hash, rid, ca->client_id);
     if (rc != FL_OK && rc != FL_ERR_NOT_FOUND) {
         fl__coord_reply_clear(co, rep);
         status = store_fail(co, rep, rc);
@@ -1153,11 +1162,11 @@ int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
         bool swept = co->retention_ms > 0 && sr->ended_at < fl__coord_now(co) - co->retention_ms;
         if (sr->started_at == 0 || swept)
             goto out;
-        fl__coord_reply_clear(co, rep);
-        status = fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
-                                 "not a participant of round %lld", (long long)rid);
-        goto out;
+        goto out_not_participant;
     }
+    if (has_hash && (!fl__coord_pid_hash(presented, key) ||
+                     fl_memeq_ct(presented, stored, sizeof(presented)) != 0))
+        goto out_not_participant; /* another round's key, or none this coordinator gave */
     bool completed = sr->state == FL_STORE_ROUND_COMPLETED;
     json_t *o = json_pack("{s:I, s:s}", "round_id", (json_int_t)rid, "state",
                           completed ? "completed" : "abandoned");
@@ -1180,6 +1189,11 @@ int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
         goto out;
     }
     status = fl__coord_json(rep, 200, o);
+    goto out;
+out_not_participant:
+    fl__coord_reply_clear(co, rep);
+    status = fl__coord_error(rep, 403, "not_a_participant", "Idempotency-Key",
+                             "not a participant of round %lld", (long long)rid);
 out:
     fl_store_free(co->store, sp);
     fl_store_free(co->store, sr);

@@ -655,15 +655,17 @@ struct fl__coord_participant *fl__coord_participant_of(struct fl__coord_req *rq,
                                                       struct fl__coord_round **round_out);
 /* The status poll of round rid when it is not in memory (after a restart, or older than
  * the finished rounds kept; docs/protocol.md 5.3), answered from storage (api.c). Called
- * with the lock held and rep holding fl__coord_participant_of's 410: a terminal round of
- * the caller's synchronous population that records the caller as selected, completed or
- * dropped replaces it with 200 and the outcome; a started round without the caller, 403
- * not_a_participant; a storage failure, 503 (or 500). Anything else (no such round, another
- * population's, not ended, a FedBuff population's, an unrecorded caller of a round that
- * never started or ended before the retention window) leaves the 410. Returns
- * rep->status. */
+ * with the lock held and rep holding fl__coord_participant_of's 410; key is the request's
+ * Idempotency-Key. A terminal round of the caller's synchronous population that records
+ * the caller as selected, completed or dropped replaces it with 200 and the outcome, if
+ * key matches the row's participation hash (rows without one: any key); a started round
+ * without the caller, or a key that does not match, 403 not_a_participant; a storage
+ * failure, 503 (or 500). Anything else (no such round, another population's, not ended, a
+ * FedBuff population's, an unrecorded caller of a round that never started or ended before
+ * the retention window) leaves the 410. Returns rep->status. */
 int fl__coord_status_stored(fl_coord *co, struct fl__coord_reply *rep,
-                            const struct fl__coord_client_auth *ca, int64_t rid);
+                            const struct fl__coord_client_auth *ca, int64_t rid,
+                            const char *key);
 
 /* ---- signed body caches (cache.c) ---- */
 
@@ -764,6 +766,11 @@ int fl__coord_h_audit(struct fl__coord_req *rq, struct fl__coord_reply *rep);
 /* ---- utilities (util.c) ---- */
 
 void fl__coord_sha256(uint8_t out[32], const void *data, size_t len);
+/* The participation hash storage records for participation id pid (docs/protocol.md 6):
+ * SHA-256("flotilla/participation-id/v1" NUL || the 32 hex characters of pid). Returns out,
+ * or NULL (out untouched) when pid is NULL or not FL__COORD_PID_CHARS long (a tombstone's
+ * empty id, a malformed key): a NULL hash is stored as none, and matches no stored one. */
+const uint8_t *fl__coord_pid_hash(uint8_t out[32], const char *pid);
 /* SHA-256 of large buffers (models, updates) through OpenSSL's hardware-accelerated
  * implementation (several times libsodium's portable one); falls back to libsodium. */
 void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len);

@@ -573,11 +573,14 @@ void fl__coord_round_abandon(fl_coord *co, struct fl__coord_pop *p, const char *
      * erased meanwhile) is skipped; each call is a savepoint. */
     bool own_tx = !fl_store_in_transaction(co->store) && fl_store_begin(co->store) == FL_OK;
     bool record = !r->rp.buffered && r->n > 0 && r->state == FL__ROUND_FORMING;
-    for (size_t i = 0; own_tx && record && i < r->n; i++)
-        if (fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
-                                     FL_STORE_PARTICIPANT_SELECTED) != FL_OK)
+    for (size_t i = 0; own_tx && record && i < r->n; i++) {
+        uint8_t ph[32];
+        if (fl_store_participant_set_v2(co->store, r->id, r->parts[i].client_id,
+                                        FL_STORE_PARTICIPANT_SELECTED,
+                                        fl__coord_pid_hash(ph, r->parts[i].pid)) != FL_OK)
             fl__log(&co->logger, FL_LOG_WARN, "round %lld: participant %s not recorded: %s",
                     (long long)r->id, r->parts[i].client_id, fl_store_errmsg(co->store));
+    }
     if (own_tx && fl__coord_audit_abandon_counts(co, r) != FL_OK)
         fl__log(&co->logger, FL_LOG_WARN, "round %lld: counts not recorded: %s",
                 (long long)r->id, fl_store_errmsg(co->store));

@@ -510,8 +510,10 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
     bool own_tx = !fl_store_in_transaction(co->store);
     fl_status rc = own_tx ? fl_store_begin(co->store) : FL_OK;
     for (size_t i = 0; rc == FL_OK && !r->rp.buffered && i < r->n; i++) {
-        fl_status pr = fl_store_participant_set(co->store, r->id, r->parts[i].client_id,
-                                                FL_STORE_PARTICIPANT_SELECTED);
+        uint8_t ph[32];
+        fl_status pr = fl_store_participant_set_v2(co->store, r->id, r->parts[i].client_id,
+                                                   FL_STORE_PARTICIPANT_SELECTED,
+                                                   fl__coord_pid_hash(ph, r->parts[i].pid));
         /* A client erased since it checked in is left out; anything else (memory, I/O, a
          * busy database: the transaction is gone) fails the start with its own code. */
         if (pr == FL_ERR_NOT_FOUND)
@@ -1485,8 +1487,10 @@ int fl__coord_h_status(struct fl__coord_req *rq, struct fl__coord_reply *rep) {
     struct fl__coord_round *r = NULL;
     fl__coord_lock(co);
     struct fl__coord_participant *pt = fl__coord_participant_of(rq, rep, &ca, rid, &p, &r);
-    if (!pt && rep->status == 410)
-        status = fl__coord_status_stored(co, rep, &ca, rid); /* not in memory: storage */
+    if (!pt && rep->status == 410) /* not in memory: storage */
+        status = fl__coord_status_stored(
+            co, rep, &ca, rid,
+            MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key"));
     else if (!pt)
         status = rep->status;
     else if (terminal(r) || !poll_time_left(rq, wait_s))

@@ -13,6 +13,22 @@ void fl__coord_sha256(uint8_t out[32], const void *data, size_t len) {
     crypto_hash_sha256(out, data, len);
 }
 
+/* The label keeps this digest apart from every other SHA-256 the coordinator takes (tokens,
+ * messages); the id is hashed as the 32 hex characters it is handed out and sent back as,
+ * so a key matches here exactly when it matches the in-memory compare (round.c). */
+_Static_assert(FL_STORE_PARTICIPATION_HASH_BYTES == 32, "participation hash is a SHA-256");
+
+const uint8_t *fl__coord_pid_hash(uint8_t out[32], const char *pid) {
+    static const char label[] = "flotilla/participation-id/v1"; /* + its NUL */
+    uint8_t in[sizeof(label) + FL__COORD_PID_CHARS];
+    if (!pid || strnlen(pid, FL__COORD_PID_CHARS + 1) != FL__COORD_PID_CHARS)
+        return NULL;
+    memcpy(in, label, sizeof(label));
+    memcpy(in + sizeof(label), pid, FL__COORD_PID_CHARS);
+    crypto_hash_sha256(out, in, sizeof(in));
+    return out;
+}
+
 void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len) {
     unsigned int n = 0;
     if (co && co->sha256_md && EVP_Digest(data, len, out, &n, co->sha256_md, NULL) == 1 &&
