@@ -129,9 +129,12 @@ out:
 
 /* The fused add is a quarter to a sixth of the mask work once the keystream is VAES-fast;
  * the baseline x86-64 build vectorizes it 4 words wide, AVX-512 16 (0.30 -> 0.27 ns per
- * word and mask with the keystream, docs/secagg.md "Wider adds"). GCC and clang pick the
- * clone once at load time from the CPU. */
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(FL_SECAGG_NO_SIMD_CLONES)
+ * word and mask with the keystream, docs/secagg.md "Wider adds"). The clone is picked once
+ * at load time from the CPU. GCC only: clang 14 gives the ifunc resolver of a static function
+ * global, default visibility, so the shared library would export "fuse_apply.resolver"
+ * (meta_exports_secagg); clang builds keep the baseline loop. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(FL_SECAGG_NO_SIMD_CLONES) &&  \
+    !defined(__clang__)
 #if __has_attribute(target_clones)
 #define FL__SA_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
