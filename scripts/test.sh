@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine and runs the whole test suite: a dev build (warnings as errors)
-# and an ASan+UBSan build, each through ctest. Usage: scripts/test.sh [--quick] (dev only).
+# Sets up a fresh machine and runs the whole test suite: a dev build (gcc, warnings as
+# errors) and an ASan+UBSan build, each through ctest, and between them a clang build of
+# everything (warnings as errors) whose meta checks run (clang's warnings and what its
+# libraries export differ from gcc's). Usage: scripts/test.sh [--quick] (dev only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,7 @@ run_preset() {
 
 run_preset dev
 if [ "${1:-}" != "--quick" ]; then
+  run_preset clang
   run_preset asan
 fi
 echo "flotilla: all test suites passed"
