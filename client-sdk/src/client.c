@@ -1240,6 +1240,7 @@ static void on_task(fl_client *c, int64_t now) {
     if (r->task.model_bytes && (uint64_t)r->task.model_bytes > c->max_model_bytes) {
         fl__err_set(&c->err, FL_ERR_TOO_LARGE, "model of %lld bytes over max_model_bytes",
                     (long long)r->task.model_bytes);
+        STAT_SET(c, last_error, FL_ERR_TOO_LARGE);
         round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
         return;
     }
@@ -1404,6 +1405,27 @@ out:
     return rc;
 }
 
+/* Training was interrupted after the downloaded model bytes were freed (for the memory
+ * peak): the round goes on (fl_client_step's contract), so the global model is put back as a
+ * safetensors image of the trainer's copy of it, the verified values, for the next step to
+ * train from again. The work arenas go first so that this stays under the training peak. */
+static fl_status model_restore(fl_client *c, fl_client_trainer *tr) {
+    struct round *r = &c->r;
+    size_t len = 0;
+    fl__client_trainer_release_work(tr);
+    fl_status rc = fl_client_trainer_set_params(tr, fl__client_trainer_global_ptr(tr),
+                                                fl_client_trainer_num_params(tr));
+    if (rc == FL_OK && fl_client_trainer_save(tr, NULL, 0, &len) != FL_ERR_TOO_LARGE)
+        rc = FL_ERR_NOMEM; /* the size query fails only when the writer cannot allocate */
+    if (rc == FL_OK && (r->model = fl__alloc(&c->alloc, len)) == NULL)
+        rc = FL_ERR_NOMEM;
+    if (rc == FL_OK) {
+        r->model_cap = r->model_len = len;
+        rc = fl_client_trainer_save(tr, r->model, len, &len);
+    }
+    return rc;
+}
+
 static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, void **vec,
                                size_t *vlen, size_t *wb, uint64_t *used, double *loss) {
     struct round *r = &c->r;
@@ -1436,6 +1458,8 @@ static fl_status train_builtin(fl_client *c, const fl_client_train_params *p, vo
     r->model = NULL;
     r->model_cap = r->model_len = 0;
     rc = fl__client_trainer_train_store_cb(tr, c->store, p, used, loss, peek_interrupt, c);
+    if (rc == FL_ERR_CANCELLED && (rc = model_restore(c, tr)) == FL_OK)
+        rc = FL_ERR_CANCELLED;
     if (rc != FL_OK) {
         fl__err_set(&c->err, rc, "training: %s", fl_client_trainer_errmsg(tr));
         fl_client_trainer_destroy(tr);
@@ -1591,6 +1615,7 @@ static int on_outcome_json(fl_client *c, int64_t now) {
     }
     if (strcmp(state, "aborted") == 0 || strcmp(state, "abandoned") == 0) {
         fl__err_set(&c->err, FL_ERR_ABORTED, "round %s", state);
+        STAT_SET(c, last_error, FL_ERR_ABORTED);
         round_end(c, now, backoff_ms(c, 0), 0, state);
         return 1;
     }
@@ -1743,6 +1768,7 @@ fl_status fl_client_step(fl_client *c, int64_t *next_ms) {
                                         : rc == FL_OK ? "no status" : fl_status_str(rc));
         if (rc == FL_ERR_TOO_LARGE && c->r.active) {
             fl__err_set(&c->err, rc, "%s", what);
+            STAT_SET(c, last_error, rc);
             round_end(c, now, backoff_ms(c, 0), 0, what);
         } else {
             transient(c, now, rc == FL_OK ? FL_ERR_PROTOCOL : rc, what);
