@@ -663,7 +663,7 @@ static void set_state(fl_client *c, fl_client_state s) {
         pthread_mutex_unlock(&(c)->lock);                                                      \
     } while (0)
 
-/* Exponential backoff with full jitter in [delay/2, delay): delay doubles per consecutive
+/* Exponential backoff with jitter, uniform in [delay/2, delay]: delay doubles per consecutive
  * failure from backoff_initial_ms up to backoff_max_ms; a server Retry-After is a floor. */
 static int64_t backoff_ms(fl_client *c, int64_t retry_after_ms) {
     uint64_t d = c->backoff_initial_ms;
@@ -698,7 +698,12 @@ static void round_end(fl_client *c, int64_t now, int64_t delay_ms, int completed
         c->round_ended = 1;
     }
     round_free(c);
-    c->retrying = 0; /* the next exchange is a new one (retry_timeout_ms) */
+    /* The next exchange is a new one: its backoff starts over and so does its
+     * retry_timeout_ms window. The delay (computed by the caller from the failures so far)
+     * is still waited first. Were the failures kept, a backoff grown past retry_timeout_ms
+     * would give every later exchange up after a single try. */
+    c->failures = 0;
+    c->retrying = 0;
     c->next_ms = now + delay_ms;
     set_state(c, FL_CLIENT_STATE_IDLE);
 }
@@ -716,15 +721,20 @@ static void exchange_ok(fl_client *c) {
  * (docs/protocol.md section 6). Inside a round, give up once the next try would come after
  * the round's last deadline; the error then says what kept failing. An exchange that no
  * round deadline bounds (enrollment, check-in, the task download, whose answer brings the
- * deadlines) is given up likewise once the next try would start more than retry_timeout_ms
- * after its first failed try: FL_ERR_TIMEOUT, a selected round given up, the client idle
- * and checking in again after the backoff, and fl_client_run returns the error. */
+ * deadlines) has a window of retry_timeout_ms from the start of its first failed try. A
+ * backoff that would overshoot the window is cut so that the last try starts at the
+ * window's end, unless the server's Retry-After asks for later or the cut gap would be
+ * shorter than backoff_initial_ms / 2 (the shortest the backoff itself waits: no two tries
+ * in a burst). Otherwise the exchange is given up: FL_ERR_TIMEOUT, a selected round given
+ * up, the client idle and checking in again after the uncut backoff (round_end then starts
+ * the backoff over for the next exchange), and fl_client_run returns the error. */
 static void transient(fl_client *c, int64_t now, fl_status code, const char *what) {
     c->failures++;
     STAT_ADD(c, transient_errors, 1);
     STAT_SET(c, last_error, code);
     fl__err_set(&c->err, code, "%s", what);
-    int64_t delay = backoff_ms(c, retry_after_header_ms(&c->resp));
+    int64_t ra = retry_after_header_ms(&c->resp);
+    int64_t delay = backoff_ms(c, ra);
     int64_t last = 0;
     if (c->r.active && c->r.has_task)
         for (int k = 0; k < 5; k++)
@@ -741,7 +751,10 @@ static void transient(fl_client *c, int64_t now, fl_status code, const char *wha
             c->retrying = 1;
             c->retry_since_ms = c->attempt_ms;
         }
-        if (now + delay - c->retry_since_ms > (int64_t)c->retry_timeout_ms) {
+        int64_t left = c->retry_since_ms + (int64_t)c->retry_timeout_ms - now;
+        if (delay > left && ra <= left && left > 0 && 2 * left >= c->backoff_initial_ms)
+            delay = left; /* the last try at the window's end rather than none */
+        if (delay > left) {
             /* The app asked for a bound: report it instead of retrying on (the code is
              * FL_ERR_TIMEOUT whatever failed; the message keeps the cause). */
             char why[FL__ERRMSG_MAX];
@@ -755,7 +768,8 @@ static void transient(fl_client *c, int64_t now, fl_status code, const char *wha
             log_msg(c, FL_LOG_WARN, "%s", why);
             c->retry_gave_up = 1;
             /* A round given up, or the check-in / enrollment abandoned: idle either way,
-             * next try after the backoff, with a fresh window (round_end resets it). */
+             * next try after this (uncut) backoff; round_end starts the next exchange's
+             * backoff and window over. */
             round_end(c, now, delay, 0, why);
             return;
         }
@@ -1146,6 +1160,9 @@ static int round_error(fl_client *c, int64_t now, const char *what) {
                 v > 0 && v < 86400)
                 ra = v * 1000;
         }
+        /* A valid plan, not a failure: the server is reachable and answering, so the
+         * backoff and the retry_timeout_ms window start over as after any other answer. */
+        exchange_ok(c);
         c->next_ms = now + (ra > 0 ? ra : 1000);
         set_state(c, c->state);
         return 1;
@@ -1600,14 +1617,17 @@ static void do_train(fl_client *c, int64_t now) {
     set_state(c, FL_CLIENT_STATE_SECAGG);
 }
 
-/* Round outcome JSON (section 5.3). Returns 1 when the round is over. */
+/* Round outcome JSON (section 5.3). Returns 1 when the round is over, 0 when it is not
+ * over yet (the caller schedules the next poll), -1 when the body is malformed (handled as
+ * a transient failure: retried after the backoff, or the round given up; the caller must
+ * not reschedule). */
 static int on_outcome_json(fl_client *c, int64_t now) {
     struct jdoc d;
     char state[24];
     if (parse_json(c, &d) != FL_OK ||
         !fl__client_json_str(&d.j, fl__client_json_get(&d.j, 0, "state"), state, sizeof(state))) {
         transient(c, now, FL_ERR_PROTOCOL, "round outcome is malformed");
-        return 0;
+        return -1;
     }
     if (strcmp(state, "completed") == 0) {
         round_end(c, now, 0, 1, NULL);
@@ -1640,9 +1660,11 @@ static void on_outcome(fl_client *c, int64_t now) {
         round_error(c, now, "round status");
         return;
     }
-    if (!on_outcome_json(c, now)) {
+    if (on_outcome_json(c, now) == 0) {
         /* Not over yet: a long poll that timed out is renewed at once; without long polls
-         * (long_poll_s 0) the device polls again after backoff_initial_ms. */
+         * (long_poll_s 0) the device polls again after backoff_initial_ms. An answer all
+         * the same: the backoff starts over. */
+        exchange_ok(c);
         c->next_ms = now + (c->long_poll_s ? 0 : c->backoff_initial_ms);
         set_state(c, c->state);
     }
@@ -1665,7 +1687,9 @@ static void on_secagg(fl_client *c, int64_t now) {
         return;
     }
     if (st == 204) {
-        /* Long poll timed out: poll again at once (Retry-After: 0). */
+        /* Long poll timed out: poll again at once (Retry-After: 0); an answer, so the
+         * backoff starts over. */
+        exchange_ok(c);
         c->next_ms = now + retry_after_header_ms(&c->resp);
         set_state(c, c->state);
         return;
@@ -1675,7 +1699,8 @@ static void on_secagg(fl_client *c, int64_t now) {
         return;
     }
     if (r->sa_phase == 4) {
-        if (!on_outcome_json(c, now)) {
+        if (on_outcome_json(c, now) == 0) {
+            exchange_ok(c);
             c->next_ms = now + (c->long_poll_s ? 0 : c->backoff_initial_ms);
             set_state(c, c->state);
         }
@@ -1699,6 +1724,7 @@ static void on_secagg(fl_client *c, int64_t now) {
     case FL_SECAGG_MSG_UNMASK_REQ: r->sa_phase = 4; break;
     default:
         fl__err_set(&c->err, FL_ERR_PROTOCOL, "unexpected secagg message type %d", (int)type);
+        STAT_SET(c, last_error, FL_ERR_PROTOCOL);
         round_end(c, now, backoff_ms(c, 0), 0, fl__err_msg(&c->err));
         return;
     }
@@ -1740,6 +1766,7 @@ fl_status fl_client_step(fl_client *c, int64_t *next_ms) {
         size_t limit;
         if (build_request(c, &limit) != FL_OK) {
             rc = fl__err_set(&c->err, FL_ERR_INTERNAL, "could not build the request");
+            STAT_SET(c, last_error, rc);
             goto out;
         }
         resp_reset(&c->resp, limit);
