@@ -506,10 +506,14 @@ typedef struct fl_client_config {
                                       (enrollment, check-in, the task download) is retried
                                       after transient failures (network errors, closed
                                       connections, 408, 429, 5xx), counted from the start of
-                                      its first failed try; the SDK gives up once the next
-                                      try would start later: fl_client_run returns
-                                      FL_ERR_TIMEOUT, a selected round is given up, and the
-                                      client checks in again after its backoff (not sticky).
+                                      its first failed try. A backoff that would overshoot
+                                      it is cut so that the last try starts at its end
+                                      (unless a Retry-After asks for later or the gap would
+                                      be under backoff_initial_ms / 2); then the SDK gives
+                                      up: fl_client_run returns FL_ERR_TIMEOUT, a selected
+                                      round is given up, and the client checks in again
+                                      after the backoff, retrying afresh (not sticky). Any
+                                      answer (a 425 included) starts the window over.
                                       0 = no limit; at most 2^40; default 300000 (5 min) */
 } fl_client_config;
 
@@ -568,7 +572,10 @@ typedef struct fl_client_stats {
     int64_t model_version;       /* model version trained last, 0 = none */
     uint64_t examples_trained;   /* examples used in the last local training */
     double train_loss;           /* mean loss of the last local training */
-    fl_status last_error;        /* last failure code (FL_OK = none) */
+    fl_status last_error;        /* code of the last failure the steps met (transient,
+                                    round given up, retry_timeout_ms, sticky); FL_OK = none
+                                    yet. Not cleared by later success; interrupts and
+                                    argument errors of calls do not set it */
     /* Grown at the end: a struct_size of offsetof(fl_client_stats, retry_timeouts) is still
      * accepted and filled up to there. */
     uint64_t retry_timeouts;     /* exchanges given up after fl_client_config.retry_timeout_ms
@@ -583,26 +590,59 @@ FL_API fl_status fl_client_stats_get(const fl_client *c, fl_client_stats *out);
 /* Does the next piece of work: at most one HTTP exchange and the computation that follows
  * it (training runs inside the step after the model arrives). *next_ms (optional) receives
  * the time at which the client wants to be stepped again (<= now means at once).
- * Returns FL_OK (progress made or nothing due yet), FL_ERR_AGAIN (the transport would
- * block: call again when it is ready), FL_ERR_CANCELLED (interrupted; the round continues
- * on the next step if it is still open), FL_ERR_AUTH / FL_ERR_CRYPTO / FL_ERR_STATE (the
- * client entered FL_CLIENT_STATE_FAILED: token revoked, coordinator key id mismatch at
- * enrollment, region refused, enrollment refused, e.g. the device identity: the errmsg
- * carries the coordinator's reason), FL_ERR_MISUSE. Round-level failures (closed round, bad
- * signature, network errors) are handled inside: the client gives up or retries with
- * backoff and reports them through fl_client_stats_get and the logger; so is an exchange
- * given up after cfg.retry_timeout_ms (stats retry_timeouts and last_error FL_ERR_TIMEOUT,
- * the errmsg says what kept failing; the step itself returns FL_OK). */
+ * Returns one of:
+ *   FL_OK             progress made, or nothing due yet. The failures the client handles
+ *                     itself return FL_OK too, each setting stats last_error and the errmsg
+ *                     and logged: transient ones (network errors, closed connections, 408,
+ *                     429, 5xx, a malformed answer) are retried with backoff; a round that
+ *                     cannot go on (410 or another refused request, a bad signature or
+ *                     hash, an oversized model or answer, failed training or secure
+ *                     aggregation, its deadlines passed while retrying) is given up
+ *                     (rounds_failed); an exchange no round deadline bounds that kept
+ *                     failing for cfg.retry_timeout_ms is given up (retry_timeouts,
+ *                     last_error FL_ERR_TIMEOUT; see docs/client-sdk.md for the backoff).
+ *   FL_ERR_AGAIN      the transport's send or recv would block: call again when it is ready.
+ *   FL_ERR_CANCELLED  fl_client_interrupt() was called (reported once): a request in flight
+ *                     is cancelled and sent again by the next step, interrupted training
+ *                     starts again; the round goes on while it is open.
+ *   FL_ERR_AUTH       sticky (below): the client token was refused (401 at check-in or on a
+ *                     round request: enroll again), or enrollment was refused (400, 401,
+ *                     404: e.g. a bad enrollment token, an unknown population, a refused
+ *                     field; the errmsg has the coordinator's reason).
+ *   FL_ERR_STATE      sticky: the region is refused (403 region_not_allowed), or enrollment
+ *                     was refused with 403 or 409 (e.g. the device identity's certificate,
+ *                     or a device id already enrolled).
+ *   FL_ERR_CRYPTO     sticky: the enrollment answer names another coordinator key id than
+ *                     the pinned key's.
+ *   FL_ERR_PROTOCOL   sticky: the enrollment answer is for another population or protocol.
+ *                     (A malformed or unexpected answer is otherwise transient: FL_OK.)
+ *   FL_ERR_INTERNAL   the request could not be built (a bug; not sticky).
+ *   FL_ERR_MISUSE     c is NULL.
+ * Sticky: the client is in FL_CLIENT_STATE_FAILED, its round dropped, and every later step
+ * returns the same code at once (after reporting a pending interrupt); the errmsg carries
+ * the reason (the coordinator's, where it gave one); destroy the client. */
 FL_API fl_status fl_client_step(fl_client *c, int64_t *next_ms);
 
-/* Convenience loop for blocking transports: steps, sleeping between steps, until one round
- * the client took part in ends, until an exchange is given up after cfg.retry_timeout_ms,
- * or until no step is due within max_wait_ms.
- * Returns FL_OK (a round ended: see stats), FL_ERR_AGAIN (next action later than
- * max_wait_ms from now; nothing is wrong), FL_ERR_TIMEOUT (enrollment, check-in or the task
- * download kept failing for retry_timeout_ms: fl_client_errmsg says what failed, a selected
- * round was given up; not sticky: the client is idle and a later call checks in again
- * after the backoff), FL_ERR_CANCELLED, or a sticky error of fl_client_step. */
+/* Convenience loop for blocking transports: steps, sleeping between steps (in slices of
+ * at most 50 ms, so that an interrupt is noticed), until one of the ends below. Transient
+ * failures and their retries happen inside, as in fl_client_step.
+ * Returns one of:
+ *   FL_OK             a round the client took part in ended during this call, completed or
+ *                     given up: see stats rounds_completed, rounds_failed and last_error.
+ *   FL_ERR_AGAIN      the next step is due later than max_wait_ms from now; nothing is
+ *                     wrong. (A transport's FL_ERR_AGAIN is not returned: the loop tries
+ *                     the transport again after 1 ms.)
+ *   FL_ERR_TIMEOUT    an exchange no round deadline bounds (enrollment, check-in, the task
+ *                     download) kept failing for cfg.retry_timeout_ms during this call and
+ *                     was given up, with the round it had selected if any (this code then
+ *                     wins over FL_OK); fl_client_errmsg says what failed. Not sticky:
+ *                     the client is idle and a later call checks in again after the
+ *                     backoff.
+ *   FL_ERR_CANCELLED  interrupted (fl_client_interrupt(), also by fl_client_worker_stop()).
+ *   FL_ERR_AUTH, FL_ERR_STATE, FL_ERR_CRYPTO, FL_ERR_PROTOCOL
+ *                     sticky, as in fl_client_step (returned at once by every later call).
+ *   FL_ERR_INTERNAL   as in fl_client_step.
+ *   FL_ERR_MISUSE     c is NULL. */
 FL_API fl_status fl_client_run(fl_client *c, uint32_t max_wait_ms);
 
 /* Asks a running fl_client_step/fl_client_run to stop at the next safe point (checked
