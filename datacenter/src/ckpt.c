@@ -279,8 +279,9 @@ fl_status fl_dc_trainer_checkpoint_load(fl_dc_trainer *tr, const char *dir) {
         goto out_agree;
     }
     if ((rc = fl_safetensors_load(st, path)) != FL_OK) {
-        fl__dc_fail(tr, rc == FL_ERR_IO ? FL_ERR_IO : FL_ERR_CORRUPT, "rank %d: %s: %s",
-                    tr->world->world_rank, path, fl_safetensors_errmsg(st));
+        /* a shard that cannot be parsed is corrupt; I/O and memory failures are what they are */
+        fl__dc_fail(tr, rc == FL_ERR_IO || rc == FL_ERR_NOMEM ? rc : FL_ERR_CORRUPT,
+                    "rank %d: %s: %s", tr->world->world_rank, path, fl_safetensors_errmsg(st));
         rc = tr->err.code;
         goto out_agree;
     }
@@ -301,7 +302,8 @@ fl_status fl_dc_trainer_checkpoint_load(fl_dc_trainer *tr, const char *dir) {
     const char *sv = fl_safetensors_metadata_get(st, "flotilla.dc.step");
     char *end = NULL;
     errno = 0;
-    step = sv ? strtoull(sv, &end, 10) : 0;
+    /* digits only: strtoull would also take a sign ("-1" is 2^64 - 1) or leading spaces */
+    step = sv && *sv >= '0' && *sv <= '9' ? strtoull(sv, &end, 10) : 0;
     if (!sv || errno || !end || *end || end == sv) {
         rc = fl__dc_fail(tr, FL_ERR_FORMAT, "%s: bad flotilla.dc.step", path);
         goto out_agree;
@@ -346,11 +348,12 @@ fl_status fl_dc_trainer_model_save(fl_dc_trainer *tr, const char *path) {
     fl_status rc;
     fl_safetensors_writer *w = NULL;
     float *full = fl__alloc_array(&tr->alloc, tr->full_len, sizeof(float));
-    if (!full)
-        rc = fl__dc_fail(tr, FL_ERR_NOMEM, "no memory for the model");
-    else
+    /* every rank takes part in the gather or none does; a rank short of memory fails the
+     * save everywhere, and like the other refusals of agree() it is not sticky */
+    rc = agree(tr, full ? FL_OK : fl__dc_fail(tr, FL_ERR_NOMEM, "no memory for the model"));
+    if (rc == FL_OK)
         rc = fl__dc_gather_full(tr, full);
-    if (tr->failed)
+    if (tr->failed) /* an exchange failed; refusals of memory are not sticky */
         goto out;
     if (rc == FL_OK && tr->world->rank == 0) {
         char name[64], s[256];
@@ -397,8 +400,8 @@ fl_status fl_dc_trainer_model_load(fl_dc_trainer *tr, const void *buf, size_t le
     fl_safetensors *st = NULL;
     float *full = NULL;
     fl_status rc = fl_safetensors_create(&st, fl__dc_alloc_arg(&tr->alloc));
-    if (rc != FL_OK)
-        return fl__dc_fail(tr, rc, "cannot create a safetensors reader");
+    if (rc != FL_OK) /* the refusals below change nothing: the trainer goes on */
+        return fl__dc_refuse(tr, rc, "cannot create a safetensors reader");
     if ((rc = fl_safetensors_parse(st, buf, len)) != FL_OK) {
         tr->err.code = rc;
         snprintf(tr->err.msg, sizeof(tr->err.msg), "model: %s", fl_safetensors_errmsg(st));
@@ -406,7 +409,7 @@ fl_status fl_dc_trainer_model_load(fl_dc_trainer *tr, const void *buf, size_t le
     }
     full = fl__alloc_array(&tr->alloc, tr->full_len, sizeof(float));
     if (!full) {
-        rc = fl__dc_fail(tr, FL_ERR_NOMEM, "no memory for the model");
+        rc = fl__dc_refuse(tr, FL_ERR_NOMEM, "no memory for the model");
         goto out;
     }
     for (int i = 0; i < tr->cfg.n_layers; i++) {

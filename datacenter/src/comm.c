@@ -209,9 +209,13 @@ static int mpi_ready(void) {
 #endif
 
 fl_status fl_dc_comm_open(fl_dc_comm **out, fl_dc_comm_kind kind, const fl_allocator *alloc) {
+    fl_allocator a;
     if (!out)
         return fl__dc_last_error_set(FL_ERR_MISUSE, "out is NULL");
     *out = NULL;
+    /* checked here: the backends take a zeroed struct for the libc default (split copies) */
+    if (fl__allocator_copy(&a, alloc) != FL_OK)
+        return fl__dc_last_error_set(FL_ERR_MISUSE, "bad allocator struct");
     if (kind == FL_DC_COMM_AUTO) {
         kind = FL_DC_COMM_SINGLE;
 #ifdef FL_DC_WITH_MPI

@@ -172,9 +172,10 @@ fl_status fl_dc_dataset_from_memory(fl_dc_dataset **out, const float *x, size_t 
                                     const int32_t *labels, int n_classes,
                                     const fl_allocator *alloc) {
     fl_allocator a;
+    if (out)
+        *out = NULL;
     if (!out || !x || !labels || n == 0 || dim == 0 || n_classes <= 0)
         return fl__dc_last_error_set(FL_ERR_MISUSE, "NULL argument or zero size");
-    *out = NULL;
     if (fl__allocator_copy(&a, alloc) != FL_OK)
         return fl__dc_last_error_set(FL_ERR_MISUSE, "bad allocator struct");
     for (size_t i = 0; i < n; i++)

@@ -22,6 +22,15 @@ fl_status fl__dc_fail(struct fl_dc_trainer *tr, fl_status rc, const char *fmt, .
     return rc;
 }
 
+fl_status fl__dc_refuse(struct fl_dc_trainer *tr, fl_status rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tr->err.msg, sizeof(tr->err.msg), fmt, ap);
+    va_end(ap);
+    tr->err.code = rc;
+    return rc;
+}
+
 /* Backend and collective calls inside functions that have `fl_status rc` and `out:`. */
 #define DEV(call)                                                                          \
     do {                                                                                   \
@@ -84,8 +93,8 @@ static fl_status validate(const fl_dc_config *c, int world_size) {
     if (c->dp < 1 || c->tp < 1)
         BAD("config.dp and config.tp must be >= 1");
     if ((long)c->dp * c->tp != world_size)
-        BAD("config.dp * config.tp = %d but the communicator has %d ranks", c->dp * c->tp,
-            world_size);
+        BAD("config.dp * config.tp = %ld but the communicator has %d ranks",
+            (long)c->dp * c->tp, world_size);
     for (int i = 0; i + 1 < c->n_layers && c->tp > 1; i += 2)
         if (c->sizes[i + 1] < c->tp)
             BAD("config.sizes[%d] = %d is narrower than config.tp = %d", i + 1, c->sizes[i + 1],
@@ -634,8 +643,8 @@ static void map_layer(const fl_dc_config *cfg, int i, const struct fl__dc_layer 
 fl_status fl__dc_scatter_full(struct fl_dc_trainer *tr, const float *full) {
     fl_status rc = FL_OK;
     float *local = fl__calloc(&tr->alloc, tr->arena_len, sizeof(float));
-    if (!local)
-        return fl__dc_fail(tr, FL_ERR_NOMEM, "no memory for %zu floats", tr->arena_len);
+    if (!local) /* nothing changed yet */
+        return fl__dc_refuse(tr, FL_ERR_NOMEM, "no memory for %zu floats", tr->arena_len);
     for (int i = 0; i < tr->cfg.n_layers; i++)
         map_layer(&tr->cfg, i, &tr->layers[i], local, (float *)full, false);
     DEV(tr->ops->h2d(tr->dev, tr->params, local, tr->arena_len * sizeof(float)));
@@ -649,38 +658,49 @@ out:
     return rc;
 }
 
+/* Host and device buffers are taken first; with tp > 1 the TP group agrees on them, so a
+ * rank short of memory makes the whole group skip the exchange instead of leaving its peers
+ * waiting in it. Such a refusal does not fail the trainer. */
 fl_status fl__dc_gather_full(struct fl_dc_trainer *tr, float *full) {
-    fl_status rc = FL_OK;
-    int tp = tr->cfg.tp;
+    fl_status rc = FL_OK, mine = FL_ERR_NOMEM;
+    int tp = tr->cfg.tp, bad = -1;
     size_t maxlen = 0;
     struct fl__dc_layer *lay = NULL;
     struct fl__dc_bucket bk[2 * FL_DC_MAX_LAYERS];
     float *host = NULL, *dtmp = NULL;
     int nb;
     lay = fl__alloc_array(&tr->alloc, (size_t)tp * FL_DC_MAX_LAYERS, sizeof(*lay));
-    if (!lay)
-        return fl__dc_fail(tr, FL_ERR_NOMEM, "no memory to gather the model");
-    for (int r = 0; r < tp; r++) {
-        size_t len;
-        fl__dc_layout(&tr->cfg, r, lay + (size_t)r * FL_DC_MAX_LAYERS, bk, &nb, &len);
-        maxlen = len > maxlen ? len : maxlen;
+    if (lay) {
+        for (int r = 0; r < tp; r++) {
+            size_t len;
+            fl__dc_layout(&tr->cfg, r, lay + (size_t)r * FL_DC_MAX_LAYERS, bk, &nb, &len);
+            maxlen = len > maxlen ? len : maxlen;
+        }
+        host = fl__alloc_array(&tr->alloc, (size_t)tp * maxlen, sizeof(float));
     }
-    host = fl__alloc_array(&tr->alloc, (size_t)tp * maxlen, sizeof(float));
-    if (!host) {
-        rc = fl__dc_fail(tr, FL_ERR_NOMEM, "no memory to gather the model");
+    if (host)
+        mine = tp > 1 ? dalloc(tr, &dtmp, (size_t)tp * maxlen, sizeof(float)) : FL_OK;
+    rc = tp > 1 ? fl__dc_agree(tr->tp_comm, mine, &bad) : mine;
+    if (rc != FL_OK && bad < 0 && tp > 1) {
+        fl__dc_fail(tr, rc, "%s", fl__err_msg(&tr->tp_comm->err));
+        goto out;
+    }
+    if (rc != FL_OK) {
+        if (mine != FL_OK)
+            fl__dc_refuse(tr, rc, "rank %d: no buffers to gather the model (%s)",
+                          tr->world->world_rank, fl_status_str(mine));
+        else
+            fl__dc_refuse(tr, rc, "TP rank %d could not gather the model: %s", bad,
+                          fl_status_str(rc));
         goto out;
     }
     if (tp == 1) {
         DEV(tr->ops->d2h(tr->dev, host, tr->params, tr->arena_len * sizeof(float)));
     } else {
         /* every TP rank contributes its arena, padded to the longest one */
-        if ((rc = dalloc(tr, &dtmp, (size_t)tp * maxlen, sizeof(float))) != FL_OK) {
-            fl__dc_fail(tr, rc, "%s", fl_dc_last_error());
-            goto out;
-        }
-        float *mine = dtmp + (size_t)tr->tp_rank * maxlen;
-        DEV(tr->ops->d2d(tr->dev, mine, tr->params, tr->arena_len * sizeof(float)));
-        COMM(tr->tp_comm, fl__dc_allgather(tr->tp_comm, dtmp, mine, maxlen));
+        float *mine_d = dtmp + (size_t)tr->tp_rank * maxlen;
+        DEV(tr->ops->d2d(tr->dev, mine_d, tr->params, tr->arena_len * sizeof(float)));
+        COMM(tr->tp_comm, fl__dc_allgather(tr->tp_comm, dtmp, mine_d, maxlen));
         COMM(tr->tp_comm, fl__dc_wait(tr->tp_comm));
         COMM(tr->tp_comm, fl__dc_sync(tr->tp_comm));
         DEV(tr->ops->d2h(tr->dev, host, dtmp, (size_t)tp * maxlen * sizeof(float)));

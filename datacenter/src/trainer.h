@@ -56,6 +56,11 @@ struct fl_dc_trainer {
 fl_status fl__dc_fail(struct fl_dc_trainer *tr, fl_status rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Records the detail and returns rc without failing the trainer: for refusals that changed
+ * nothing and left no collective half done (e.g. a host allocation before any exchange). */
+fl_status fl__dc_refuse(struct fl_dc_trainer *tr, fl_status rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Gathers the full model (canonical order) into host memory full(full_len) on every rank. */
 fl_status fl__dc_gather_full(struct fl_dc_trainer *tr, float *full);
 /* Scatters a full model into this rank's parameter slices and resets optimiser and step. */
