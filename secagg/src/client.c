@@ -317,13 +317,14 @@ static fl_status handle_keys(fl_secagg_client *c, const uint8_t *msg, size_t len
         fl__sa_read_bytes(&r, &seed, 32) || fl__sa_read_u32(&r, &count))
         return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: truncated");
     size_t adv = fl__sa_adv_bytes(cfg);
-    if (pad[0] || pad[1])
-        return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: nonzero padding");
+    if (pad[0] & ~FL__SA_KEYS_FLAG_SEEDS || pad[1])
+        return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: unknown flags or nonzero padding");
     if (count > cfg->degree || r.left != (size_t)count * (4 + adv))
         return fl__err_set(&c->err, FL_ERR_FORMAT, "KEYS: %u entries do not fit %zu bytes",
                            count, r.left);
     if (n != cfg->num_clients || k != cfg->degree || t != cfg->threshold || b != cfg->bits ||
-        active != fl__sa_mode_byte(cfg) || d != cfg->dim)
+        active != fl__sa_mode_byte(cfg) || pad[0] != fl__sa_keys_flags(cfg) ||
+        d != cfg->dim)
         return client_fail(c, FL_ERR_PROTOCOL, "KEYS: round parameters differ from config");
 
     /* Graph and neighbour table, built aside and committed only on success. */
@@ -718,7 +719,7 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
         return fl__err_set(&c->err, FL_ERR_FORMAT, "UNMASK_REQ: %u signatures do not fit",
                            count);
     size_t k = cfg->degree;
-    size_t out_len = FL_SECAGG_HEADER_BYTES + 4 + (k + 1) * (4 + 1 + FL__SA_SHARE_Y_BYTES);
+    size_t out_len = fl__sa_msg_limit(cfg, FL_SECAGG_MSG_UNMASK_SHARES);
     if (fl__sa_buf_reserve(&c->out, &c->alloc, out_len) != 0)
         return fl__err_set(&c->err, FL_ERR_NOMEM, "UNMASK_REQ: out of memory");
 
@@ -797,6 +798,28 @@ static fl_status handle_unmask(fl_secagg_client *c, const uint8_t *msg, size_t l
     memcpy(o + 5, c->self_b_y, FL__SA_SHARE_Y_BYTES);
     o += 4 + 1 + FL__SA_SHARE_Y_BYTES;
     m++;
+    if (cfg->reveal_pair_seeds) {
+        /* The seed of the mask we added with each neighbour whose s share we just revealed
+         * (the same derivation as in MASKED_INPUT): the server could compute it from the
+         * rebuilt key, so this tells it nothing new and spares it the agreement. */
+        uint8_t *cnt = o;
+        uint32_t ns = 0;
+        o += 4;
+        for (uint32_t s = 0; s < k; s++) {
+            const struct fl__sa_peer *p = &c->peers[s];
+            if (!(p->flags & PEER_U2) || fl__sa_bit_get(bm, p->index))
+                continue;
+            fl__put_u32le(o, p->index);
+            if (fl__sa_derive_pair_key(o + 4, cr, "mask", c->s_sk, p->s_pk, c->round_id,
+                                       c->index, p->index, NULL) != 0) {
+                fl_memzero(c->out.p, c->out.cap);
+                return client_fail(c, FL_ERR_CRYPTO, "UNMASK_REQ: pairwise seed failed");
+            }
+            o += 4 + FL__SA_PAIR_SEED_BYTES;
+            ns++;
+        }
+        fl__put_u32le(cnt, ns);
+    }
     size_t body = (size_t)(o - c->out.p) - FL_SECAGG_HEADER_BYTES;
     fl__sa_put_header(c->out.p, FL_SECAGG_MSG_UNMASK_SHARES, c->round_id, c->index,
                       (uint32_t)body);

@@ -176,7 +176,8 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
     if (in->struct_size != sizeof(fl_secagg_config) &&
         in->struct_size != offsetof(fl_secagg_config, context) &&
         in->struct_size != offsetof(fl_secagg_config, norm_bits) &&
-        in->struct_size != offsetof(fl_secagg_config, device_certs))
+        in->struct_size != offsetof(fl_secagg_config, device_certs) &&
+        in->struct_size != offsetof(fl_secagg_config, reveal_pair_seeds))
         return fl__err_set(err, FL_ERR_MISUSE, "config.struct_size: %zu, expected %zu",
                            in->struct_size, sizeof(fl_secagg_config));
     fl_secagg_config c;
@@ -202,6 +203,12 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
     if (c.device_certs && !c.active)
         return fl__err_set(err, FL_ERR_MISUSE,
                            "config.device_certs: device certificates need active = 1");
+    if (c.reveal_pair_seeds != 0 && c.reveal_pair_seeds != 1)
+        return fl__err_set(err, FL_ERR_MISUSE, "config.reveal_pair_seeds: must be 0 or 1");
+    if (c.reveal_pair_seeds && (c.active || c.norm_bits))
+        return fl__err_set(err, FL_ERR_MISUSE,
+                           "config.reveal_pair_seeds: unchecked seeds need active = 0 and "
+                           "norm_bits = 0");
     if (c.backend != FL_SECAGG_BACKEND_DEFAULT && c.backend != FL_SECAGG_BACKEND_SODIUM &&
         c.backend != FL_SECAGG_BACKEND_MBEDTLS)
         return fl__err_set(err, FL_ERR_MISUSE, "config.backend: unknown value %d",
@@ -285,7 +292,8 @@ size_t fl__sa_msg_limit(const fl_secagg_config *cfg, fl_secagg_msg_type type) {
     case FL_SECAGG_MSG_UNMASK_REQ:
         return h + 4 + bm + 4 + k * (4 + FL__SA_SIG_BYTES);
     case FL_SECAGG_MSG_UNMASK_SHARES:
-        return h + 4 + (k + 1) * (4 + 1 + FL__SA_SHARE_Y_BYTES);
+        return h + 4 + (k + 1) * (4 + 1 + FL__SA_SHARE_Y_BYTES) +
+               (cfg->reveal_pair_seeds ? 4 + k * (4 + FL__SA_PAIR_SEED_BYTES) : 0);
     }
     (void)n;
     return 0;

@@ -34,6 +34,8 @@
 /* Share kinds in UNMASK_SHARES. */
 #define FL__SA_KIND_B 0 /* share of the self-mask seed b_u (peer survived) */
 #define FL__SA_KIND_S 1 /* share of the masking secret key s_u (peer dropped) */
+#define FL__SA_PAIR_SEED_BYTES 32 /* a revealed pairwise mask seed (UNMASK_SHARES) */
+#define FL__SA_KEYS_FLAG_SEEDS 0x01u /* KEYS flags byte: reveal_pair_seeds */
 
 /* Chunk of mask expansion, in elements (16 Ki x 4 bytes = 64 KiB stays in L2). */
 #define FL__SA_MASK_CHUNK 16384
@@ -65,6 +67,11 @@ static inline size_t fl__sa_adv_bytes(const fl_secagg_config *cfg) {
 /* The KEYS mode byte for a resolved config (FL__SA_MODE_DEVICE or cfg->active). */
 static inline uint8_t fl__sa_mode_byte(const fl_secagg_config *cfg) {
     return cfg->active && cfg->device_certs ? FL__SA_MODE_DEVICE : (uint8_t)cfg->active;
+}
+
+/* The KEYS flags byte (the first byte after the mode byte) for a resolved config. */
+static inline uint8_t fl__sa_keys_flags(const fl_secagg_config *cfg) {
+    return cfg->reveal_pair_seeds ? FL__SA_KEYS_FLAG_SEEDS : 0;
 }
 
 /* Per-type size limit of a whole message (header included) for a resolved config. */

@@ -21,6 +21,7 @@
 #define C_UNMASK 0x80u /* UNMASK_SHARES received */
 
 #define SH_SLOT (1 + FL__SA_SHARE_Y_BYTES) /* have-flag + y */
+#define PS_SLOT (1 + FL__SA_PAIR_SEED_BYTES) /* have-flag + revealed pairwise seed */
 #define SCRATCH_BYTES FL__SA_MASK_RANGE_SCRATCH /* mask batch area */
 
 struct um_work;
@@ -33,6 +34,9 @@ struct fl__sa_srv_client {
     uint8_t *ct;                        /* (k, CT) shares it sent, by its receiver slot */
     uint8_t *sh;                        /* (k + 1, SH_SLOT) shares of its secrets received at
                                            unmasking, by holder slot (self = k) */
+    uint8_t *ps;                        /* reveal_pair_seeds, a client that dropped before
+                                           masking: (k, PS_SLOT) the pairwise seeds its
+                                           surviving neighbours revealed, by neighbour slot */
 };
 
 struct fl_secagg_server {
@@ -85,6 +89,7 @@ static size_t adv_active_bytes(const fl_secagg_server *s) {
 
 static size_t ct_bytes(const fl_secagg_server *s) { return (size_t)s->k * FL__SA_SHARE_CT_BYTES; }
 static size_t sh_bytes(const fl_secagg_server *s) { return ((size_t)s->k + 1) * SH_SLOT; }
+static size_t ps_bytes(const fl_secagg_server *s) { return (size_t)s->k * PS_SLOT; }
 static size_t bm_bytes(const fl_secagg_server *s) { return fl__sa_bitmap_bytes(s->n); }
 
 static void free_outq(fl_secagg_server *s) {
@@ -114,6 +119,12 @@ static void free_sh(fl_secagg_server *s) {
             fl_memzero(s->cl[i].sh, sh_bytes(s));
             fl__free(&s->alloc, s->cl[i].sh, sh_bytes(s));
             s->cl[i].sh = NULL;
+        }
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->cl[i].ps) {
+            fl_memzero(s->cl[i].ps, ps_bytes(s));
+            fl__free(&s->alloc, s->cl[i].ps, ps_bytes(s));
+            s->cl[i].ps = NULL;
         }
 }
 
@@ -423,13 +434,21 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
     if (fl__sa_read_u32(r, &count))
         return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: truncated");
     uint32_t expect = count_nbrs(s, from, C_U2) + 1;
-    const size_t es = 4 + 1 + FL__SA_SHARE_Y_BYTES;
-    if (count != expect || r->left != (size_t)count * es)
+    const size_t es = 4 + 1 + FL__SA_SHARE_Y_BYTES, ss = 4 + FL__SA_PAIR_SEED_BYTES;
+    int seeds = s->cfg.reveal_pair_seeds;
+    if (count != expect || r->left < (size_t)count * es + (seeds ? 4 : 0) ||
+        (!seeds && r->left != (size_t)count * es))
         return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: %u entries, expected %u",
                            count, expect);
+    /* With revealed seeds: one (peer, seed) per s share, in the same order, after them. */
+    const uint8_t *se = r->p + (size_t)count * es + 4;
+    uint32_t nseed = seeds ? fl__get_u32le(se - 4) : 0;
+    if (seeds && (nseed > count || r->left - (size_t)count * es - 4 != (size_t)nseed * ss))
+        return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: %u seeds do not fit", nseed);
     /* The body's length is checked above: walk its fixed-size entries directly. */
     const uint8_t *e = r->p;
     int32_t prev = -1;
+    uint32_t ns = 0;
     for (uint32_t i = 0; i < count; i++, e += es) {
         uint32_t v = fl__get_u32le(e);
         uint8_t kind = e[4];
@@ -443,7 +462,22 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
             return fl__err_set(&s->err, FL_ERR_PROTOCOL, "UNMASK_SHARES: wrong share kind");
         if (y[0] > 1)
             return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: share out of field");
+        if (seeds && kind == FL__SA_KIND_S &&
+            (ns >= nseed || fl__get_u32le(se + (size_t)ns++ * ss) != v))
+            return fl__err_set(&s->err, FL_ERR_PROTOCOL,
+                               "UNMASK_SHARES: seeds do not match the s shares");
         prev = slot;
+    }
+    if (ns != nseed)
+        return fl__err_set(&s->err, FL_ERR_PROTOCOL,
+                           "UNMASK_SHARES: seeds do not match the s shares");
+    for (uint32_t i = 0; i < nseed; i++) {
+        uint32_t v = fl__get_u32le(se + (size_t)i * ss);
+        if (!s->cl[v].ps)
+            continue; /* no survivor's mask with v to remove */
+        uint8_t *slot = s->cl[v].ps + (size_t)fl__sa_graph_slot(&s->graph, v, from) * PS_SLOT;
+        slot[0] = 1;
+        memcpy(slot + 1, se + (size_t)i * ss + 4, FL__SA_PAIR_SEED_BYTES);
     }
     e = r->p;
     for (uint32_t i = 0; i < count; i++, e += es) {
@@ -645,7 +679,8 @@ static fl_status build_keys(fl_secagg_server *s) {
         fl__put_u32le(p + 8, s->t);
         p[12] = (uint8_t)s->cfg.bits;
         p[13] = fl__sa_mode_byte(&s->cfg);
-        p[14] = p[15] = 0;
+        p[14] = fl__sa_keys_flags(&s->cfg);
+        p[15] = 0;
         fl__put_u32le(p + 16, s->cfg.dim);
         memcpy(p + 20, s->seed, 32);
         fl__put_u32le(p + 52, cnt);
@@ -756,12 +791,14 @@ static fl_status check_reconstructible(fl_secagg_server *s, uint8_t holder, cons
 static fl_status alloc_share_tables(fl_secagg_server *s) {
     for (uint32_t v = 0; v < s->n; v++) {
         uint8_t f = s->flags[v];
-        if (!(f & C_U2) || s->cl[v].sh)
+        if (!(f & C_U2))
             continue;
         if (!(f & C_U3) && count_nbrs(s, v, C_U3) == 0)
             continue;
-        s->cl[v].sh = fl__calloc(&s->alloc, (size_t)s->k + 1, SH_SLOT);
-        if (!s->cl[v].sh)
+        if (!s->cl[v].sh && !(s->cl[v].sh = fl__calloc(&s->alloc, (size_t)s->k + 1, SH_SLOT)))
+            return FL_ERR_NOMEM;
+        if (s->cfg.reveal_pair_seeds && !(f & C_U3) && !s->cl[v].ps &&
+            !(s->cl[v].ps = fl__calloc(&s->alloc, s->k, PS_SLOT)))
             return FL_ERR_NOMEM;
     }
     return FL_OK;
@@ -878,9 +915,21 @@ static int um_check(const fl_secagg_server *s, uint32_t v, int kind, const uint8
     return -1;
 }
 
+/* Pairwise seeds of dropped v that no surviving neighbour revealed: the agreements a
+ * rebuilt s_v must make (all of them without reveal_pair_seeds). */
+static uint32_t um_missing(const fl_secagg_server *s, uint32_t v) {
+    uint32_t m = 0;
+    for (uint32_t j = 0; j < s->k; j++)
+        if ((s->flags[fl__sa_graph_neighbor(&s->graph, v, j)] & C_U3) &&
+            !(s->cl[v].ps && s->cl[v].ps[(size_t)j * PS_SLOT]))
+            m++;
+    return m;
+}
+
 /* Writes the seeds of todo[i] (secret rebuilt and checked) into its slots: b_v to remove
  * if v is in U3; otherwise, for each surviving neighbour w, the pairwise seed s_vw, whose
- * mask w added with sign(w, v) = +1 if w < v, else -1. 0 or -1 (agreement failed). */
+ * mask w added with sign(w, v) = +1 if w < v, else -1: the one w revealed, else derived
+ * from the rebuilt s_v. 0 or -1 (agreement failed). */
 static int um_seeds(const fl_secagg_server *s, struct um_work *w, uint32_t i,
                     const uint8_t secret[32]) {
     uint32_t v = w->todo[i], o = w->first[i];
@@ -893,8 +942,11 @@ static int um_seeds(const fl_secagg_server *s, struct um_work *w, uint32_t i,
         uint32_t u = fl__sa_graph_neighbor(&s->graph, v, j);
         if (!(s->flags[u] & C_U3))
             continue;
-        if (fl__sa_derive_pair_key(w->seeds[o], s->crypto, "mask", secret, s->cl[u].s_pk,
-                                   s->round_id, v, u, NULL) != 0)
+        const uint8_t *ps = s->cl[v].ps ? s->cl[v].ps + (size_t)j * PS_SLOT : NULL;
+        if (ps && ps[0])
+            memcpy(w->seeds[o], ps + 1, 32);
+        else if (fl__sa_derive_pair_key(w->seeds[o], s->crypto, "mask", secret, s->cl[u].s_pk,
+                                        s->round_id, v, u, NULL) != 0)
             return -1;
         w->signs[o] = u < v ? -1 : +1;
         o++;
@@ -1006,12 +1058,18 @@ static void um_open_batch(struct um_work *w, int stage, size_t nj) {
 
 /* Checks the share counts, allocates the work and opens the secrets batch. */
 static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
-    /* Check share counts first, so an abort costs no work. */
+    /* Check share counts first, so an abort costs no work. A dropped client whose every
+     * surviving neighbour revealed its pairwise seed needs no rebuilt secret: its seeds are
+     * `direct`, copied into the head of the seed table here. */
     uint32_t ntodo = 0;
-    size_t nseeds = 0;
+    size_t nseeds = 0, ndirect = 0;
     for (uint32_t v = 0; v < s->n; v++) {
         if (!s->cl[v].sh)
             continue;
+        if (!(s->flags[v] & C_U3) && um_missing(s, v) == 0) {
+            ndirect += count_nbrs(s, v, C_U3);
+            continue;
+        }
         uint32_t have = 0;
         for (uint32_t j = 0; j <= s->k; j++)
             have += s->cl[v].sh[(size_t)j * SH_SLOT];
@@ -1020,6 +1078,7 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
         ntodo++;
         nseeds += (s->flags[v] & C_U3) ? 1 : count_nbrs(s, v, C_U3);
     }
+    nseeds += ndirect;
     size_t na = max_jobs < UM_MAX_JOBS ? max_jobs : UM_MAX_JOBS;
     size_t t = s->t, g = UM_GROUP_SHARES / t ? UM_GROUP_SHARES / t : 1;
     /* One work area: the secrets batch's buffers, or the masks batch's scratch. */
@@ -1064,18 +1123,34 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
     w->state = (atomic_uchar *)(void *)(p + o_state);
     w->res = (struct um_result *)(void *)(p + o_res);
     w->link = (uint8_t(*)[32])(void *)(p + o_link);
-    /* Clients, seed slots and cost weights (a rebuilt secret = 1). */
+    /* Direct seeds, then the clients, their seed slots and cost weights (a rebuilt
+     * secret = 1). */
     uint32_t i = 0, o = 0;
     uint64_t total = 0, agree = 0;
     for (uint32_t v = 0; v < s->n; v++) {
+        if (!s->cl[v].sh || (s->flags[v] & C_U3) || um_missing(s, v) != 0)
+            continue;
+        for (uint32_t j = 0; j < s->k; j++) {
+            uint32_t u = fl__sa_graph_neighbor(&s->graph, v, j);
+            if (!(s->flags[u] & C_U3))
+                continue;
+            memcpy(w->seeds[o], s->cl[v].ps + (size_t)j * PS_SLOT + 1, 32);
+            w->signs[o++] = u < v ? -1 : +1;
+        }
+    }
+    for (uint32_t v = 0; v < s->n; v++) {
         if (!s->cl[v].sh)
             continue;
-        uint32_t c = (s->flags[v] & C_U3) ? 1 : count_nbrs(s, v, C_U3);
+        int alive = (s->flags[v] & C_U3) != 0;
+        uint32_t miss = alive ? 0 : um_missing(s, v);
+        if (!alive && miss == 0)
+            continue;
+        uint32_t c = alive ? 1 : count_nbrs(s, v, C_U3);
         w->todo[i] = v;
         w->first[i++] = o;
         o += c;
-        total += (s->flags[v] & C_U3) ? 1 : 1 + (uint64_t)UM_KA_WEIGHT * c;
-        agree += (s->flags[v] & C_U3) ? 0 : c;
+        total += 1 + (uint64_t)UM_KA_WEIGHT * miss;
+        agree += miss;
     }
     w->first[ntodo] = o;
     s->um_secrets = ntodo;
@@ -1090,8 +1165,7 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
         while (j < nj && cum * nj >= total * j)
             w->range[j++] = i;
         uint32_t v = w->todo[i];
-        cum += (s->flags[v] & C_U3) ? 1
-                                    : 1 + (uint64_t)UM_KA_WEIGHT * (w->first[i + 1] - w->first[i]);
+        cum += 1 + ((s->flags[v] & C_U3) ? 0 : (uint64_t)UM_KA_WEIGHT * um_missing(s, v));
     }
     while (j <= nj)
         w->range[j++] = ntodo;

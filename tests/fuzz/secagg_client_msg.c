@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (phase == FL_SECAGG_PHASE_ADVERTISE)
         phase = FL_SECAGG_PHASE_SHARE_KEYS;
     int before = phase - 1;
-    if (phase == FL_SECAGG_PHASE_UNMASK && !mode)
+    if (phase == FL_SECAGG_PHASE_UNMASK && (mode == 0 || mode == 3))
         before = FL_SECAGG_PHASE_MASKED_INPUT;
     struct fz *f = fz_get(before, mode);
     if (!f)

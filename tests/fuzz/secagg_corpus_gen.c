@@ -1,12 +1,13 @@
 /* Writes the seed corpora of the secagg fuzz targets: one valid message per phase and
- * mode (a0 semi-honest, a1 active, a2 active with device certificates), framed as the
+ * mode (a0 semi-honest, a1 active, a2 active with device certificates, a3 semi-honest with
+ * revealed pairwise seeds), framed as the
  * targets expect. Keys are fresh on each run, so rerunning rewrites every seed; to add the
  * seeds of one mode only, pass it as the second argument. Not built by CMake; run by hand:
  *   cc -Isecagg/include -Icore/include tests/fuzz/secagg_corpus_gen.c \
  *      build/secagg/libflotilla-secagg-static.a build/core/libflotilla-core-static.a \
  *      -lsodium -lcrypto -lmbedcrypto -lgcrypt -lm -lpthread -o /tmp/gen && \
  *      /tmp/gen tests/fuzz/corpus [mode]
- * (-lgcrypt when the build found libgcrypt). The a2 seeds were added with mode 2. */
+ * (-lgcrypt when the build found libgcrypt). The a2 and a3 seeds were added with mode 2 and 3. */
 #include <stdio.h>
 
 #include "secagg_fuzz_driver.h"
@@ -18,8 +19,10 @@ static void put(const char *dir, const char *target, int phase, int mode, uint32
     FILE *fp = fopen(path, "wb");
     if (!fp)
         return;
-    /* Framing of secagg_fuzz_driver.h: bit 3 active, bit 4 device certificates. */
-    uint8_t hdr[2] = {(uint8_t)(phase | ((mode >= 1) << 3) | ((mode == 2) << 4)), (uint8_t)who};
+    /* Framing of secagg_fuzz_driver.h: bit 3 active; bit 4 device certificates (with bit
+     * 3) or revealed seeds (without). */
+    int act = mode == 1 || mode == 2, b4 = mode >= 2;
+    uint8_t hdr[2] = {(uint8_t)(phase | (act << 3) | (b4 << 4)), (uint8_t)who};
     fwrite(hdr, 1, 2, fp);
     fwrite(m, 1, ml, fp);
     fclose(fp);
@@ -28,9 +31,10 @@ static void put(const char *dir, const char *target, int phase, int mode, uint32
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fuzz/corpus";
     int only = argc > 2 ? argv[2][0] - '0' : -1;
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < FZ_MODES; mode++)
         for (int phase = 0; phase < 5; phase++) {
-            if ((phase == FL_SECAGG_PHASE_CONSISTENCY && !mode) || (only >= 0 && mode != only))
+            if ((phase == FL_SECAGG_PHASE_CONSISTENCY && (mode == 0 || mode == 3)) ||
+                (only >= 0 && mode != only))
                 continue;
             struct fz f;
             if (fz_setup(&f, phase, mode) != 0) {

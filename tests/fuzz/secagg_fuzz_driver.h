@@ -1,11 +1,13 @@
 /* Shared driver of the secagg fuzz targets: a small deterministic round (n = 4, k = 3,
- * t = 2, d = 8; optionally active, with index (v1) or device (v2) certificates) run up to a
- * chosen phase with real clients, so a fuzz input can be fed to the parser of that phase on
- * either side.
+ * t = 2, d = 8; optionally active, with index (v1) or device (v2) certificates, or with
+ * revealed pairwise seeds) run up to a chosen phase with real clients, so a fuzz input can
+ * be fed to the parser of that phase on either side.
  *
- * Input framing: byte 0 = phase (bits 0-2, mod 5) | active (bit 3) | device certificates
- * (bit 4, with bit 3 only); byte 1 = client index (mod n); the rest is the message. The
- * mode below is 0 (semi-honest), 1 (active) or 2 (active, device certificates). */
+ * Input framing: byte 0 = phase (bits 0-2, mod 5) | active (bit 3) | bit 4: with bit 3,
+ * device certificates, without it, revealed seeds; byte 1 = client index (mod n); the rest
+ * is the message. The mode below is 0 (semi-honest), 1 (active), 2 (active, device
+ * certificates) or 3 (semi-honest, reveal_pair_seeds, client 3 drops before masking so that
+ * the unmask answers carry seeds). */
 #ifndef SECAGG_FUZZ_DRIVER_H
 #define SECAGG_FUZZ_DRIVER_H
 
@@ -25,7 +27,10 @@ struct fz {
     fl_secagg_identity id[FZ_N];
     uint8_t *reply[FZ_N];        /* clients' undelivered replies for `phase` (corpus seeds) */
     size_t reply_len[FZ_N];
+    int dropped;                 /* client that never masks (mode 3), else -1 */
 };
+
+#define FZ_MODES 4
 
 static void fz_keep(struct fz *f, uint32_t i, const uint8_t *m, size_t ml) {
     free(f->reply[i]);
@@ -47,8 +52,9 @@ static void fz_free(struct fz *f) {
 /* Builds the round and advances it until the server is in `phase` (its clients have
  * handled the server messages that opened it). Returns 0 on success. */
 static int fz_setup(struct fz *f, int phase, int mode) {
-    int active = mode >= 1, dev = mode == 2;
+    int active = mode == 1 || mode == 2, dev = mode == 2;
     memset(f, 0, sizeof(*f));
+    f->dropped = mode == 3 ? FZ_N - 1 : -1;
     fl_secagg_config_init(&f->cfg);
     f->cfg.num_clients = FZ_N;
     f->cfg.dim = 8;
@@ -57,6 +63,7 @@ static int fz_setup(struct fz *f, int phase, int mode) {
     f->cfg.bits = 20;
     f->cfg.active = active;
     f->cfg.device_certs = dev;
+    f->cfg.reveal_pair_seeds = mode == 3;
     if (active) {
         /* Identities are long-term keys (a device keeps its certified key across rounds), so
          * they are made once per certificate kind and shared by every active round of that
@@ -115,7 +122,8 @@ static int fz_setup(struct fz *f, int phase, int mode) {
         for (uint32_t i = 0; i < FZ_N; i++) {
             const uint8_t *m, *r;
             size_t ml, rl;
-            if (fl_secagg_server_outgoing(f->srv, i, &m, &ml) != FL_OK)
+            if (fl_secagg_server_outgoing(f->srv, i, &m, &ml) != FL_OK ||
+                ((int)i == f->dropped && now >= FL_SECAGG_PHASE_MASKED_INPUT))
                 continue;
             if (fl_secagg_client_handle(f->cl[i], m, ml, &r, &rl) != FL_OK)
                 return -1;
@@ -131,13 +139,17 @@ static int fz_setup(struct fz *f, int phase, int mode) {
 }
 
 /* Runs the round from a fixture left by fz_setup to the end: every client's kept reply is
- * delivered, then the phases are advanced with every client answering. Returns 0 if the
- * server ends DONE with all n inputs in the sum and the sum is exactly the sum of the
- * clients' inputs (client i holds {i, 1, 2, ..., 7}). Consumes the fixture. */
+ * delivered, then the phases are advanced with every client answering (but the dropped
+ * one, from the masked inputs on). Returns 0 if the server ends DONE with the inputs of all
+ * clients but the dropped one in the sum and the sum is exactly theirs (client i holds
+ * {i, 1, 2, ..., 7}). Consumes the fixture. */
 static int fz_finish(struct fz *f) {
-    for (uint32_t i = 0; i < FZ_N; i++)
+    for (uint32_t i = 0; i < FZ_N; i++) {
+        if (!f->reply[i] && (int)i == f->dropped)
+            continue;
         if (!f->reply[i] || fl_secagg_server_receive(f->srv, i, f->reply[i], f->reply_len[i]))
             return -1;
+    }
     while (fl_secagg_server_phase(f->srv) != FL_SECAGG_PHASE_DONE) {
         if (fl_secagg_server_advance(f->srv) != FL_OK)
             return -1;
@@ -146,6 +158,9 @@ static int fz_finish(struct fz *f) {
         for (uint32_t i = 0; i < FZ_N; i++) {
             const uint8_t *m, *r;
             size_t ml, rl;
+            if ((int)i == f->dropped &&
+                fl_secagg_server_phase(f->srv) >= FL_SECAGG_PHASE_MASKED_INPUT)
+                continue;
             if (fl_secagg_server_outgoing(f->srv, i, &m, &ml) != FL_OK ||
                 fl_secagg_client_handle(f->cl[i], m, ml, &r, &rl) != FL_OK ||
                 fl_secagg_server_receive(f->srv, i, r, rl) != FL_OK)
@@ -155,11 +170,13 @@ static int fz_finish(struct fz *f) {
     const uint32_t *sum;
     size_t dim;
     uint32_t count;
-    if (fl_secagg_server_result(f->srv, &sum, &dim, &count) != FL_OK || dim != 8 ||
-        count != FZ_N)
+    uint32_t in = f->dropped >= 0 ? FZ_N - 1 : FZ_N, first = 0;
+    for (uint32_t i = 0; i < in; i++)
+        first += i; /* the dropped client is the last one */
+    if (fl_secagg_server_result(f->srv, &sum, &dim, &count) != FL_OK || dim != 8 || count != in)
         return -1;
     for (uint32_t j = 0; j < 8; j++)
-        if (sum[j] != (j == 0 ? 0u + 1u + 2u + 3u : FZ_N * j))
+        if (sum[j] != (j == 0 ? first : in * j))
             return -1;
     return 0;
 }
@@ -179,7 +196,7 @@ struct fz_slot {
     int ready; /* f holds a fixture that no accepted input has touched */
 };
 
-static struct fz_slot fz_slots[5][3]; /* [setup phase][mode] */
+static struct fz_slot fz_slots[5][FZ_MODES]; /* [setup phase][mode] */
 static unsigned long fz_inputs;       /* inputs run, for the periodic end-of-round check */
 
 /* The fixture for (phase, mode), built on first use or after fz_drop. NULL if the round
@@ -219,10 +236,9 @@ static int fz_frame(const uint8_t *data, size_t size, int *phase, int *mode, uin
     if (size < 2)
         return -1;
     *phase = (data[0] & 7) % 5;
-    *mode = (data[0] >> 3) & 1;
-    if (*mode && ((data[0] >> 4) & 1))
-        *mode = 2;
-    if (*phase == FL_SECAGG_PHASE_CONSISTENCY && !*mode)
+    int act = (data[0] >> 3) & 1, b4 = (data[0] >> 4) & 1;
+    *mode = act ? 1 + b4 : 3 * b4;
+    if (*phase == FL_SECAGG_PHASE_CONSISTENCY && (*mode == 0 || *mode == 3))
         *phase = FL_SECAGG_PHASE_UNMASK;
     *who = data[1] % FZ_N;
     return 0;

@@ -45,8 +45,9 @@ static inline void rig_fix_len(uint8_t *m, size_t len) {
     fl__put_u32le(m + 16, (uint32_t)(len - RIG_H));
 }
 
-static inline void rig_init(struct rig *R, uint32_t n, uint32_t d, uint32_t k, uint32_t t,
-                            uint32_t bits, int active) {
+/* reveal: config.reveal_pair_seeds of every party. */
+static inline void rig_init_seeds(struct rig *R, uint32_t n, uint32_t d, uint32_t k,
+                                  uint32_t t, uint32_t bits, int active, int reveal) {
     assert_true(n <= RIG_MAX_N && d <= RIG_MAX_D);
     memset(R, 0, sizeof(*R));
     fl_secagg_config_init(&R->cfg);
@@ -56,6 +57,7 @@ static inline void rig_init(struct rig *R, uint32_t n, uint32_t d, uint32_t k, u
     R->cfg.threshold = t;
     R->cfg.bits = bits;
     R->cfg.active = active;
+    R->cfg.reveal_pair_seeds = reveal;
     R->cfg.backend = FL_SECAGG_BACKEND_SODIUM;
     R->n = n;
     R->d = d;
@@ -86,6 +88,11 @@ static inline void rig_init(struct rig *R, uint32_t n, uint32_t d, uint32_t k, u
         for (uint32_t j = 0; j < d; j++)
             R->x[i][j] = (i * 1009u + j * 7919u + 13u) & mask;
     }
+}
+
+static inline void rig_init(struct rig *R, uint32_t n, uint32_t d, uint32_t k, uint32_t t,
+                            uint32_t bits, int active) {
+    rig_init_seeds(R, n, d, k, t, bits, active, 0);
 }
 
 static inline void rig_set_reply(struct rig *R, uint32_t i, const uint8_t *m, size_t len) {

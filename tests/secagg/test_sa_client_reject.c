@@ -148,7 +148,7 @@ static void test_keys_refused(void **state) {
     static const size_t cuts[] = {0, 3, 4, 11, 12, 13, 14, 15, 16, 19, 20, 51, 52, 55};
     for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++)
         expect_refused(&R, 0, RIG_H + cuts[c], NULL, NULL, FL_ERR_FORMAT, "KEYS: truncated");
-    struct at pad = {14, 1}, pad2 = {15, 7}, cnt5 = {52, 5}, cnt3 = {52, 3};
+    struct at pad = {14, 2}, pad2 = {15, 7}, cnt5 = {52, 5}, cnt3 = {52, 3};
     expect_refused(&R, 0, 0, put8, &pad, FL_ERR_FORMAT, "padding");
     expect_refused(&R, 0, 0, put8, &pad2, FL_ERR_FORMAT, "padding");
     expect_refused(&R, 0, 0, put32, &cnt5, FL_ERR_FORMAT, "do not fit");

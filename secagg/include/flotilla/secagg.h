@@ -113,6 +113,17 @@ typedef struct fl_secagg_config {
     int device_certs;         /* active mode: 1 = certificates bind a device id
                                  (fl_secagg_cert_issue_device), 0 = the client index (v1,
                                  default); 1 requires active = 1 */
+    /* Added in 0.5: revealed pairwise seeds (docs/secagg.md "Revealed pairwise seeds"); a
+     * struct_size of offsetof(fl_secagg_config, reveal_pair_seeds) is still accepted and
+     * means 0. With 1, a client's unmask answer also carries, for each neighbour that
+     * dropped before the masked inputs, the mask seed the two of them shared, so the server
+     * removes those masks without rebuilding the dropped client's key or doing one X25519
+     * agreement per (dropped, surviving) pair; it rebuilds the key only where a survivor
+     * did not answer. The server learns nothing it would not learn from the rebuilt key.
+     * The seeds cannot be checked, so a lying client could spoil the sum: allowed only
+     * where a client's input is not bounded anyway (active = 0, norm_bits = 0). Every
+     * party of the round must use the same value (the KEYS message carries it). */
+    int reveal_pair_seeds;    /* 0 = off (default), 1 = on; needs active = 0, norm_bits = 0 */
 } fl_secagg_config;
 
 /* Fills cfg with the documented defaults (num_clients and dim are 0 = unset). cfg NULL is
