@@ -1570,6 +1570,7 @@ static void do_train(fl_client *c, int64_t now) {
     sc.norm_dim = r->task.sa_norm_dim;
     sc.norm_bound2 = r->task.sa_norm_bound2;
     sc.norm_tail_max = r->task.sa_norm_weight_max;
+    sc.reveal_pair_seeds = r->task.sa_reveal_seeds;
     sc.backend = (fl_secagg_backend)c->secagg_backend;
     secagg_context(sc.context, r);
     /* Active mode (on_task refused it without an identity): the advertisement is signed

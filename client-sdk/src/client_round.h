@@ -53,6 +53,7 @@ struct fl__client_task {
     int sa_active;                       /* secagg.consistency_check: active-adversary mode
                                             (signed advertisements, consistency phase) with
                                             device certificates (secagg.device_certs) */
+    int sa_reveal_seeds;                 /* secagg.reveal_pair_seeds (protocol 1.4) */
     int64_t deadlines[5];                /* advertise, share, masked, consistency, unmask */
 };
 

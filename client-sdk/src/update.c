@@ -321,6 +321,13 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
             BAD("secagg.device_certs (active mode is run with device certificates only: "
                 "consistency_check and device_certs go together)");
         t->sa_active = cc;
+        /* Revealed pairwise seeds (protocol 1.4): unchecked, so never with a bounded input. */
+        bool rv = false;
+        long rvv = fl__client_json_get(&j, sa, "reveal_pair_seeds");
+        if (rvv >= 0 && (!fl__client_json_bool(&j, rvv, &rv) || (rv && (cc || np >= 0))))
+            BAD("secagg.reveal_pair_seeds (a boolean, not with consistency_check or "
+                "norm_proof)");
+        t->sa_reveal_seeds = rv;
     }
     long dl = fl__client_json_get(&j, 0, "deadlines");
     static const char *const dn[5] = {"advertise_unix_ms", "share_unix_ms", "masked_unix_ms",

@@ -133,6 +133,9 @@ fl_status fl__coord_round_params_init(fl_coord *co, struct fl__coord_pop *p,
     const char *mode = json_string_value(json_object_get(pr, "mode"));
     rp->secagg = json_is_true(json_object_get(json_object_get(cfg, "secagg"), "enabled"));
     rp->active = rp->secagg && p->active;
+    rp->reveal_seeds =
+        rp->secagg &&
+        json_is_true(json_object_get(json_object_get(cfg, "secagg"), "reveal_pair_seeds"));
     rp->dp = strcmp(mode, "central") == 0       ? FL__DP_CENTRAL
              : strcmp(mode, "distributed") == 0 ? FL__DP_DISTRIBUTED
                                                 : FL__DP_NONE;

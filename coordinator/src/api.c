@@ -781,6 +781,8 @@ static json_t *task_json(fl_coord *co, struct fl__coord_pop *p,
             FL__TSET(sa, "consistency_check", json_true());
             FL__TSET(sa, "device_certs", json_true());
         }
+        if (rp->reveal_seeds)
+            FL__TSET(sa, "reveal_pair_seeds", json_true());
         if (rp->norm_bits)
             FL__TSET(sa, "norm_proof",
                      json_pack("{s:I, s:I, s:I, s:I}", "bits", (json_int_t)rp->norm_bits,

@@ -178,6 +178,8 @@ struct fl__coord_round_params {
     bool secagg;                /* secure aggregation on */
     bool active;                /* secagg in active mode with device certificates
                                    (secagg.consistency_check): adds the consistency phase */
+    bool reveal_seeds;          /* secagg.reveal_pair_seeds: unmask answers carry the seeds
+                                   shared with dropped neighbours (docs/secagg.md) */
     enum fl__coord_dp_mode dp;  /* privacy mode */
     bool weight_examples;       /* weighting "examples" (else uniform) */
     int64_t weight_cap;         /* largest device weight */

@@ -356,12 +356,19 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         !get_num(sa, "secagg", "threshold_fraction", 0.66, 0.5, 1.0, false, &dv, rep) ||
         !get_bool(sa, "secagg", "consistency_check", false, &b, rep))
         return false;
-    bool norm_proof;
-    if (!get_bool(sa, "secagg", "norm_proof", false, &norm_proof, rep))
+    bool norm_proof, reveal;
+    if (!get_bool(sa, "secagg", "norm_proof", false, &norm_proof, rep) ||
+        !get_bool(sa, "secagg", "reveal_pair_seeds", false, &reveal, rep))
         return false;
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
     if (!active_parse(p, sa, b, secagg_on, sname, rep))
         return false;
+    /* Revealed seeds cannot be checked: only where a device's input is not bounded anyway
+     * (docs/secagg.md "Revealed pairwise seeds"). */
+    if (reveal && (!secagg_on || p->active || norm_proof))
+        return fl__coord_error(rep, 400, "invalid_field", "secagg.reveal_pair_seeds",
+                               "'secagg.reveal_pair_seeds' needs secagg.enabled and neither "
+                               "secagg.consistency_check nor secagg.norm_proof"), false;
     /* A secure round (FedBuff with secagg on included: it runs synchronous secure rounds)
      * that formed with fewer than SECAGG_MIN_CLIENTS would only be abandoned at its start, so
      * such a selection is refused here. A minimum left to its default (80% of the target) is

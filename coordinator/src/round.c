@@ -578,6 +578,7 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             cfg.degree = k;
             cfg.threshold = th < 1 ? 1 : th > k ? k : th;
         }
+        cfg.reveal_pair_seeds = r->rp.reveal_seeds;
         if (r->rp.active) {
             /* Active mode with device certificates under the population's authority key;
              * each participant's registered device id is what its ADVERTISE must name. */

@@ -3,7 +3,8 @@
  * the v2 certificate must verify under the pinned authority key for the device id and the
  * signing key's verification key; an older struct_size means no identity), what enrollment
  * sends (the public parts in hex, never the signing key) and how the task's
- * secagg.consistency_check / device_certs are parsed. Built twice, like
+ * secagg.consistency_check / device_certs are parsed (and the other mode field of the
+ * task's secagg, reveal_pair_seeds, which must not come with them). Built twice, like
  * test_crypto_profiles.c: client_test_identity on the normal objects (libsodium) and
  * client_test_identity_embedded on the embedded profile's (mbedTLS alone,
  * FL_TEST_EMBEDDED), so both profiles make keys and check certificates. Rounds through the
@@ -301,7 +302,8 @@ static size_t task_json(char *buf, size_t cap, const char *extra) {
     return (size_t)n;
 }
 
-static fl_status parse(const char *extra, int *active, char *why, size_t cap) {
+static fl_status parse_mode(const char *extra, int *active, int *reveal, char *why,
+                            size_t cap) {
     char body[2048];
     size_t len = task_json(body, sizeof(body), extra);
     struct fl__client_task t;
@@ -311,9 +313,38 @@ static fl_status parse(const char *extra, int *active, char *why, size_t cap) {
     snprintf(why, cap, "%s", fl__err_msg(&err));
     if (rc == FL_OK) {
         *active = t.sa_active;
+        *reveal = t.sa_reveal_seeds;
         fl__client_task_free(&t, NULL);
     }
     return rc;
+}
+
+static fl_status parse(const char *extra, int *active, char *why, size_t cap) {
+    int reveal;
+    return parse_mode(extra, active, &reveal, why, cap);
+}
+
+/* secagg.reveal_pair_seeds (protocol 1.4): a boolean, never with the active mode or norm
+ * proofs (the secagg library would refuse the config anyway; the task is refused first). */
+static void test_task_reveal_field(void **st) {
+    (void)st;
+    int active = -1, reveal = -1;
+    char why[256];
+    assert_int_equal(parse_mode("", &active, &reveal, why, sizeof(why)), FL_OK);
+    assert_int_equal(reveal, 0);
+    assert_int_equal(parse_mode(",\"reveal_pair_seeds\":true", &active, &reveal, why,
+                                sizeof(why)), FL_OK);
+    assert_int_equal(reveal, 1);
+    assert_int_equal(active, 0);
+    static const char *const bad[] = {
+        ",\"reveal_pair_seeds\":1",
+        ",\"reveal_pair_seeds\":\"true\"",
+        ",\"consistency_check\":true,\"device_certs\":true,\"reveal_pair_seeds\":true",
+        ",\"norm_proof\":{\"bits\":8,\"dim\":10,\"bound2\":100},\"reveal_pair_seeds\":true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(parse_mode(bad[i], &active, &reveal, why, sizeof(why)), FL_ERR_FORMAT);
+        assert_non_null(strstr(why, "secagg.reveal_pair_seeds"));
+    }
 }
 
 static void test_task_active_fields(void **st) {
@@ -352,6 +383,7 @@ int main(void) {
         cmocka_unit_test(test_create_checks_identity),
         cmocka_unit_test(test_enrollment_body),
         cmocka_unit_test(test_task_active_fields),
+        cmocka_unit_test(test_task_reveal_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,11 @@ int fl__client_blas_advice(char *buf, size_t len);
 
 /* ---- population configs ---- */
 
+enum {
+    SA_NORM_PROOF = 1, /* secagg.norm_proof */
+    SA_REVEAL = 2      /* secagg.reveal_pair_seeds */
+};
+
 struct popspec {
     const char *name;
     int target, min;
@@ -39,7 +44,7 @@ struct popspec {
     double noise;            /* noise_multiplier */
     int dl_s;                /* every phase deadline, seconds */
     int min_retry_s, max_retry_s;
-    bool norm_proof;         /* secagg.norm_proof */
+    int sa_opts;             /* SA_NORM_PROOF | SA_REVEAL (0 or false: neither) */
 };
 
 static void pop_json(char *out, size_t cap, const struct popspec *s) {
@@ -60,12 +65,13 @@ static void pop_json(char *out, size_t cap, const struct popspec *s) {
              "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
              "\"weighting\":\"%s\",\"weight_cap\":22},"
              "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5%s},"
+             "\"secagg\":{\"enabled\":%s,\"threshold_fraction\":0.5%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":1.0%s}}",
              s->name, s->target, s->min, s->min_retry_s ? s->min_retry_s : 1,
              s->max_retry_s ? s->max_retry_s : 60, dl, dl, dl, dl,
              s->weighting ? s->weighting : "uniform", s->secagg ? "true" : "false",
-             s->norm_proof ? ",\"norm_proof\":true" : "", s->mode, priv);
+             s->sa_opts & SA_NORM_PROOF ? ",\"norm_proof\":true" : "",
+             s->sa_opts & SA_REVEAL ? ",\"reveal_pair_seeds\":true" : "", s->mode, priv);
 }
 
 struct world {
@@ -248,7 +254,7 @@ static bool all_idle(void *u) {
 static void run_basic_norm(const char *mode, bool secagg, bool examples, double noise,
                            double tol, bool norm) {
     struct popspec s = {"pop", 4, 3, secagg, mode, examples ? "examples" : "uniform", noise,
-                        30, 0, 0, norm};
+                        30, 0, 0, norm ? SA_NORM_PROOF : 0};
     int ex[4] = {20, 21, 22, 23};
     struct world w;
     world_open(&w, &s, 4, ex, 0, false);
@@ -414,8 +420,8 @@ static enum sim_ft_action vanish_at(void *user, const fl_client_request *req, in
     return SIM_FT_PASS;
 }
 
-static void vanish(const char *phase, bool secagg) {
-    struct popspec s = {"pop", 4, 3, secagg, "none", NULL, 0, 10, 0, 0, false};
+static void vanish(const char *phase, bool secagg, int sa_opts) {
+    struct popspec s = {"pop", 4, 3, secagg, "none", NULL, 0, 10, 0, 0, sa_opts};
     struct world w;
     world_open(&w, &s, 4, NULL, 0, false);
     sim_ft_set_decide(w.d[3].ft, vanish_at, (void *)phase);
@@ -447,17 +453,24 @@ static void vanish(const char *phase, bool secagg) {
 
 static void test_vanished_before_advertise(void **st) {
     (void)st;
-    vanish("/secagg/advertise", true);
+    vanish("/secagg/advertise", true, 0);
 }
 
 static void test_vanished_before_masked(void **st) {
     (void)st;
-    vanish("/secagg/masked", true);
+    vanish("/secagg/masked", true, 0);
+}
+
+/* The same with secagg.reveal_pair_seeds: the survivors' unmask answers carry the seeds
+ * they shared with the vanished device, and the round is as exact. */
+static void test_vanished_before_masked_reveal(void **st) {
+    (void)st;
+    vanish("/secagg/masked", true, SA_REVEAL);
 }
 
 static void test_vanished_before_plain_update(void **st) {
     (void)st;
-    vanish("/update", false);
+    vanish("/update", false, 0);
 }
 
 /* Tampered, unsigned or foreign-key bodies end the round before anything derived from
@@ -694,6 +707,7 @@ int main(void) {
         cmocka_unit_test(test_resume_after_network_failures),
         cmocka_unit_test(test_vanished_before_advertise),
         cmocka_unit_test(test_vanished_before_masked),
+        cmocka_unit_test(test_vanished_before_masked_reveal),
         cmocka_unit_test(test_vanished_before_plain_update),
         cmocka_unit_test(test_refuses_tampered_task),
         cmocka_unit_test(test_refuses_unsigned_model),

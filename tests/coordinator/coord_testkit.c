@@ -572,13 +572,14 @@ void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct po
              "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
              "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
              "\"strategy\":{\"name\":\"%s\"%s%s},"
-             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s},"
+             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%.17g%s,\"modulus_bits\":%d%s}}",
              pc->name, pc->target, pc->min, min_retry, max_retry,
              pc->weighting ? pc->weighting : "uniform",
              pc->strategy ? pc->strategy : "fedavg", pc->strategy_extra ? "," : "",
              pc->strategy_extra ? pc->strategy_extra : "", pc->secagg ? "true" : "false",
-             pc->neighbors, sel && sel->norm_proof ? ",\"norm_proof\":true" : "", pc->mode,
+             pc->neighbors, sel && sel->norm_proof ? ",\"norm_proof\":true" : "",
+             sel && sel->reveal_seeds ? ",\"reveal_pair_seeds\":true" : "", pc->mode,
              clip, gran, pc->bits ? pc->bits : 32, priv);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)
@@ -650,6 +651,7 @@ void parse_task(const struct resp *r, struct task *t) {
         t->norm_dim = (uint32_t)json_integer_value(json_object_get(np, "dim"));
         t->norm_bound2 = (uint64_t)json_integer_value(json_object_get(np, "bound2"));
         t->norm_weight_max = (uint32_t)json_integer_value(json_object_get(np, "weight_max"));
+        t->reveal_seeds = json_is_true(json_object_get(sa, "reveal_pair_seeds"));
         const char *sid = json_string_value(json_object_get(sa, "session_id"));
         size_t sl = 0;
         assert_non_null(sid);
@@ -779,6 +781,7 @@ void secagg_clients_start(struct tc *c, int n, int64_t rid, const uint8_t **out,
         cfg.norm_dim = c[i].task.norm_dim;
         cfg.norm_bound2 = c[i].task.norm_bound2;
         cfg.norm_tail_max = c[i].task.norm_weight_max;
+        cfg.reveal_pair_seeds = c[i].task.reveal_seeds;
         assert_int_equal(fl_secagg_client_create(&c[i].sa, &cfg, (uint64_t)rid, c[i].task.index,
                                                  NULL, NULL), FL_OK);
         uint32_t x[1024];

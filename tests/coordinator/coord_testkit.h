@@ -190,6 +190,7 @@ struct popsel {
     int min_retry_s;         /* selection.min_retry_s, s (default 1) */
     int max_retry_s;         /* selection.max_retry_s, s (default 60) */
     bool norm_proof;         /* secagg.norm_proof (default false) */
+    bool reveal_seeds;       /* secagg.reveal_pair_seeds (default false) */
     double clip_norm;        /* privacy.clip_norm (0: 1.0) */
     double granularity;      /* privacy.granularity (0: the coordinator's default) */
 };
@@ -216,6 +217,7 @@ struct task {
     uint32_t norm_bits, norm_dim; /* secagg.norm_proof (0: none) */
     uint64_t norm_bound2;
     uint32_t norm_weight_max;
+    bool reveal_seeds;       /* secagg.reveal_pair_seeds */
     uint8_t session_id[32];  /* secagg.session_id */
     uint8_t model_sha[32];   /* model.sha256 */
 };

@@ -386,6 +386,56 @@ static void test_secagg_dropouts_every_phase(void **state) {
     clients_free(c, N);
 }
 
+/* secagg.reveal_pair_seeds (protocol 1.4): the task says so, every device's secagg client
+ * runs with it, and a round with dropouts in every phase (two before masking, one after) is
+ * exact. Populations that may not use it are refused. */
+static void test_secagg_reveal_seeds(void **state) {
+    struct fx *f = *state;
+    enum { N = 10 };
+    struct sum_hook h = {0};
+    fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
+    struct popcfg pc = {.name = "rv", .target = N, .min = 5, .secagg = true, .neighbors = 6,
+                        .mode = "none"};
+    struct popsel sel = {.reveal_seeds = true};
+    struct tc c[N];
+    setup_devices_sel(f, &pc, &sel, c, N);
+    c[1].drop = DROP_ADVERTISE;
+    c[3].drop = DROP_MASKED;
+    c[6].drop = DROP_MASKED;
+    c[8].drop = DROP_UNMASK;
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    for (int i = 0; i < N; i++)
+        assert_true(c[i].task.reveal_seeds);
+    json_t *o = run_secagg(f, c, N, rid);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), 7);
+    int64_t version = json_integer_value(json_object_get(o, "new_model_version"));
+    json_decref(o);
+    check_aggregate(f, &h, c, N, rid, version, "rv", c[0].task.gran * 1.0001);
+    clients_free(c, N);
+    /* Refused: without secagg, with norm proofs, not a boolean, in active mode. */
+    static const char *const bad[] = {
+        "\"secagg\":{\"enabled\":false,\"reveal_pair_seeds\":true}",
+        "\"secagg\":{\"enabled\":true,\"norm_proof\":true,\"reveal_pair_seeds\":true}",
+        "\"secagg\":{\"enabled\":true,\"reveal_pair_seeds\":1}",
+        "\"secagg\":{\"enabled\":true,\"consistency_check\":true,\"authority_key\":"
+        "\"1111111111111111111111111111111111111111111111111111111111111111\","
+        "\"reveal_pair_seeds\":true}"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        char body[1024];
+        snprintf(body, sizeof(body),
+                 "{\"name\":\"rv%zu\",\"allowed_regions\":[\"*\"],"
+                 "\"update\":{\"tensors\":[\"w\"]},%s}", k, bad[k]);
+        struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
+        if (r.status != 400 || !strstr(r.body, "secagg.reveal_pair_seeds"))
+            fail_msg("case %zu: %ld %s", k, r.status, r.body);
+        resp_free(&r);
+    }
+}
+
 /* The same round with secagg.unmask_threads = 3: the coordinator finishes the unmasking on
  * three threads (fl_secagg_server_unmask_*) and the aggregate is exact. */
 static void test_secagg_unmask_threads(void **state) {
@@ -688,6 +738,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_secagg_replay_and_long_poll, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_dropouts_every_phase, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_unmask_threads, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_reveal_seeds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_too_few_survivors, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_central_dp, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_distributed_dp, fx_setup, fx_teardown),

@@ -7,7 +7,7 @@
  *
  *   bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B] [--json]
  *                [--backend sodium|mbedtls] [--table [small|full]] [--wall] [--threads N]
- *                [--paced] [--active 0|1|2]
+ *                [--paced] [--active 0|1|2] [--reveal 0|1]
  *
  * The clients' messages of a phase reach the server in bursts (up to 64 MB, written at
  * once after the simulated clients have computed them), so it handles them back to back,
@@ -45,6 +45,11 @@
  * consistency signatures sent and the client's seconds per step (client_phases_s); the
  * table gains the consistency phase's server and client seconds and the mode. With 0 the
  * output is that of the semi-honest benchmark, unchanged.
+ *
+ * --reveal 1 (default 0): cfg.reveal_pair_seeds = 1 (semi-honest only): each survivor's
+ * unmask answer also carries the seeds of the masks it shared with dropped neighbours, so
+ * the server's final advance makes no X25519 agreement for them (unmask_agreements counts
+ * those it still makes). The JSON gains "reveal_pair_seeds": true, the table "seeds".
  *
  * Primitive floor (floor_* in the JSON, floor_x in the table): what the round cannot cost
  * less than with these primitives, measured in the same server process after the round:
@@ -470,6 +475,7 @@ struct result {
                               consistency (active only, else 0), unmask */
     size_t client_peak;    /* peak heap bytes of one client */
     int active;            /* --active: 0 semi-honest, 1 v1 certificates, 2 device certs */
+    int reveal;            /* --reveal: cfg.reveal_pair_seeds */
     uint32_t signatures;   /* consistency signatures the clients sent (active) */
 };
 
@@ -581,7 +587,7 @@ static fl_secagg_identity *make_identities(const fl_secagg_config *cfg, int acti
 
 static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint32_t k,
                    uint32_t t, uint32_t bits, fl_secagg_backend backend, unsigned threads,
-                   int active) {
+                   int active, int reveal) {
     fl_secagg_config cfg;
     fl_secagg_config_init(&cfg);
     cfg.num_clients = n;
@@ -593,6 +599,7 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     cfg.dropout_rate = drop > 0.05 ? drop : 0.05;
     cfg.active = active != 0;
     cfg.device_certs = active == 2;
+    cfg.reveal_pair_seeds = reveal;
     char err[256];
     if (fl_secagg_config_resolve(&cfg, err, sizeof(err)) != FL_OK) {
         fprintf(stderr, "config: %s\n", err);
@@ -607,6 +614,7 @@ static int run_one(struct result *res, uint32_t n, uint32_t d, double drop, uint
     }
     memset(res, 0, sizeof(*res));
     res->active = active;
+    res->reveal = reveal;
     res->n = n;
     res->d = d;
     res->drop = drop;
@@ -816,6 +824,8 @@ static void print_json(const struct result *r) {
                r->active, r->active == 2 ? "true" : "false",
                v->t_phase[3][0] + v->t_phase[3][1], r->signatures, r->t_client[0],
                r->t_client[1], r->t_client[2], r->t_client[3], r->t_client[4]);
+    if (r->reveal)
+        printf(",\"reveal_pair_seeds\":true");
     printf("}\n");
 }
 
@@ -849,6 +859,8 @@ static void print_row(const struct result *r) {
     if (r->active)
         printf(" | %9.4f %9.6f | %s", v->t_phase[3][0] + v->t_phase[3][1], r->t_client[3],
                r->active == 2 ? "active, device certs" : "active, v1 certs");
+    if (r->reveal)
+        printf(" seeds");
     printf("\n");
     fflush(stdout);
 }
@@ -857,7 +869,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: bench_secagg [--n N] [--d D] [--drop F] [--k K] [--t T] [--bits B]\n"
             "                    [--backend sodium|mbedtls] [--json] [--table [small|full]]\n"
-            "                    [--wall] [--threads N] [--paced] [--active 0|1|2]\n");
+            "                    [--wall] [--threads N] [--paced] [--active 0|1|2]\n"
+            "                    [--reveal 0|1]\n");
     exit(2);
 }
 
@@ -866,7 +879,7 @@ int main(int argc, char **argv) {
     double drop = 0.0;
     int json = 0, table = 0, full = 0, row = 0;
     unsigned threads = 1;
-    int active = 0;
+    int active = 0, reveal = 0;
     fl_secagg_backend backend = FL_SECAGG_BACKEND_SODIUM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -907,6 +920,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
             threads = (unsigned)x, i++;
+        } else if (!strcmp(a, "--reveal")) {
+            if (!v || (strcmp(v, "0") && strcmp(v, "1")))
+                usage();
+            reveal = v[0] - '0', i++;
         } else if (!strcmp(a, "--active")) {
             if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2")) {
                 fprintf(stderr, "bench_secagg: --active takes 0 (semi-honest), 1 (v1 "
@@ -923,7 +940,7 @@ int main(int argc, char **argv) {
     }
     if (!table) {
         struct result r;
-        if (run_one(&r, n, d, drop, k, t, bits, backend, threads, active) != 0)
+        if (run_one(&r, n, d, drop, k, t, bits, backend, threads, active, reveal) != 0)
             return 1;
         if (json)
             print_json(&r);
@@ -942,7 +959,8 @@ int main(int argc, char **argv) {
         print_header(active);
     fflush(stdout);
     int rc = 0;
-    char bits_s[16], threads_s[16], active_s[16];
+    char bits_s[16], threads_s[16], active_s[16], reveal_s[16];
+    snprintf(reveal_s, sizeof(reveal_s), "%d", reveal);
     snprintf(bits_s, sizeof(bits_s), "%u", bits);
     snprintf(active_s, sizeof(active_s), "%d", active);
     snprintf(threads_s, sizeof(threads_s), "%u", threads);
@@ -953,7 +971,8 @@ int main(int argc, char **argv) {
             for (size_t c = 0; c < 3; c++) {
                 char *args[] = {argv[0], "--n", (char *)ns[b], "--d", (char *)ds[a], "--drop",
                                 (char *)drops[c], "--bits", bits_s, "--threads", threads_s,
-                                "--active", active_s, json ? "--json" : "--row",
+                                "--active", active_s, "--reveal", reveal_s,
+                                json ? "--json" : "--row",
                                 use_wall ? "--wall" : "--row", paced ? "--paced" : "--row",
                                 NULL};
                 pid_t pid = fork();

@@ -35,3 +35,12 @@ if(TARGET bench_secagg)
       PROPERTIES LABELS "secagg;bench" TIMEOUT 120)
   endif()
 endif()
+# Revealed pairwise seeds (--reveal 1): equal sums and no agreement in the final advance
+# (every survivor answers, so every dropped client's seeds were revealed).
+if(TARGET bench_secagg)
+  add_test(NAME secagg_bench_round_smoke_reveal
+    COMMAND bench_secagg --n 30 --d 2000 --drop 0.1 --reveal 1 --json)
+  set_tests_properties(secagg_bench_round_smoke_reveal PROPERTIES LABELS "secagg;bench"
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "\"status\":0,\"sum_matches_plain\":true,.*\"unmask_agreements\":0,\"unmask_masks\":[1-9][0-9]*,.*\"reveal_pair_seeds\":true")
+endif()
