@@ -2,7 +2,9 @@
  * against the REAL coordinator, in-process on 127.0.0.1, over the SDK's libcurl transport
  * wrapped by examples/flotilla-sim's fault transport. Secure aggregation is on; one test
  * runs central DP, one distributed DP, one no DP, each for 5 rounds, with devices going
- * offline just before they post in a secagg phase:
+ * offline just before they post in a secagg phase (the distributed DP population also sets
+ * secagg.reveal_pair_seeds, so its rounds 3 and 5 remove a vanished device's masks with the
+ * seeds its neighbours revealed, and from its rebuilt key where a neighbour left too):
  *
  *   round 1: two devices vanish before advertise      round 4: one before unmask
  *   round 2: one before share                         round 5: one before each phase
@@ -126,9 +128,11 @@ static void world_open(struct world *w, const char *mode) {
              "\"update\":{\"tensors\":[\"fc1.weight\",\"fc1.bias\",\"fc2.weight\",\"fc2.bias\"],"
              "\"weighting\":\"uniform\"},"
              "\"strategy\":{\"name\":\"fedavg\"},"
-             "\"secagg\":{\"enabled\":true,\"neighbors\":6,\"threshold_fraction\":0.5},"
+             "\"secagg\":{\"enabled\":true,\"neighbors\":6,\"threshold_fraction\":0.5%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
-             w->n, w->min, mode, CLIP, priv);
+             w->n, w->min,
+             strcmp(mode, "distributed") == 0 ? ",\"reveal_pair_seeds\":true" : "", mode, CLIP,
+             priv);
     sfx_population(w->f, json, w->model, w->mlen, w->etok, sizeof(w->etok));
     w->d = calloc((size_t)w->n, sizeof(*w->d));
     w->v = calloc((size_t)w->n, sizeof(*w->v));
