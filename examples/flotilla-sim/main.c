@@ -65,6 +65,7 @@ struct opts {
     int slow_ms;               /* their extra delay before uploading */
     bool secagg;
     bool secagg_active;        /* active-adversary mode with device identities */
+    bool secagg_reveal;        /* secagg.reveal_pair_seeds */
     const char *dp;            /* none, central, distributed */
     double noise, epsilon, delta;
     double clip;               /* update L2 clip norm (default: 1 with DP, NO_DP_CLIP without) */
@@ -104,6 +105,8 @@ static void usage(void) {
             "  --secagg on|off     secure aggregation (on)\n"
             "  --secagg-active     active-adversary secure aggregation: the sim is the device\n"
             "                      authority (one certified identity per device)\n"
+            "  --secagg-reveal     secagg.reveal_pair_seeds: survivors reveal the mask seeds\n"
+            "                      they shared with devices that dropped before masking\n"
             "  --dp none|central|distributed  (none); --noise Z (1.0); --epsilon E budget (8)\n"
             "  --delta D (1e-5); --clip C update L2 clip norm (1.0 with DP, 50 without)\n"
             "  --weighting uniform|examples  server average over devices (uniform with DP,\n"
@@ -182,6 +185,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--coord-threads")) o->coord_threads = (int)strtol(v, NULL, 10);
         else if (strcmp(a, "--verbose") == 0) o->verbose = 1;
         else if (strcmp(a, "--secagg-active") == 0) o->secagg_active = true;
+        else if (strcmp(a, "--secagg-reveal") == 0) o->secagg_reveal = true;
         else {
             fprintf(stderr, "unknown or incomplete option %s\n", a);
             return false;
@@ -219,6 +223,10 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         /* The coordinator refuses a secure population below 3 (a sum of 2 reveals each). */
         fprintf(stderr, "--per-round must be 3 or more with --secagg on (secure aggregation "
                         "needs 3 participants)\n");
+        return false;
+    }
+    if (o->secagg_reveal && (!o->secagg || o->secagg_active)) {
+        fprintf(stderr, "--secagg-reveal needs --secagg on and not --secagg-active\n");
         return false;
     }
     if (o->secagg_active && !o->secagg) {
@@ -956,14 +964,15 @@ int main(int argc, char **argv) {
              "\"max_examples\":100000},"
              "\"update\":{\"weighting\":\"%s\"},"
              "\"strategy\":{\"name\":\"%s\",\"server_lr\":%g%s},"
-             "\"secagg\":{\"enabled\":%s%s},"
+             "\"secagg\":{\"enabled\":%s%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
              o->max_retry_s, o->deadline_s,
              o->deadline_s, o->masked_s, o->deadline_s, consistency_dl, o->epochs, o->batch,
              o->lr, o->weighting, o->strategy,
              o->server_lr, mom,
-             o->secagg ? "true" : "false", active, o->dp, o->clip, priv);
+             o->secagg ? "true" : "false", active,
+             o->secagg_reveal ? ",\"reveal_pair_seeds\":true" : "", o->dp, o->clip, priv);
     long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,
                      "application/json", pop, strlen(pop), &b);
     doc = code == 201 ? json_loads(b.p, 0, NULL) : NULL;
