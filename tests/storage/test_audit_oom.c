@@ -184,8 +184,14 @@ static void world_make(struct world *w) {
     f->model = ref.version;
     STORE_OK(st, fl_store_audit_append_population(st, NULL, f->pop));
     STORE_OK(st, fl_store_audit_append_model(st, NULL, f->pop, f->model));
-    for (int i = 0; i < 4; i++)
+    /* Three checkpoints, so that an export has a first, a middle and a last one to write. */
+    for (int i = 0; i < 4; i++) {
         STORE_OK(st, world_round(w, i));
+        if (i % 2 == 1)
+            STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f->sk));
+    }
+    STORE_OK(st, fl_store_audit_append_config(st, NULL, f->pop, "{\"v\":-1}", 8.0, 1e-6,
+                                              "[\"EU\",\"UK\"]"));
     STORE_OK(st, fl_store_audit_checkpoint_sign(st, NULL, AUDIT_ORIGIN, f->sk));
     world_export(w);
 }
@@ -398,28 +404,30 @@ static fl_status op_bundle_verify(struct world *w, int i) {
     return r;
 }
 
+/* json_first: the Jansson walk runs the op before all the others (see walk). */
 static const struct {
     const char *name;
     op_fn fn;
+    int json_first;
 } ops[] = {
-    {"append_population", op_population},
-    {"append_config", op_config},
-    {"append_model", op_model},
-    {"append_round (completed)", op_round_completed},
-    {"append_round (abandoned)", op_round_abandoned},
-    {"append_round (norm proof)", op_round_norm_proof},
-    {"append_refusal", op_refusal},
-    {"client_erase", op_erase},
-    {"client_revoke+reinstate", op_revoke},
-    {"retention_sweep", op_retention},
-    {"entry_get", op_entry_get},
-    {"root", op_root},
-    {"proofs", op_proofs},
-    {"checkpoint_sign", op_checkpoint},
-    {"checkpoint_latest", op_checkpoint_latest},
-    {"export", op_export},
-    {"export_file", op_export_file},
-    {"bundle_open+verify", op_bundle_verify},
+    {"append_population", op_population, 0},
+    {"append_config", op_config, 0},
+    {"append_model", op_model, 0},
+    {"append_round (completed)", op_round_completed, 0},
+    {"append_round (abandoned)", op_round_abandoned, 0},
+    {"append_round (norm proof)", op_round_norm_proof, 0},
+    {"append_refusal", op_refusal, 0},
+    {"client_erase", op_erase, 0},
+    {"client_revoke+reinstate", op_revoke, 0},
+    {"retention_sweep", op_retention, 0},
+    {"entry_get", op_entry_get, 0},
+    {"root", op_root, 0},
+    {"proofs", op_proofs, 0},
+    {"checkpoint_sign", op_checkpoint, 0},
+    {"checkpoint_latest", op_checkpoint_latest, 0},
+    {"export", op_export, 1},
+    {"export_file", op_export_file, 1},
+    {"bundle_open+verify", op_bundle_verify, 0},
 };
 #define N_OPS (sizeof(ops) / sizeof(ops[0]))
 
@@ -473,13 +481,29 @@ static long walk_op(struct world *w, size_t o, enum walk_kind kind, int *seq) {
     return injected_total;
 }
 
+/* Walks every op in table order, except in the Jansson walk: there the json_first ops
+ * (export, export_file) come first, on world_make's log. Why: Jansson failures that the store
+ * rides out (a parse it misreported as a syntax error is parsed again, see
+ * fl__store_audit_parse) leave the call successful, so the appends of the Jansson walk commit
+ * an entry for about every third refused allocation: the table's end sees ~3100 entries and
+ * ~250 checkpoints. Export's Jansson allocations are the bundle header and one line per
+ * checkpoint, the same sites over and over, while every try copies the whole log: walked
+ * there, export and export_file took ~8300 tries over a 1.1 MB log (~18 s of the test's 21 s,
+ * most of its ~55 s under ASan). On world_make's log (three checkpoints: first, middle and
+ * last line) they reach the same sites in a few hundred tries. The store and SQLite walks
+ * still export the grown log, and world_check exports and verifies it after every walk. */
 static void walk(enum walk_kind kind) {
     struct world w;
     world_make(&w);
     int seq = 0;
     long refused = 0;
-    for (size_t o = 0; o < N_OPS; o++)
-        refused += walk_op(&w, o, kind, &seq);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t o = 0; o < N_OPS; o++) {
+            int first = kind == WALK_JSON && ops[o].json_first;
+            if (first == (pass == 0))
+                refused += walk_op(&w, o, kind, &seq);
+        }
+    }
     print_message("%ld allocations refused\n", refused);
     assert_true(refused > 30);
     world_check(&w);
