@@ -11,57 +11,9 @@
 #include <unistd.h>
 
 #include "fl_test.h"
+#include "fl_test_strict.h"
 #include "fl_internal.h"
 #include "flotilla/tensor.h"
-
-/* ---- a strict allocator: free must be given the size that was allocated ---- */
-
-struct strict {
-    long calls, fail_at, live, reallocs, bad_frees;
-};
-
-static void *strict_alloc(void *u, size_t n) {
-    struct strict *s = u;
-    s->calls++;
-    if (s->fail_at > 0 && s->calls == s->fail_at)
-        return NULL;
-    size_t *p = malloc(n + 2 * sizeof(size_t));
-    if (!p)
-        return NULL;
-    p[0] = n;
-    s->live++;
-    return p + 2;
-}
-
-static void strict_free(void *u, void *ptr, size_t n) {
-    struct strict *s = u;
-    if (!ptr)
-        return;
-    size_t *p = (size_t *)ptr - 2;
-    if (p[0] != n)
-        s->bad_frees++;
-    s->live--;
-    free(p);
-}
-
-static void *strict_realloc(void *u, void *ptr, size_t old, size_t n) {
-    struct strict *s = u;
-    s->reallocs++;
-    void *q = strict_alloc(u, n);
-    if (!q)
-        return NULL;
-    if (ptr) {
-        memcpy(q, ptr, old < n ? old : n);
-        strict_free(u, ptr, old);
-    }
-    return q;
-}
-
-static fl_allocator strict_allocator(struct strict *s, int with_realloc) {
-    fl_allocator a = {sizeof(fl_allocator), strict_alloc, with_realloc ? strict_realloc : NULL,
-                      strict_free, s};
-    return a;
-}
 
 /* Builds an image from a header string and dlen data bytes (a pattern). Caller frees. */
 static uint8_t *image(const char *hdr, size_t dlen, size_t *len) {
@@ -97,8 +49,9 @@ static void expect_parse(const char *hdr, size_t dlen, fl_status want_rc, const 
 
 static void test_alloc_hooks(void **state) {
     (void)state;
-    struct strict s = {0};
-    fl_allocator with = strict_allocator(&s, 1), without = strict_allocator(&s, 0), out;
+    struct fl_test_strict s = {0};
+    fl_allocator with = fl_test_strict_allocator(&s, 1);
+    fl_allocator without = fl_test_strict_allocator(&s, 0), out;
 
     /* allocator_copy refuses each kind of bad struct, and copies a good one */
     fl_allocator bad = with;
@@ -111,7 +64,7 @@ static void test_alloc_hooks(void **state) {
     bad.free = NULL;
     assert_int_equal(fl__allocator_copy(&out, &bad), FL_ERR_MISUSE);
     assert_int_equal(fl__allocator_copy(&out, &with), FL_OK);
-    assert_ptr_equal(out.realloc, strict_realloc);
+    assert_ptr_equal(out.realloc, fl_test_strict_realloc);
     assert_ptr_equal(out.user, &s);
 
     /* overflow checks: a zero element size never overflows, n*size past SIZE_MAX does */
@@ -439,8 +392,8 @@ static void test_reader_load_paths(void **state) {
     st = (fl_safetensors *)&bad;
     assert_int_equal(fl_safetensors_create(&st, &bad), FL_ERR_MISUSE);
     assert_null(st);
-    struct strict s = {.fail_at = 1};
-    fl_allocator a = strict_allocator(&s, 0);
+    struct fl_test_strict s = {.fail_at = 1};
+    fl_allocator a = fl_test_strict_allocator(&s, 0);
     assert_int_equal(fl_safetensors_create(&st, &a), FL_ERR_NOMEM);
     assert_null(st);
     fl_safetensors_writer *w = (fl_safetensors_writer *)&bad;
@@ -593,8 +546,8 @@ static void test_writer_file_paths(void **state) {
 
     int done = 0;
     for (long k = 1; k < 100 && !done; k++) {
-        struct strict s = {.fail_at = k};
-        fl_allocator a = strict_allocator(&s, (int)(k & 1));
+        struct fl_test_strict s = {.fail_at = k};
+        fl_allocator a = fl_test_strict_allocator(&s, (int)(k & 1));
         fl_status rc = fl_safetensors_writer_create(&w, &a);
         for (int i = 0; rc == FL_OK && i < 9; i++) {
             char name[8];
@@ -619,8 +572,8 @@ static void test_writer_file_paths(void **state) {
     }
     assert_true(done);
     /* the load with a strict allocator frees what it allocated, by size */
-    struct strict s = {0};
-    fl_allocator a = strict_allocator(&s, 0);
+    struct fl_test_strict s = {0};
+    fl_allocator a = fl_test_strict_allocator(&s, 0);
     assert_int_equal(fl_safetensors_create(&st, &a), FL_OK);
     assert_int_equal(fl_safetensors_load(st, "oom.safetensors"), FL_OK);
     assert_int_equal(fl_safetensors_count(st), 9);

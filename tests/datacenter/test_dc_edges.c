@@ -6,6 +6,7 @@
  * (paths, `latest`, shards with the wrong metadata, step or tensors), and allocation
  * failures in checkpoint and model calls, which must leave the trainer usable. */
 #include "fl_test.h"
+#include "fl_test_strict.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,41 +22,6 @@
 #include "trainer.h"
 
 /* ---- helpers ---- */
-
-/* Counts allocations; free must be given the allocated size, except the CPU backend's
- * device buffers, which are documented to be freed with size 0 (given to the hook as 1). */
-struct strict {
-    long calls, fail_at, live, bad_frees;
-};
-
-static void *strict_alloc(void *u, size_t n) {
-    struct strict *s = u;
-    s->calls++;
-    if (s->fail_at > 0 && s->calls == s->fail_at)
-        return NULL;
-    size_t *p = malloc(n + 2 * sizeof(size_t));
-    if (!p)
-        return NULL;
-    p[0] = n;
-    s->live++;
-    return p + 2;
-}
-
-static void strict_free(void *u, void *ptr, size_t n) {
-    struct strict *s = u;
-    if (!ptr)
-        return;
-    size_t *p = (size_t *)ptr - 2;
-    if (p[0] != n && n != 1)
-        s->bad_frees++;
-    s->live--;
-    free(p);
-}
-
-static fl_allocator strict_allocator(struct strict *s) {
-    fl_allocator a = {sizeof(fl_allocator), strict_alloc, NULL, strict_free, s};
-    return a;
-}
 
 static void write_file(const char *path, const void *buf, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -141,8 +107,8 @@ static void test_comm_single(void **state) {
     fl_allocator bad = {0};
     assert_int_equal(fl_dc_comm_open(&c, FL_DC_COMM_SINGLE, &bad), FL_ERR_MISUSE);
     assert_string_equal(fl_dc_last_error(), "bad allocator struct");
-    struct strict s = {.fail_at = 1};
-    fl_allocator a = strict_allocator(&s);
+    struct fl_test_strict s = {.fail_at = 1, .any_size = 1};
+    fl_allocator a = fl_test_strict_allocator(&s, 0);
     assert_int_equal(fl_dc_comm_open(&c, FL_DC_COMM_SINGLE, &a), FL_ERR_NOMEM);
     assert_string_equal(fl_dc_last_error(), "out of memory for a communicator");
     /* without MPI initialised, AUTO is the single backend */
@@ -351,8 +317,8 @@ static void test_idx_large_oom(void **state) {
     int done = 0;
     long nomem = 0;
     for (long k = 1; k < 64 && !done; k++) {
-        struct strict s = {.fail_at = k};
-        fl_allocator a = strict_allocator(&s);
+        struct fl_test_strict s = {.fail_at = k, .any_size = 1};
+        fl_allocator a = fl_test_strict_allocator(&s, 0);
         fl_dc_dataset *ds = NULL;
         fl_status rc = fl_dc_dataset_open_idx(&ds, img, lab, 0, &a);
         if (s.calls < k) {
@@ -631,8 +597,8 @@ static void test_trainer_arguments(void **state) {
  * returns it, argument checks still come first, and destroy frees everything. */
 static void test_trainer_sticky(void **state) {
     fl_dc_dataset *ds = tiny_data();
-    struct strict s = {0};
-    fl_allocator a = strict_allocator(&s);
+    struct fl_test_strict s = {.any_size = 1};
+    fl_allocator a = fl_test_strict_allocator(&s, 0);
     fl_dc_comm *c = open_single(&a);
     fl_dc_config cfg;
     tiny_cfg(&cfg);
@@ -916,8 +882,8 @@ static void test_checkpoint_aborted_world(void **state) {
  * call returns NOMEM, frees what it took, and the trainer goes on (a step succeeds). */
 static void test_save_load_oom(void **state) {
     fl_dc_dataset *ds = tiny_data();
-    struct strict s = {0};
-    fl_allocator a = strict_allocator(&s);
+    struct fl_test_strict s = {.any_size = 1};
+    fl_allocator a = fl_test_strict_allocator(&s, 0);
     fl_dc_comm *c = open_single(&a);
     fl_dc_config cfg;
     tiny_cfg(&cfg);

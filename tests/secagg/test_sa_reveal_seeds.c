@@ -352,17 +352,6 @@ static void test_client_answer(void **state) {
 
 /* ---- allocation failures ---- */
 
-#define RETRY(cnt, nomem, expr)                                                              \
-    ({                                                                                       \
-        fl_status _st = (expr);                                                              \
-        if (_st == FL_ERR_NOMEM) {                                                           \
-            (nomem)++;                                                                       \
-            (cnt)->fail_at = 0;                                                              \
-            _st = (expr);                                                                    \
-        }                                                                                    \
-        _st;                                                                                 \
-    })
-
 /* One round of 5 (k = 4, t = 2), client 4 never masks; `victim` -1 = the server, else a
  * client, gets an allocator failing its fail_at-th allocation. Returns the NOMEMs seen. */
 static int oom_round(int victim, long fail_at, struct fl_test_counting *cnt) {
