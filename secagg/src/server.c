@@ -441,7 +441,7 @@ static fl_status recv_unmask(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: %u entries, expected %u",
                            count, expect);
     /* With revealed seeds: one (peer, seed) per s share, in the same order, after them. */
-    const uint8_t *se = r->p + (size_t)count * es + 4;
+    const uint8_t *se = seeds ? r->p + (size_t)count * es + 4 : NULL;
     uint32_t nseed = seeds ? fl__get_u32le(se - 4) : 0;
     if (seeds && (nseed > count || r->left - (size_t)count * es - 4 != (size_t)nseed * ss))
         return fl__err_set(&s->err, FL_ERR_FORMAT, "UNMASK_SHARES: %u seeds do not fit", nseed);
