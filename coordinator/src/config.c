@@ -41,7 +41,8 @@ static const char *resolve(const fl_coord_config_doc *doc, const char *path, cha
 static const char *const top_keys[] = {"listen", "port", "threads", "database",
                                        "admin_token_sha256", "admin_token_file",
                                        "signing_key_file", "tls", "limits", "max_long_poll_s",
-                                       "log_level", "audit", "secagg", "shutdown_drain_s", NULL};
+                                       "log_level", "audit", "secagg", "shutdown_drain_s",
+                                       "database_busy_timeout_ms", NULL};
 
 static bool known(const char *k, const char *const *keys) {
     for (size_t i = 0; keys[i]; i++)
@@ -139,6 +140,10 @@ fl_status fl_coord_config_load(fl_coord_config_doc **out, fl_coord_config *cfg, 
     if (!get_uint(o, "shutdown_drain_s", 300, &u))
         BAD(FL_ERR_FORMAT, "'shutdown_drain_s' must be an integer 0..300");
     cfg->shutdown_drain_s = (unsigned)u;
+    u = cfg->db_busy_timeout_ms;
+    if (!get_uint(o, "database_busy_timeout_ms", 600000, &u))
+        BAD(FL_ERR_FORMAT, "'database_busy_timeout_ms' must be an integer 0..600000");
+    cfg->db_busy_timeout_ms = (unsigned)u;
     if ((v = json_object_get(o, "database"))) {
         if (!json_is_string(v))
             BAD(FL_ERR_FORMAT, "'database' must be a path string");

@@ -36,6 +36,7 @@ void fl_coord_config_init(fl_coord_config *cfg) {
     cfg->request_min_body_rate = 16384;
     cfg->secagg_unmask_threads = 1;
     cfg->shutdown_drain_s = 5;
+    cfg->db_busy_timeout_ms = 5000;
     cfg->logger.min_level = FL_LOG_INFO;
 }
 
@@ -90,6 +91,8 @@ static fl_status config_check(const fl_coord_config *c, char *msg, size_t n) {
         BAD("config.secagg_unmask_threads must be 1..64");
     if (c->shutdown_drain_s > 300)
         BAD("config.shutdown_drain_s must be 0..300");
+    if (c->db_busy_timeout_ms > 600000)
+        BAD("config.db_busy_timeout_ms must be 0..600000");
 #undef BAD
     return FL_OK;
 }
@@ -184,6 +187,7 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
     sc.logger.user = co;
     sc.logger.min_level = co->logger.min_level;
     sc.max_model_bytes = co->limits.model_bytes;
+    sc.busy_timeout_ms = (int)cfg->db_busy_timeout_ms;
     sc.clock = store_clock;
     sc.clock_user = co;
     rc = fl_store_open(&co->store, co->db_path, &sc);

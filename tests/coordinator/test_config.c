@@ -292,6 +292,45 @@ static void test_shutdown_drain_config(void **state) {
     }
 }
 
+/* "database_busy_timeout_ms": default 5000, 0..600000 in the file and at create. */
+static void test_db_busy_timeout_config(void **state) {
+    (void)state;
+    fl_coord_config cfg;
+    fl_coord_config_doc *doc = NULL;
+    char err[256];
+    fl_coord_config_init(&cfg);
+    assert_int_equal(cfg.db_busy_timeout_ms, 5000);
+    static const unsigned good[] = {0, 250, 600000};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char json[128];
+        snprintf(json, sizeof(json), "{\"database\":\"x.db\",\"database_busy_timeout_ms\":%u}",
+                 good[i]);
+        fl_coord_config_init(&cfg);
+        assert_int_equal(load(json, &cfg, &doc, err, sizeof(err)), FL_OK);
+        assert_int_equal(cfg.db_busy_timeout_ms, good[i]);
+        fl_coord_config_doc_free(doc);
+        doc = NULL;
+    }
+    static const char *const bad[] = {"{\"database_busy_timeout_ms\":600001}",
+                                      "{\"database_busy_timeout_ms\":-1}",
+                                      "{\"database_busy_timeout_ms\":\"5000\"}",
+                                      "{\"database_busy_timeout_ms\":0.5}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fl_coord_config_init(&cfg);
+        assert_int_equal(load(bad[i], &cfg, &doc, err, sizeof(err)), FL_ERR_FORMAT);
+        assert_non_null(strstr(err, "'database_busy_timeout_ms' must be an integer 0..600000"));
+        assert_null(doc);
+        assert_int_equal(cfg.db_busy_timeout_ms, 5000);
+    }
+    fl_coord_config_init(&cfg);
+    cfg.db_path = ":memory:";
+    cfg.db_busy_timeout_ms = 600001;
+    fl_coord *co = NULL;
+    assert_int_equal(fl_coord_create(&co, &cfg, err, sizeof(err)), FL_ERR_MISUSE);
+    assert_non_null(strstr(err, "config.db_busy_timeout_ms must be 0..600000"));
+    assert_null(co);
+}
+
 static void test_signed_message(void **state) {
     (void)state;
     uint8_t m[64];
@@ -391,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_request_deadline_config),
         cmocka_unit_test(test_secagg_unmask_threads_config),
         cmocka_unit_test(test_shutdown_drain_config),
+        cmocka_unit_test(test_db_busy_timeout_config),
         cmocka_unit_test(test_signed_message),
         cmocka_unit_test(test_example_config),
     };

@@ -15,6 +15,7 @@
  *
  * No ticker thread: the test moves the injected clock and ticks itself, so only one thread
  * touches the (single-threaded) fault VFS at a time. */
+#include <time.h>
 #include <sodium.h>
 #include <sqlite3.h>
 
@@ -35,6 +36,7 @@ static void log_quiet(void *user, fl_log_level level, const char *msg) {
 }
 
 static unsigned g_retention_days; /* of the next setup */
+static unsigned g_busy_ms;        /* database_busy_timeout_ms of the next setup (0: default) */
 
 static void start_on_fault_vfs(struct fx *f) {
     char uri[256];
@@ -53,6 +55,8 @@ static void start_on_fault_vfs(struct fx *f) {
     cfg.has_signing_key = 1;
     memset(cfg.signing_seed, 9, sizeof(cfg.signing_seed));
     cfg.retention_days = g_retention_days;
+    if (g_busy_ms)
+        cfg.db_busy_timeout_ms = g_busy_ms;
     char err[256];
     if (fl_coord_create(&f->co, &cfg, err, sizeof(err)) != FL_OK)
         fprintf(stderr, "create: %s\n", err);
@@ -282,7 +286,15 @@ static void test_full_disk_refuses_writes(void **state) {
     free(etok);
 }
 
-/* A database locked by another writer past the busy timeout: 503 unavailable. */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A database locked by another writer past the busy timeout (database_busy_timeout_ms,
+ * 400 ms in these runs): 503 unavailable. The request waited the configured time, not the
+ * 5 s default. */
 static void test_busy_database(void **state) {
     struct fx *f = *state;
     char *etok = create_pop(f, "busy");
@@ -290,8 +302,12 @@ static void test_busy_database(void **state) {
     sqlite3 *db;
     assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    double t0 = mono_s();
     struct resp r = enroll_req(f, etok, "busy");
+    double waited = mono_s() - t0;
     expect_503(&r, "unavailable", "2", "enroll while locked");
+    if (waited < 0.35 || waited > 4.5)
+        fail_msg("the locked enrolment waited %.2f s, not about the 0.4 s configured", waited);
     /* The admin erasure (audit endpoint) answers the same way, with its own Retry-After. */
     char path[96];
     snprintf(path, sizeof(path), "/v1/admin/clients/%.16s/erase", ctok + 4);
@@ -628,7 +644,7 @@ static void test_busy_before_round(void **state) {
     free(etok);
 }
 
-/* Three ctests share this executable (the busy-database cases each wait out the store's 5 s
+/* Three ctests share this executable (the busy-database cases each wait out the store's
  * busy timeout): without arguments the others, "busy" and "busy2" the busy ones. */
 /* The test model (make_model's "w" and "b") plus a "pad" tensor of pad_floats floats: a
  * model upload of that many more bytes, to fill the WAL. */
@@ -736,6 +752,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_busy_before_round, setup, teardown),
     };
     const char *group = argc > 1 ? argv[1] : "";
+    if (strcmp(group, "busy") == 0 || strcmp(group, "busy2") == 0)
+        g_busy_ms = 400; /* the busy cases wait it out several times */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = strcmp(group, "busy") == 0    ? cmocka_run_group_tests_name("busy", busy, NULL, NULL)
              : strcmp(group, "busy2") == 0 ? cmocka_run_group_tests_name("busy2", busy2, NULL,

@@ -107,6 +107,11 @@ typedef struct fl_coord_config {
                                       coordinator stops are given to finish (each is answered
                                       503, Retry-After 5; new connections are refused at
                                       once); then the rest are closed. 0..300, default 5 */
+    /* storage ("database_busy_timeout_ms" in the config file) */
+    unsigned db_busy_timeout_ms;   /* how long a request waits for the database's write lock
+                                      (another process holds it, e.g. a backup or an admin's
+                                      sqlite3 shell) before it is answered 503 unavailable
+                                      (Retry-After 2); 0..600000, default 5000 */
 } fl_coord_config;
 
 /* Fills cfg with the documented defaults. NULL is a no-op. Thread-safe. */
