@@ -3,6 +3,7 @@
 /* Helpers shared by the datacenter tests: the Fashion-MNIST location, a tolerance check
  * on canonical-order models, and temporary directories. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,25 @@ static inline void dc_rm_tree(const char *dir) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Writes len bytes of buf to path: 0, or -1 on any failure (dc_write_file_ok asserts 0 in
+ * cmocka tests). */
+static inline int dc_write_file(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(buf, 1, len, f);
+    return fclose(f) == 0 && w == len ? 0 : -1;
+}
+#define dc_write_file_ok(path, buf, len) assert_int_equal(dc_write_file(path, buf, len), 0)
+
+/* Big-endian u32, as IDX headers store their sizes. */
+static inline void dc_put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
 }
 
 #endif

@@ -8,20 +8,6 @@
 #include "dc_internal.h"
 #include "dc_test_util.h"
 
-static void write_file(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, len, f), len);
-    fclose(f);
-}
-
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 static void test_fashion_mnist(void **state) {
     if (!dc_have_fashion())
         skip();
@@ -47,19 +33,19 @@ static void test_plain_idx_and_errors(void **state) {
     close(fi);
     close(fl);
     uint8_t ib[16 + 3 * 4], lb[8 + 3];
-    put_be32(ib, 0x803);
-    put_be32(ib + 4, 3);
-    put_be32(ib + 8, 2);
-    put_be32(ib + 12, 2);
+    dc_put_be32(ib, 0x803);
+    dc_put_be32(ib + 4, 3);
+    dc_put_be32(ib + 8, 2);
+    dc_put_be32(ib + 12, 2);
     for (int i = 0; i < 12; i++)
         ib[16 + i] = (uint8_t)(i * 20);
-    put_be32(lb, 0x801);
-    put_be32(lb + 4, 3);
+    dc_put_be32(lb, 0x801);
+    dc_put_be32(lb + 4, 3);
     lb[8] = 0;
     lb[9] = 4;
     lb[10] = 2;
-    write_file(img, ib, sizeof(ib));
-    write_file(lab, lb, sizeof(lb));
+    dc_write_file_ok(img, ib, sizeof(ib));
+    dc_write_file_ok(lab, lb, sizeof(lb));
     fl_dc_dataset *ds = NULL;
     assert_int_equal(fl_dc_dataset_open_idx(&ds, img, lab, 0, NULL), FL_OK);
     assert_int_equal(fl_dc_dataset_count(ds), 3);
@@ -69,13 +55,13 @@ static void test_plain_idx_and_errors(void **state) {
     fl_dc_dataset_close(ds);
 
     /* truncated pixels */
-    write_file(img, ib, sizeof(ib) - 1);
+    dc_write_file_ok(img, ib, sizeof(ib) - 1);
     assert_int_equal(fl_dc_dataset_open_idx(&ds, img, lab, 0, NULL), FL_ERR_FORMAT);
     assert_null(ds);
     assert_non_null(strstr(fl_dc_last_error(), "sizes"));
     /* wrong magic */
-    put_be32(ib, 0x801);
-    write_file(img, ib, sizeof(ib));
+    dc_put_be32(ib, 0x801);
+    dc_write_file_ok(img, ib, sizeof(ib));
     assert_int_equal(fl_dc_dataset_open_idx(&ds, img, lab, 0, NULL), FL_ERR_FORMAT);
     /* missing file */
     assert_int_equal(fl_dc_dataset_open_idx(&ds, "/nonexistent/x", lab, 0, NULL), FL_ERR_IO);

@@ -23,20 +23,6 @@
 
 /* ---- helpers ---- */
 
-static void write_file(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, len, f), len);
-    fclose(f);
-}
-
-static void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /* A tiny problem: N examples of D features in [0,1), C classes. */
 enum { N = 10, D = 6, H = 4, C = 3 };
 
@@ -208,18 +194,18 @@ static void write_idx(const char *img, const char *lab, uint32_t n, uint32_t row
     size_t ll = (size_t)((long)(8 + (size_t)lab_n) + lab_extra);
     uint8_t *ib = calloc(il + 16, 1), *lb = calloc(ll + 8, 1);
     assert_true(ib && lb);
-    put_be32(ib, 0x803);
-    put_be32(ib + 4, n);
-    put_be32(ib + 8, rows);
-    put_be32(ib + 12, cols);
+    dc_put_be32(ib, 0x803);
+    dc_put_be32(ib + 4, n);
+    dc_put_be32(ib + 8, rows);
+    dc_put_be32(ib + 12, cols);
     for (size_t i = 16; i < il; i++)
         ib[i] = (uint8_t)((i - 16) % 251);
-    put_be32(lb, 0x801);
-    put_be32(lb + 4, lab_n);
+    dc_put_be32(lb, 0x801);
+    dc_put_be32(lb + 4, lab_n);
     for (size_t i = 8; i < ll; i++)
         lb[i] = (uint8_t)((i - 8) % 7);
-    write_file(img, ib, il);
-    write_file(lab, lb, ll);
+    dc_write_file_ok(img, ib, il);
+    dc_write_file_ok(lab, lb, ll);
     free(ib);
     free(lb);
 }
@@ -260,14 +246,14 @@ static void test_idx_errors(void **state) {
     snprintf(missing, sizeof(missing), "%s/none", dir);
     expect_idx(img, missing, 0, FL_ERR_IO, "cannot open");
     /* short files, wrong label magic, counts that disagree, empty images */
-    write_file(img, "\0\0\x08\x03", 4);
+    dc_write_file_ok(img, "\0\0\x08\x03", 4);
     expect_idx(img, lab, 0, FL_ERR_FORMAT, "not an IDX3 u8 image file");
-    write_file(img, "", 0);
+    dc_write_file_ok(img, "", 0);
     expect_idx(img, lab, 0, FL_ERR_FORMAT, "not an IDX3 u8 image file");
     write_idx(img, lab, 3, 2, 2, 3, 0, -5);
     expect_idx(img, lab, 0, FL_ERR_FORMAT, "not an IDX1 u8 label file");
     write_idx(img, lab, 3, 2, 2, 3, 0, 0);
-    write_file(lab, "\0\0\x08\x03\0\0\0\x03xyz", 11);
+    dc_write_file_ok(lab, "\0\0\x08\x03\0\0\0\x03xyz", 11);
     expect_idx(img, lab, 0, FL_ERR_FORMAT, "not an IDX1 u8 label file");
     write_idx(img, lab, 3, 2, 2, 4, 0, 0);
     expect_idx(img, lab, 0, FL_ERR_FORMAT, "IDX sizes do not match (3 images of 2x2)");
@@ -300,7 +286,7 @@ static void test_idx_errors(void **state) {
     fl_dc_dataset_close(b);
     static const uint8_t corrupt[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xff, 0xff,
                                       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    write_file(gz, corrupt, sizeof(corrupt));
+    dc_write_file_ok(gz, corrupt, sizeof(corrupt));
     expect_idx(gz, lab, 0, FL_ERR_IO, "reading");
     dc_rm_tree(dir);
 }
@@ -686,7 +672,7 @@ static void copy_file(const char *from, const char *to) {
     size_t len = fread(buf, 1, sizeof(buf), f);
     fclose(f);
     assert_true(len > 0 && len < sizeof(buf));
-    write_file(to, buf, len);
+    dc_write_file_ok(to, buf, len);
 }
 
 /* Loads must fail with want and a message containing msg, and leave the trainer usable
@@ -780,13 +766,13 @@ static void test_checkpoint_refusals(void **state) {
     copy_file(good, path);
 
     /* `latest` that is empty or names no step directory */
-    write_file(latest, "", 0);
+    dc_write_file_ok(latest, "", 0);
     expect_load(tr, ds, ck, FL_ERR_CORRUPT, "is empty");
-    write_file(latest, "checkpoint-2\n", 13);
+    dc_write_file_ok(latest, "checkpoint-2\n", 13);
     expect_load(tr, ds, ck, FL_ERR_CORRUPT, "names no step directory");
-    write_file(latest, "step-/../../etc\n", 16);
+    dc_write_file_ok(latest, "step-/../../etc\n", 16);
     expect_load(tr, ds, ck, FL_ERR_CORRUPT, "names no step directory");
-    write_file(latest, "step-00000002\r\n", 15);
+    dc_write_file_ok(latest, "step-00000002\r\n", 15);
     assert_int_equal(fl_dc_trainer_checkpoint_load(tr, ck), FL_OK);
     assert_int_equal(fl_dc_trainer_step_count(tr), 2);
 
@@ -813,7 +799,7 @@ static void test_checkpoint_refusals(void **state) {
     lname[240] = '\n';
     assert_true(strlen(longdir) + 7 < 4096);
     snprintf(longdir + ll, 4200 - ll, "/latest");
-    write_file(longdir, lname, 241);
+    dc_write_file_ok(longdir, lname, 241);
     longdir[ll] = '\0';
     expect_load(tr, ds, longdir, FL_ERR_MISUSE, "checkpoint path too long");
     free(longdir);
@@ -838,7 +824,7 @@ static void test_checkpoint_refusals(void **state) {
     assert_int_equal(mkdir(latest, 0755), 0);
     char inside[300];
     snprintf(inside, sizeof(inside), "%s/x", latest);
-    write_file(inside, "x", 1);
+    dc_write_file_ok(inside, "x", 1);
     assert_int_equal(fl_dc_trainer_checkpoint_save(tr, ck), FL_ERR_IO);
     assert_non_null(strstr(fl_dc_trainer_errmsg(tr), "cannot write"));
     assert_int_equal(fl_dc_trainer_step(tr, ds, NULL), FL_OK);
