@@ -324,9 +324,8 @@ fl_status fl__client_task_parse(struct fl__client_task *t, const char *body, siz
         /* Revealed pairwise seeds (protocol 1.4): unchecked, so never with a bounded input. */
         bool rv = false;
         long rvv = fl__client_json_get(&j, sa, "reveal_pair_seeds");
-        if (rvv >= 0 && (!fl__client_json_bool(&j, rvv, &rv) || (rv && (cc || np >= 0))))
-            BAD("secagg.reveal_pair_seeds (a boolean, not with consistency_check or "
-                "norm_proof)");
+        if (rvv >= 0 && (!fl__client_json_bool(&j, rvv, &rv) || (rv && np >= 0)))
+            BAD("secagg.reveal_pair_seeds (a boolean, not with norm_proof)");
         t->sa_reveal_seeds = rv;
     }
     long dl = fl__client_json_get(&j, 0, "deadlines");

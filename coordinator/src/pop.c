@@ -365,10 +365,10 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
         return false;
     /* Revealed seeds cannot be checked: only where a device's input is not bounded anyway
      * (docs/secagg.md "Revealed pairwise seeds"). */
-    if (reveal && (!secagg_on || p->active || norm_proof))
+    if (reveal && (!secagg_on || norm_proof))
         return fl__coord_error(rep, 400, "invalid_field", "secagg.reveal_pair_seeds",
-                               "'secagg.reveal_pair_seeds' needs secagg.enabled and neither "
-                               "secagg.consistency_check nor secagg.norm_proof"), false;
+                               "'secagg.reveal_pair_seeds' needs secagg.enabled and not "
+                               "secagg.norm_proof"), false;
     /* A secure round (FedBuff with secagg on included: it runs synchronous secure rounds)
      * that formed with fewer than SECAGG_MIN_CLIENTS would only be abandoned at its start, so
      * such a selection is refused here. A minimum left to its default (80% of the target) is

@@ -225,8 +225,8 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
                         "needs 3 participants)\n");
         return false;
     }
-    if (o->secagg_reveal && (!o->secagg || o->secagg_active)) {
-        fprintf(stderr, "--secagg-reveal needs --secagg on and not --secagg-active\n");
+    if (o->secagg_reveal && !o->secagg) {
+        fprintf(stderr, "--secagg-reveal needs --secagg on\n");
         return false;
     }
     if (o->secagg_active && !o->secagg) {

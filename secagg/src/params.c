@@ -205,10 +205,9 @@ fl_status fl__sa_config_check(fl_secagg_config *out, const fl_secagg_config *in,
                            "config.device_certs: device certificates need active = 1");
     if (c.reveal_pair_seeds != 0 && c.reveal_pair_seeds != 1)
         return fl__err_set(err, FL_ERR_MISUSE, "config.reveal_pair_seeds: must be 0 or 1");
-    if (c.reveal_pair_seeds && (c.active || c.norm_bits))
+    if (c.reveal_pair_seeds && c.norm_bits)
         return fl__err_set(err, FL_ERR_MISUSE,
-                           "config.reveal_pair_seeds: unchecked seeds need active = 0 and "
-                           "norm_bits = 0");
+                           "config.reveal_pair_seeds: unchecked seeds need norm_bits = 0");
     if (c.backend != FL_SECAGG_BACKEND_DEFAULT && c.backend != FL_SECAGG_BACKEND_SODIUM &&
         c.backend != FL_SECAGG_BACKEND_MBEDTLS)
         return fl__err_set(err, FL_ERR_MISUSE, "config.backend: unknown value %d",

@@ -4,7 +4,7 @@
  * signing key's verification key; an older struct_size means no identity), what enrollment
  * sends (the public parts in hex, never the signing key) and how the task's
  * secagg.consistency_check / device_certs are parsed (and the other mode field of the
- * task's secagg, reveal_pair_seeds, which must not come with them). Built twice, like
+ * task's secagg, reveal_pair_seeds, which combines with them). Built twice, like
  * test_crypto_profiles.c: client_test_identity on the normal objects (libsodium) and
  * client_test_identity_embedded on the embedded profile's (mbedTLS alone,
  * FL_TEST_EMBEDDED), so both profiles make keys and check certificates. Rounds through the
@@ -324,8 +324,8 @@ static fl_status parse(const char *extra, int *active, char *why, size_t cap) {
     return parse_mode(extra, active, &reveal, why, cap);
 }
 
-/* secagg.reveal_pair_seeds (protocol 1.4): a boolean, never with the active mode or norm
- * proofs (the secagg library would refuse the config anyway; the task is refused first). */
+/* secagg.reveal_pair_seeds (protocol 1.4): a boolean, with or without the active mode, never
+ * with norm proofs (the secagg library would refuse that config; the task is refused first). */
 static void test_task_reveal_field(void **st) {
     (void)st;
     int active = -1, reveal = -1;
@@ -336,10 +336,15 @@ static void test_task_reveal_field(void **st) {
                                 sizeof(why)), FL_OK);
     assert_int_equal(reveal, 1);
     assert_int_equal(active, 0);
+    assert_int_equal(
+        parse_mode(",\"consistency_check\":true,\"device_certs\":true,\"reveal_pair_seeds\":true",
+                   &active, &reveal, why, sizeof(why)),
+        FL_OK);
+    assert_int_equal(reveal, 1);
+    assert_int_equal(active, 1);
     static const char *const bad[] = {
         ",\"reveal_pair_seeds\":1",
         ",\"reveal_pair_seeds\":\"true\"",
-        ",\"consistency_check\":true,\"device_certs\":true,\"reveal_pair_seeds\":true",
         ",\"norm_proof\":{\"bits\":8,\"dim\":10,\"bound2\":100},\"reveal_pair_seeds\":true"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(parse_mode(bad[i], &active, &reveal, why, sizeof(why)), FL_ERR_FORMAT);

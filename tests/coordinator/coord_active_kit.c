@@ -155,6 +155,7 @@ void active_config(fl_secagg_config *cfg, const struct task *t, const struct aut
     cfg->threshold = t->t;
     cfg->active = 1;
     cfg->device_certs = 1;
+    cfg->reveal_pair_seeds = t->reveal_seeds;
     memcpy(cfg->verify_key, a->vk, sizeof(cfg->verify_key));
     task_secagg_context(t, cfg->context); /* signed into the advertisement */
 }

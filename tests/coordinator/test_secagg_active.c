@@ -188,10 +188,11 @@ static void test_enrollment(void **state) {
 /* n devices enrolled in an active population (target n, min 3) with their identities; the
  * devices check in and fetch their tasks, which must carry the active-mode fields. id[i] is
  * device i's identity; the round id is returned. */
-static int64_t active_round(struct fx *f, const char *name, const struct authority *a, struct tc *c,
-                            fl_secagg_identity *id, int n) {
+static int64_t active_round_extra(struct fx *f, const char *name, const struct authority *a,
+                                  const char *extra, struct tc *c, fl_secagg_identity *id,
+                                  int n) {
     json_t *j;
-    int64_t rid = active_round_start(f, name, a, NULL, 10, c, id, n, &j);
+    int64_t rid = active_round_start(f, name, a, extra, 10, c, id, n, &j);
     /* The task says active mode and device certificates, and carries no authority key. */
     json_t *sa = json_object_get(j, "secagg");
     assert_true(json_is_true(json_object_get(sa, "enabled")));
@@ -205,6 +206,11 @@ static int64_t active_round(struct fx *f, const char *name, const struct authori
     json_decref(j);
     assert_true(c[0].task.secagg);
     return rid;
+}
+
+static int64_t active_round(struct fx *f, const char *name, const struct authority *a, struct tc *c,
+                            fl_secagg_identity *id, int n) {
+    return active_round_extra(f, name, a, NULL, c, id, n);
 }
 
 /* Runs the five phases for the alive devices (alive[i]); a device with c[i].drop ==
@@ -256,8 +262,10 @@ static void check_audit_active(struct fx *f, int64_t rid, const struct authority
     json_decref(e);
 }
 
-static void test_active_round_with_dropout(void **state) {
-    struct fx *f = *state;
+/* reveal: the population also sets secagg.reveal_pair_seeds (protocol 1.4): the task says
+ * so, the devices reveal the seeds they shared with the one that left before masking, and
+ * the sum is as exact. */
+static void active_round_with_dropout(struct fx *f, bool reveal) {
     enum { N = 6 };
     struct authority a;
     authority_make(&a);
@@ -266,7 +274,10 @@ static void test_active_round_with_dropout(void **state) {
     struct sum_hook h;
     memset(&h, 0, sizeof(h));
     fl__coord_debug_hook_set(f->co, sum_hook_capture, &h);
-    int64_t rid = active_round(f, "ar", &a, c, id, N);
+    int64_t rid = active_round_extra(f, reveal ? "arv" : "ar", &a,
+                                     reveal ? ",\"reveal_pair_seeds\":true" : NULL, c, id, N);
+    for (int i = 0; i < N; i++)
+        assert_true(c[i].task.reveal_seeds == reveal);
     c[4].drop = DROP_MASKED;
     const uint8_t *out[N];
     size_t out_len[N];
@@ -292,6 +303,14 @@ static void test_active_round_with_dropout(void **state) {
     secagg_clients_free(c, N);
     clients_free(c, N);
     fl_memzero(id, sizeof(id));
+}
+
+static void test_active_round_with_dropout(void **state) {
+    active_round_with_dropout(*state, false);
+}
+
+static void test_active_round_reveal_seeds(void **state) {
+    active_round_with_dropout(*state, true);
 }
 
 /* Device 1 advertises with device 0's identity (its key and certificate, which verify):
@@ -398,6 +417,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_population_rules, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_enrollment, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_active_round_with_dropout, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_active_round_reveal_seeds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_advertise_other_device, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_restart_keeps_active, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_no_consistency_without_check, fx_setup, fx_teardown),

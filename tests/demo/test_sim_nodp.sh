@@ -4,7 +4,7 @@
 # are weighted by example count; with DP the defaults stay clip 1 and uniform weights.
 #   test_sim_nodp.sh BUILD_DIR
 # Checks: bad values of --clip, --weighting and --local-momentum, example weighting asked
-# together with DP, and --secagg-reveal with --secagg off or --secagg-active, are refused; a
+# together with DP, and --secagg-reveal with --secagg off, are refused; a
 # 20-device FedAvg run without DP (3 rounds, 4,000 training images, SecAgg+ on with
 # --secagg-reveal) passes an accuracy floor, and the population it created holds clip_norm
 # 50, "examples" weighting and reveal_pair_seeds; a DP run's population holds clip_norm 1,
@@ -26,7 +26,7 @@ command -v sqlite3 >/dev/null || { echo "no sqlite3 shell: skipped"; exit 77; }
 # ---- bad values are refused before anything starts ----
 for bad in "--clip 0" "--clip -2" "--clip 20000" "--weighting sometimes" \
            "--local-momentum 1" "--local-momentum -0.1" "--dp central --weighting examples" \
-           "--secagg off --secagg-reveal" "--secagg-active --secagg-reveal"; do
+           "--secagg off --secagg-reveal"; do
     # shellcheck disable=SC2086
     "$sim" $bad >"$work/bad" 2>&1 && fail "'$bad' was accepted"
     grep -q -e "--clip\|--weighting\|--local-momentum\|--secagg-reveal" "$work/bad" ||

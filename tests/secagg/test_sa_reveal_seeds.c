@@ -1,6 +1,7 @@
 /* Revealed pairwise seeds (config.reveal_pair_seeds, docs/secagg.md "Revealed pairwise
  * seeds"): exact sums with dropouts at every phase on full and sparse graphs, both backends
- * and mixed, serial and job-wise final advances; the server makes no X25519 agreement when
+ * and mixed, serial and job-wise final advances, active mode (a lying server still caught);
+ * the server makes no X25519 agreement when
  * every survivor answers and only the missing ones when some do not; configs that may not
  * use it are refused, parties that disagree on it fail at KEYS; the server's checks of the
  * seed list change nothing; an unchecked seed is what the docs say it is; and an
@@ -151,6 +152,51 @@ static void test_backends_and_jobs(void **state) {
     }
 }
 
+/* Active mode (signed advertisements, the consistency round): dropouts in every phase, with
+ * device certificates too, and each lie of sa_lie_about_dropout still caught. The seeds a
+ * client reveals follow the survivor set it signed. */
+static void test_active_mode(void **state) {
+    (void)state;
+    const uint32_t n = 10, k = 9, t = 5;
+    for (int dev = 0; dev < 2; dev++) {
+        struct sa_opts o;
+        struct sa_result r;
+        uint8_t drop[10] = {0};
+        drop[1] = SA_DROP_SHARES;
+        drop[3] = SA_DROP_MASKED;
+        drop[5] = SA_DROP_MASKED;
+        drop[7] = SA_DROP_CONSISTENCY;
+        drop[9] = SA_DROP_UNMASK;
+        struct work w = {0};
+        sa_opts_init(&o, n, 16, k, t);
+        o.cfg.active = 1;
+        o.cfg.device_certs = dev;
+        o.cfg.reveal_pair_seeds = 1;
+        o.drop = drop;
+        o.seed = 800 + (uint64_t)dev;
+        o.finish = finish_work;
+        o.finish_user = &w;
+        sa_run(&o, &r);
+        expect_sum(&r, 7);
+        /* 3 and 5 dropped before masking; 7 did not sign and 9 did not answer, so their
+         * seeds with 3 and 5 come from the rebuilt keys: 2 x 2 agreements. */
+        assert_int_equal(w.agree, 4);
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        struct sa_opts o;
+        struct sa_result r;
+        struct sa_lie l = {0, 1, mode, 0};
+        sa_opts_init(&o, 6, 12, 5, 3);
+        o.cfg.active = 1;
+        o.cfg.reveal_pair_seeds = 1;
+        o.tamper = sa_lie_about_dropout;
+        o.tamper_user = &l;
+        o.seed = 810 + (uint64_t)mode;
+        sa_run(&o, &r);
+        sa_check_lie_caught(&l, &r, 6);
+    }
+}
+
 /* ---- configuration ---- */
 
 static void test_config(void **state) {
@@ -165,16 +211,17 @@ static void test_config(void **state) {
     assert_int_equal(fl_secagg_config_resolve(&c, m, sizeof(m)), FL_ERR_MISUSE);
     assert_non_null(strstr(m, "reveal_pair_seeds: must be 0 or 1"));
     c.reveal_pair_seeds = 1;
-    c.active = 1;
-    assert_int_equal(fl_secagg_config_resolve(&c, m, sizeof(m)), FL_ERR_MISUSE);
-    assert_non_null(strstr(m, "need active = 0 and norm_bits = 0"));
+    c.active = 1; /* active mode may reveal: the seeds follow the signed survivor set */
+    memset(c.verify_key, 7, sizeof(c.verify_key));
+    fl_secagg_config ca = c;
+    assert_int_equal(fl_secagg_config_resolve(&ca, m, sizeof(m)), FL_OK);
     c.active = 0;
     c.bits = 32;
     c.norm_bits = 8;
     c.norm_dim = 8;
     c.norm_bound2 = 100;
     assert_int_equal(fl_secagg_config_resolve(&c, m, sizeof(m)), FL_ERR_MISUSE);
-    assert_non_null(strstr(m, "need active = 0 and norm_bits = 0"));
+    assert_non_null(strstr(m, "unchecked seeds need norm_bits = 0"));
     c.norm_bits = c.norm_dim = 0;
     c.norm_bound2 = 0;
     assert_int_equal(fl_secagg_config_resolve(&c, m, sizeof(m)), FL_OK);
@@ -438,7 +485,8 @@ static void test_oom(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sums_and_work),   cmocka_unit_test(test_backends_and_jobs),
-        cmocka_unit_test(test_config),          cmocka_unit_test(test_disagreement),
+        cmocka_unit_test(test_active_mode),     cmocka_unit_test(test_config),
+        cmocka_unit_test(test_disagreement),
         cmocka_unit_test(test_server_checks),   cmocka_unit_test(test_unchecked_seed),
         cmocka_unit_test(test_client_answer),   cmocka_unit_test(test_oom),
     };

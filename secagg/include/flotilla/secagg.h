@@ -119,11 +119,12 @@ typedef struct fl_secagg_config {
      * dropped before the masked inputs, the mask seed the two of them shared, so the server
      * removes those masks without rebuilding the dropped client's key or doing one X25519
      * agreement per (dropped, surviving) pair; it rebuilds the key only where a survivor
-     * did not answer. The server learns nothing it would not learn from the rebuilt key.
+     * did not answer. The server learns nothing it would not learn from the rebuilt key
+     * (in active mode too: seeds are revealed only for the signed survivor set's complement).
      * The seeds cannot be checked, so a lying client could spoil the sum: allowed only
-     * where a client's input is not bounded anyway (active = 0, norm_bits = 0). Every
-     * party of the round must use the same value (the KEYS message carries it). */
-    int reveal_pair_seeds;    /* 0 = off (default), 1 = on; needs active = 0, norm_bits = 0 */
+     * where a client's input is not bounded anyway (norm_bits = 0). Every party of the
+     * round must use the same value (the KEYS message carries it). */
+    int reveal_pair_seeds;    /* 0 = off (default), 1 = on; needs norm_bits = 0 */
 } fl_secagg_config;
 
 /* Fills cfg with the documented defaults (num_clients and dim are 0 = unset). cfg NULL is

@@ -46,7 +46,7 @@
  * table gains the consistency phase's server and client seconds and the mode. With 0 the
  * output is that of the semi-honest benchmark, unchanged.
  *
- * --reveal 1 (default 0): cfg.reveal_pair_seeds = 1 (semi-honest only): each survivor's
+ * --reveal 1 (default 0): cfg.reveal_pair_seeds = 1 (with --active too): each survivor's
  * unmask answer also carries the seeds of the masks it shared with dropped neighbours, so
  * the server's final advance makes no X25519 agreement for them (unmask_agreements counts
  * those it still makes). The JSON gains "reveal_pair_seeds": true, the table "seeds".
