@@ -213,6 +213,8 @@ fl_status fl__coord_audit_round(fl_coord *co, struct fl__coord_pop *p,
         info.secagg_active = 1;
         info.authority_key_sha256 = authority_fp;
     }
+    if (info.secagg_enabled && r->rp.reveal_seeds)
+        info.secagg_reveal_seeds = 1;
     double delta = 0, total = 0;
     if (r->rp.dp != FL__DP_NONE) {
         json_t *pr = json_object_get(p->config, "privacy");

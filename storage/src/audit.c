@@ -602,10 +602,11 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
     if (!info)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info is NULL");
     /* 0.2 callers end before the norm-proof fields, 0.3 callers before the active-mode
-     * ones: read no further than they wrote. */
+     * ones, 0.4 callers before revealed seeds: read no further than they wrote. */
     if (info->struct_size != sizeof(*info) &&
         info->struct_size != offsetof(fl_store_audit_round_info, norm_proof_enabled) &&
-        info->struct_size != offsetof(fl_store_audit_round_info, secagg_active))
+        info->struct_size != offsetof(fl_store_audit_round_info, secagg_active) &&
+        info->struct_size != offsetof(fl_store_audit_round_info, secagg_reveal_seeds))
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->struct_size is not "
                            "sizeof(fl_store_audit_round_info)");
@@ -658,6 +659,13 @@ static fl_status check_round_info(fl_store *st, const fl_store_audit_round_info 
         /* A fingerprint without the flag would be dropped from the log silently. */
         return fl__err_set(&st->err, FL_ERR_MISUSE,
                            "info->authority_key_sha256: set without secagg_active");
+    }
+    if (in->secagg_reveal_seeds &&
+        (in->secagg_reveal_seeds != 1 || !in->secagg_enabled || in->norm_proof_enabled)) {
+        /* The coordinator never runs that combination; the verifier refuses it too. */
+        return fl__err_set(&st->err, FL_ERR_MISUSE,
+                           "info->secagg_reveal_seeds must be 0 or 1, and 1 only with "
+                           "secagg_enabled and without norm_proof_enabled");
     }
     if (fl__store_audit_fixed_ceil(in->epsilon_total, 1e9) < 0)
         return fl__err_set(&st->err, FL_ERR_MISUSE, "info->epsilon_total must be finite and >= 0");
@@ -806,8 +814,9 @@ static fl_status read_regions(struct fl__store_audit_stmts *c, const fl_store_au
 /* The round's secagg object: {n, k, t}, with norm_proof {bits, bound2, dim, weight_max}
  * when its inputs carried norm proofs (only then: other entries keep their 0.2 bytes), with
  * active (the integer 1: the format has no booleans) and authority_key_sha256 in active
- * mode (only then: semi-honest entries keep their 0.3 bytes), or null without secure
- * aggregation. NULL when out of memory. */
+ * mode (only then: semi-honest entries keep their 0.3 bytes), with revealed_seeds (1) when
+ * the survivors revealed pairwise seeds (only then), or null without secure aggregation.
+ * NULL when out of memory. */
 static json_t *secagg_object(const fl_store_audit_round_info *in) {
     static const char *const ks[] = {"n", "k", "t"};
     static const char *const kn[] = {"bits", "bound2", "dim", "weight_max"};
@@ -819,7 +828,8 @@ static json_t *secagg_object(const fl_store_audit_round_info *in) {
     if (o && ((in->norm_proof_enabled && put(o, "norm_proof", int_object(kn, nv, 4))) ||
               (in->secagg_active &&
                (put(o, "active", json_integer(1)) ||
-                put(o, "authority_key_sha256", hex_string(in->authority_key_sha256)))))) {
+                put(o, "authority_key_sha256", hex_string(in->authority_key_sha256)))) ||
+              (in->secagg_reveal_seeds && put(o, "revealed_seeds", json_integer(1))))) {
         json_decref(o);
         return NULL;
     }

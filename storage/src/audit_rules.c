@@ -507,12 +507,13 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
         const json_t *np = json_object_get(o, "norm_proof");
         const json_t *act = json_object_get(o, "active");
         const json_t *akey = json_object_get(o, "authority_key_sha256");
+        const json_t *rs = json_object_get(o, "revealed_seeds");
         if ((act != NULL) != (akey != NULL))
             return bad(c, "secagg: \"%s\" without \"%s\" (active mode logs both, other "
                           "rounds neither)",
                        act ? "active" : "authority_key_sha256",
                        act ? "authority_key_sha256" : "active");
-        const char *ks[6] = {"k", "n", "t"};
+        const char *ks[7] = {"k", "n", "t"};
         size_t nks = 3;
         if (np)
             ks[nks++] = "norm_proof";
@@ -520,10 +521,18 @@ static int check_round(struct ck *c, const json_t *e, const struct fl__store_aud
             ks[nks++] = "active";
             ks[nks++] = "authority_key_sha256";
         }
+        if (rs)
+            ks[nks++] = "revealed_seeds";
         if (keys_exact(c, o, "secagg", ks, nks) || get_int(c, o, "n", 1, INT64_MAX / 8, &n) ||
             get_int(c, o, "k", 1, INT64_MAX / 8, &kk) || get_int(c, o, "t", 1, INT64_MAX / 8, &t) ||
             (np && check_norm_proof(c, np)) || (act && check_active(c, o)))
             return -1;
+        if (rs && (!is_type(rs, JSON_INTEGER) || json_integer_value(rs) != 1))
+            return bad(c, "secagg.revealed_seeds is not the integer 1 (the field is present "
+                          "only for rounds with revealed pairwise seeds)");
+        if (rs && np)
+            return bad(c, "secagg: revealed_seeds with norm_proof (a revealed seed cannot be "
+                          "checked, so no coordinator combines them)");
         if (!(t <= kk && kk <= n))
             return bad(c, "secagg: needs t <= k <= n, got t=%" PRId64 " k=%" PRId64 " n=%" PRId64,
                        t, kk, n);

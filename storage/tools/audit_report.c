@@ -413,6 +413,8 @@ static void population_section(FILE *out, struct tool_bundle *tb, long long pid)
         } else {
             fputs("&ndash;", out);
         }
+        if (json_is_object(sa) && json_object_get(sa, "revealed_seeds"))
+            fputs(", revealed seeds", out);
         fputs("</td><td class=\"l\">", out);
         esc(out, tool_str(json_object_get(e, "dp"), "mechanism"));
         char tot[40];

@@ -72,6 +72,9 @@ static void show_entry(FILE *out, long long seq, const json_t *e) {
                     tool_str(sa, "authority_key_sha256"));
         else if (json_is_object(sa))
             fprintf(out, "      secagg mode: semi-honest\n");
+        if (json_is_object(sa) && json_object_get(sa, "revealed_seeds"))
+            fprintf(out, "      revealed pairwise seeds: the survivors revealed the mask seeds "
+                         "they shared with devices that left before masking\n");
         const json_t *np = json_object_get(sa, "norm_proof");
         if (json_object_size(np) > 0) /* 0 for NULL or a non-object too */
             fprintf(out,

@@ -415,6 +415,12 @@ static void test_secagg_reveal_seeds(void **state) {
     int64_t version = json_integer_value(json_object_get(o, "new_model_version"));
     json_decref(o);
     check_aggregate(f, &h, c, N, rid, version, "rv", c[0].task.gran * 1.0001);
+    /* The audit log says so (secagg.revealed_seeds), and the bundle verifies. */
+    json_t *e = audit_round_find(f, "rv", rid, NULL);
+    json_t *sa = json_object_get(e, "secagg");
+    assert_true(json_is_integer(json_object_get(sa, "revealed_seeds")));
+    assert_int_equal(json_integer_value(json_object_get(sa, "revealed_seeds")), 1);
+    json_decref(e);
     clients_free(c, N);
     /* Refused: without secagg, with norm proofs, not a boolean (active mode may: below). */
     static const char *const bad[] = {

@@ -245,8 +245,9 @@ static json_t *run_active(struct fx *f, struct tc *c, int n, int64_t rid, bool *
 
 /* The audit log records the mode (docs/audit.md, protocol 5.6): the bundle verifies, and
  * round rid's entry has secagg.active 1 and the SHA-256 of authority a's verification key
- * (never the key itself), beside n, k and t. */
-static void check_audit_active(struct fx *f, int64_t rid, const struct authority *a) {
+ * (never the key itself), beside n, k and t; with reveal also revealed_seeds 1. */
+static void check_audit_active(struct fx *f, int64_t rid, const struct authority *a,
+                               bool reveal) {
     uint8_t fp[32];
     char fp_hex[65];
     crypto_hash_sha256(fp, a->vk, sizeof(a->vk));
@@ -257,7 +258,9 @@ static void check_audit_active(struct fx *f, int64_t rid, const struct authority
     assert_true(json_is_integer(json_object_get(sa, "active")));
     assert_int_equal(json_integer_value(json_object_get(sa, "active")), 1);
     assert_string_equal(json_string_value(json_object_get(sa, "authority_key_sha256")), fp_hex);
-    assert_int_equal(json_object_size(sa), 5); /* active, fingerprint, n, k, t */
+    /* active, fingerprint, n, k, t (and revealed_seeds) */
+    assert_int_equal(json_object_size(sa), reveal ? 6 : 5);
+    assert_int_equal(json_integer_value(json_object_get(sa, "revealed_seeds")), reveal);
     assert_true(json_integer_value(json_object_get(sa, "t")) >= 1);
     json_decref(e);
 }
@@ -298,7 +301,7 @@ static void active_round_with_dropout(struct fx *f, bool reveal) {
     assert_int_equal(json_integer_value(json_object_get(pc, "consistency")), N - 1);
     assert_int_equal(json_integer_value(json_object_get(pc, "masked")), N - 1);
     json_decref(j);
-    check_audit_active(f, rid, &a);
+    check_audit_active(f, rid, &a, reveal);
     fl__coord_debug_hook_set(f->co, NULL, NULL);
     secagg_clients_free(c, N);
     clients_free(c, N);

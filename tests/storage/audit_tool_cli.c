@@ -415,6 +415,35 @@ static void test_demo(void **state) {
     EXPECT_IN("out", "bundle VERIFIED");
 }
 
+/* A round with revealed pairwise seeds (secagg.revealed_seeds): show and report say so. */
+static const fl_store_audit_round_info *with_reveal(fl_store_audit_round_info *info,
+                                                    void *user) {
+    (void)user;
+    info->secagg_reveal_seeds = 1;
+    return info;
+}
+
+static void test_revealed_seeds_shown(void **state) {
+    (void)state;
+    char path[300], html[300], vk[256];
+    snprintf(path, sizeof(path), "%s/reveal.jsonl", dir);
+    snprintf(html, sizeof(html), "%s/reveal.html", dir);
+    struct audit_fx f;
+    audit_fx_setup(&f, 4);
+    f.edit = with_reveal;
+    STORE_OK(f.st, audit_fx_round(&f, 1, 0.5, NULL));
+    STORE_OK(f.st, fl_store_audit_checkpoint_sign(f.st, NULL, AUDIT_ORIGIN, f.sk));
+    STORE_OK(f.st, fl_store_audit_export_file(f.st, path));
+    STORE_OK(f.st, fl_store_audit_vkey(vk, sizeof(vk), AUDIT_ORIGIN, f.pk));
+    audit_fx_teardown(&f);
+    RUN(0, "show", path, "--key", vk);
+    EXPECT_IN("out", "secagg mode: semi-honest\n      revealed pairwise seeds: the survivors "
+                     "revealed the mask seeds they shared with devices that left before "
+                     "masking\n");
+    RUN(0, "report", path, "-o", html, "--key", vk);
+    EXPECT_IN("reveal.html", "<td class=\"l\">semi-honest, revealed seeds</td>");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PATH/TO/flotilla-audit\n", argv[0]);
@@ -425,7 +454,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_io_errors),
         cmocka_unit_test(test_verify),       cmocka_unit_test(test_show),
         cmocka_unit_test(test_export_and_report), cmocka_unit_test(test_odd_entries),
-        cmocka_unit_test(test_demo),
+        cmocka_unit_test(test_demo),         cmocka_unit_test(test_revealed_seeds_shown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,7 @@
 /* Round entries of active-mode secure aggregation rounds (secagg.active and
- * secagg.authority_key_sha256, added after 0.3; docs/audit.md, docs/protocol.md 5.6):
+ * secagg.authority_key_sha256, added after 0.3; docs/audit.md, docs/protocol.md 5.6), and
+ * of rounds with revealed pairwise seeds (secagg.revealed_seeds, added after 0.4:
+ * test_revealed_seeds, written, refused and verified the same ways):
  *   1. what fl_store_audit_append_round writes in active mode (with and without norm
  *      proofs) and that semi-honest rounds keep their 0.3 bytes; a caller built against the
  *      0.3 struct (older struct_size) still appends, and nothing past its struct is read;
@@ -29,6 +31,9 @@ static void fp_make(void) {
         snprintf(fp_hex + 2 * i, 3, "%02x", fp_bin[i]);
 }
 
+/* secagg_reveal_seeds the edit hook sets (test_revealed_seeds). */
+static int g_reveal;
+
 /* What the edit hook does to a round's info. */
 struct edit {
     int secagg;        /* secagg_enabled to set */
@@ -45,6 +50,7 @@ static const fl_store_audit_round_info *apply_edit(fl_store_audit_round_info *in
     info->secagg_enabled = ed->secagg;
     info->secagg_active = ed->active;
     info->authority_key_sha256 = ed->fp;
+    info->secagg_reveal_seeds = g_reveal;
     if (ed->proofs) {
         info->norm_proof_enabled = 1;
         info->norm_bits = 17;
@@ -169,7 +175,9 @@ static void test_append_refused(void **state) {
         {{0, 0, fp_bin, 0, 0, 0, NULL}, "info->authority_key_sha256: set without secagg_active"},
         /* sizes other than 0.2's, 0.3's and this one's */
         {{1, 0, NULL, 0, size_v03 + 4, 0, NULL}, "struct_size"},
-        {{1, 0, NULL, 0, full - sizeof(void *), 0, NULL}, "struct_size"},
+        {{1, 0, NULL, 0, offsetof(fl_store_audit_round_info, secagg_reveal_seeds) - 4, 0,
+          NULL},
+         "struct_size"},
         {{1, 0, NULL, 0, full + 8, 0, NULL}, "struct_size"},
     };
     int64_t n0 = 0, n1 = 0;
@@ -415,6 +423,82 @@ static void test_resigned_bundles(void **state) {
     vlog_free(&l);
 }
 
+/* ---- 5: revealed pairwise seeds ---- */
+
+static void test_revealed_seeds(void **state) {
+    (void)state;
+    struct audit_fx f;
+    struct edit ed = {1, 0, NULL, 0, 0, 0, NULL};
+    audit_fx_setup(&f, 4);
+    f.edit = apply_edit;
+    f.edit_user = &ed;
+    int64_t seq[4];
+    /* written: semi-honest and active rounds with the flag, a 0.4 caller's struct (its
+     * bytes past the old size hold a flag the store must not read), and a round without */
+    g_reveal = 1;
+    STORE_OK(f.st, audit_fx_round(&f, 0, 0.5, &seq[0]));
+    ed = (struct edit){1, 1, fp_bin, 0, 0, 0, NULL};
+    STORE_OK(f.st, audit_fx_round(&f, 0, 0.5, &seq[1]));
+    ed = (struct edit){1, 0, NULL, 0, offsetof(fl_store_audit_round_info, secagg_reveal_seeds),
+                       1, NULL};
+    STORE_OK(f.st, audit_fx_round(&f, 0, 0.5, &seq[2]));
+    free(ed.copy);
+    g_reveal = 0;
+    ed = (struct edit){1, 0, NULL, 0, 0, 0, NULL};
+    STORE_OK(f.st, audit_fx_round(&f, 0, 0.5, &seq[3]));
+    for (int i = 0; i < 4; i++) {
+        char *s = entry_text(&f, seq[i]);
+        if (i < 2)
+            expect_in(s, "\"revealed_seeds\":1");
+        assert_int_equal(strstr(s, "revealed_seeds") != NULL, i < 2);
+        free(s);
+    }
+    /* refused on append, naming the field; nothing appended */
+    const struct {
+        struct edit ed;
+        int reveal;
+    } bad[] = {{{0, 0, NULL, 0, 0, 0, NULL}, 1}, /* without secagg */
+               {{1, 0, NULL, 0, 0, 0, NULL}, 2},
+               {{1, 0, NULL, 0, 0, 0, NULL}, -1},
+               {{1, 0, NULL, 1, 0, 0, NULL}, 1}}; /* with norm proofs */
+    int64_t n0 = 0, n1 = 0;
+    STORE_OK(f.st, fl_store_audit_size(f.st, &n0));
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        ed = bad[k].ed;
+        g_reveal = bad[k].reveal;
+        fl_status r = audit_fx_round(&f, 0, 0.5, NULL);
+        if (r != FL_ERR_MISUSE || !strstr(f.msg, "info->secagg_reveal_seeds must be 0 or 1"))
+            fail_msg("case %zu: %s (%s)", k, fl_status_name(r), f.msg);
+    }
+    g_reveal = 0;
+    STORE_OK(f.st, fl_store_audit_size(f.st, &n1));
+    assert_int_equal(n1, n0);
+    /* the whole log verifies offline */
+    assert_int_equal(export_verified(&f), 6); /* created, model and the four rounds */
+    audit_fx_teardown(&f);
+
+    /* the verifier: only the integer 1, never with norm_proof; with active it is fine */
+    struct vlog l;
+    vlog_make(&l);
+    json_t *m = active_copy(&l);
+    json_object_set_new(sa_of(m), "revealed_seeds", json_integer(1));
+    expect(&l, m, NULL);
+    json_t *bad_v[] = {json_integer(0), json_integer(2), json_true(), json_string("1"),
+                       json_null()};
+    for (size_t k = 0; k < sizeof(bad_v) / sizeof(bad_v[0]); k++) {
+        m = active_copy(&l);
+        json_object_set_new(sa_of(m), "revealed_seeds", bad_v[k]);
+        expect(&l, m, "secagg.revealed_seeds is not the integer 1");
+    }
+    m = active_copy(&l);
+    json_object_set_new(sa_of(m), "revealed_seeds", json_integer(1));
+    json_object_set_new(sa_of(m), "norm_proof",
+                        json_pack("{s:i, s:i, s:i, s:i}", "bits", 17, "bound2", 100, "dim", 10,
+                                  "weight_max", 1));
+    expect(&l, m, "secagg: revealed_seeds with norm_proof");
+    vlog_free(&l);
+}
+
 int main(void) {
     fp_make();
     const struct CMUnitTest tests[] = {
@@ -422,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_append_refused),
         cmocka_unit_test(test_verifier_rules),
         cmocka_unit_test(test_resigned_bundles),
+        cmocka_unit_test(test_revealed_seeds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

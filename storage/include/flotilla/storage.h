@@ -693,6 +693,13 @@ typedef struct fl_store_audit_round_info {
     const uint8_t *authority_key_sha256; /* 32 bytes: SHA-256 of the device authority's
                                          * 32-byte Ed25519 verification key; required
                                          * when secagg_active */
+    /* Added after 0.4: revealed pairwise seeds (docs/secagg.md "Revealed pairwise seeds",
+     * protocol 1.4), logged as secagg.revealed_seeds (1): the survivors revealed the mask
+     * seeds they shared with devices that left before masking, instead of the coordinator
+     * deriving them from rebuilt keys. A struct_size of offsetof(fl_store_audit_round_info,
+     * secagg_reveal_seeds) is still accepted and means 0. Only with secagg_enabled and
+     * without norm_proof_enabled (a revealed seed cannot be checked). */
+    int secagg_reveal_seeds;            /* 1 if the round ran with revealed pairwise seeds */
 } fl_store_audit_round_info;
 
 /* Fills info with defaults: no secagg, no norm proofs, semi-honest, no dropouts, epsilon_total
