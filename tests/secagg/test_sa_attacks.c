@@ -290,7 +290,9 @@ static void test_replay_and_reorder(void **state) {
 
 static void test_lying_server_caught_in_active_mode(void **state) {
     (void)state;
-    sa_check_lies_caught(0, 60);
+    struct sa_opts o;
+    sa_lie_opts_init(&o);
+    sa_check_lies_caught(&o, 60);
 }
 
 /* Semi-honest mode has no consistency round: the client believes the server (documented). */

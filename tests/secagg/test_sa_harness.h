@@ -365,16 +365,19 @@ static inline void sa_check_lie_caught(const struct sa_lie *l, const struct sa_r
     assert_int_equal(r->count, n);
 }
 
-/* Each lie of sa_lie_about_dropout (modes 0-2), told to client 0 about client 1 in an
- * active round of 6 (k = 5, t = 3; reveal: cfg.reveal_pair_seeds), must be caught. */
-static inline void sa_check_lies_caught(int reveal, uint64_t seed0) {
+/* The options of the lying-server rounds: active, 6 clients, k = 5, t = 3, d = 12. */
+static inline void sa_lie_opts_init(struct sa_opts *o) {
+    sa_opts_init(o, 6, 12, 5, 3);
+    o->cfg.active = 1;
+}
+
+/* Each lie of sa_lie_about_dropout (modes 0-2), told to client 0 about client 1 in the
+ * round of base (sa_lie_opts_init, then the caller's choices), must be caught. */
+static inline void sa_check_lies_caught(const struct sa_opts *base, uint64_t seed0) {
     for (int mode = 0; mode < 3; mode++) {
-        struct sa_opts o;
+        struct sa_opts o = *base;
         struct sa_result r;
         struct sa_lie l = {0, 1, mode, 0};
-        sa_opts_init(&o, 6, 12, 5, 3);
-        o.cfg.active = 1;
-        o.cfg.reveal_pair_seeds = reveal;
         o.tamper = sa_lie_about_dropout;
         o.tamper_user = &l;
         o.seed = seed0 + (uint64_t)mode;
