@@ -120,19 +120,6 @@ static inline void sa_make_device_identities(struct sa_identities *I, uint32_t n
     }
 }
 
-/* Allocation-failure walks (with a struct fl_test_counting *cnt): */
-/* Calls expr; on FL_ERR_NOMEM clears the failure point and calls it once more. */
-#define RETRY(cnt, nomem, expr)                                                              \
-    ({                                                                                       \
-        fl_status _st = (expr);                                                              \
-        if (_st == FL_ERR_NOMEM) {                                                           \
-            (nomem)++;                                                                       \
-            (cnt)->fail_at = 0;                                                              \
-            _st = (expr);                                                                    \
-        }                                                                                    \
-        _st;                                                                                 \
-    })
-
 /* Delivers one message (copied so tamper can edit it). */
 static inline fl_status sa_deliver_to_server(fl_secagg_server *srv, const struct sa_opts *o,
                                       uint32_t from, const uint8_t *msg, size_t len) {

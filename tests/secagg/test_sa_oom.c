@@ -7,6 +7,18 @@
 #define N 4
 #define D 5
 
+/* Calls expr; on FL_ERR_NOMEM clears the failure point and calls it once more. */
+#define RETRY(cnt, nomem, expr)                                                              \
+    ({                                                                                       \
+        fl_status _st = (expr);                                                              \
+        if (_st == FL_ERR_NOMEM) {                                                           \
+            (nomem)++;                                                                       \
+            (cnt)->fail_at = 0;                                                              \
+            _st = (expr);                                                                    \
+        }                                                                                    \
+        _st;                                                                                 \
+    })
+
 /* Runs one round; `victim` = -1 for the server, else a client index; active 2 = active with
  * device certificates. Returns the number of NOMEM results seen. */
 static int walk_once(int victim, long fail_at, int active, int norm,

@@ -2,10 +2,13 @@
  * needs no permutation) with inputs long enough (d > 16 Ki) that a client's masked-input
  * buffer is replaced, not reused, by the smaller messages after it: the server or one client
  * gets an allocator that fails its i-th allocation, for every i, in a semi-honest and an
- * active round where one client drops after its shares. Each failing call must return
+ * active round where one client drops after its shares, and in a semi-honest round with
+ * revealed pairwise seeds (every client a victim in turn, so the dropped client's neighbours
+ * are too; the final advance then makes no agreement). Each failing call must return
  * FL_ERR_NOMEM and change nothing: the call is repeated with the failure cleared, the round
  * ends with the exact sum, and nothing leaks (counting allocator, and ASan in that build). */
 #include "sa_rig.h"
+#include "secagg_internal.h"
 
 #define N 6
 #define K 2
@@ -74,6 +77,11 @@ static void round_once(struct walk *w, int victim, int active, struct rig *R, ui
     uint32_t count;
     assert_int_equal(fl_secagg_server_result(srv, &sum, NULL, &count), FL_OK);
     assert_int_equal(count, N - 1);
+    if (R->cfg.reveal_pair_seeds) {
+        uint64_t sec, agree, masks;
+        fl__sa_server_unmask_work(srv, &sec, &agree, &masks);
+        assert_int_equal(agree, 0);
+    }
     for (uint32_t j = 0; j < D; j++) {
         uint32_t e = 0;
         for (uint32_t i = 0; i < N; i++)
@@ -89,9 +97,9 @@ static void round_once(struct walk *w, int victim, int active, struct rig *R, ui
     assert_int_equal(w->cnt.live_bytes, 0);
 }
 
-static void walk(int victim, int active) {
+static void walk(int victim, int active, int reveal) {
     struct rig R; /* configuration, identities and graph seed only */
-    rig_init(&R, N, 4, K, 2, 32, active);
+    rig_init_seeds(&R, N, 4, K, 2, 32, active, reveal);
     R.cfg.dim = D;
     uint32_t *x = malloc((size_t)N * D * sizeof(uint32_t));
     assert_non_null(x);
@@ -117,14 +125,18 @@ static void walk(int victim, int active) {
 
 static void test_oom_sparse_server(void **state) {
     (void)state;
-    walk(-1, 0);
-    walk(-1, 1);
+    walk(-1, 0, 0);
+    walk(-1, 1, 0);
+    walk(-1, 0, 1);
 }
 
 static void test_oom_sparse_client(void **state) {
     (void)state;
-    walk(0, 0);
-    walk(0, 1);
+    walk(0, 0, 0);
+    walk(0, 1, 0);
+    for (int v = 0; v < N; v++)
+        if (v != DROP)
+            walk(v, 0, 1);
 }
 
 int main(void) {

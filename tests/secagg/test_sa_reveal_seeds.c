@@ -1,11 +1,10 @@
 /* Revealed pairwise seeds (config.reveal_pair_seeds, docs/secagg.md "Revealed pairwise
  * seeds"): exact sums with dropouts at every phase on full and sparse graphs, both backends
  * and mixed, serial and job-wise final advances, active mode (a lying server still caught);
- * the server makes no X25519 agreement when
- * every survivor answers and only the missing ones when some do not; configs that may not
- * use it are refused, parties that disagree on it fail at KEYS; the server's checks of the
- * seed list change nothing; an unchecked seed is what the docs say it is; and an
- * allocation-failure walk of a round with a dropped client. */
+ * the server makes no X25519 agreement when every survivor answers and only the missing ones
+ * when some do not; configs that may not use it are refused, parties that disagree on it
+ * fail at KEYS; the server's checks of the seed list change nothing; an unchecked seed is
+ * what the docs say it is. Its allocation-failure walk is in test_sa_oom_sparse.c. */
 #include "sa_rig.h"
 #include "secagg_internal.h"
 #include "test_sa_harness.h"
@@ -388,98 +387,12 @@ static void test_client_answer(void **state) {
     rig_free(&R);
 }
 
-/* ---- allocation failures ---- */
-
-/* One round of 5 (k = 4, t = 2), client 4 never masks; `victim` -1 = the server, else a
- * client, gets an allocator failing its fail_at-th allocation. Returns the NOMEMs seen. */
-static int oom_round(int victim, long fail_at, struct fl_test_counting *cnt) {
-    enum { N = 5, D = 6 };
-    int nomem = 0;
-    memset(cnt, 0, sizeof(*cnt));
-    cnt->fail_at = fail_at;
-    fl_allocator fa = fl_test_counting_allocator(cnt);
-    fl_secagg_config cfg;
-    fl_secagg_config_init(&cfg);
-    cfg.num_clients = N;
-    cfg.dim = D;
-    cfg.degree = 4;
-    cfg.threshold = 2;
-    cfg.reveal_pair_seeds = 1;
-    fl_secagg_server *srv = NULL;
-    fl_secagg_client *cl[N] = {0};
-    assert_int_equal(
-        RETRY(cnt, nomem, fl_secagg_server_create(&srv, &cfg, 9, NULL, victim < 0 ? &fa : NULL)),
-        FL_OK);
-    uint32_t expect[D] = {0};
-    for (uint32_t i = 0; i < N; i++) {
-        uint32_t x[D];
-        for (uint32_t j = 0; j < D; j++) {
-            x[j] = i * 1000 + j;
-            expect[j] += i < N - 1 ? x[j] : 0;
-        }
-        const uint8_t *m;
-        size_t ml;
-        const fl_allocator *ca = victim == (int)i ? &fa : NULL;
-        assert_int_equal(RETRY(cnt, nomem, fl_secagg_client_create(&cl[i], &cfg, 9, i, NULL, ca)),
-                         FL_OK);
-        assert_int_equal(RETRY(cnt, nomem, fl_secagg_client_set_input(cl[i], x, D)), FL_OK);
-        assert_int_equal(RETRY(cnt, nomem, fl_secagg_client_start(cl[i], &m, &ml)), FL_OK);
-        assert_int_equal(RETRY(cnt, nomem, fl_secagg_server_receive(srv, i, m, ml)), FL_OK);
-    }
-    for (;;) {
-        assert_int_equal(RETRY(cnt, nomem, fl_secagg_server_advance(srv)), FL_OK);
-        fl_secagg_phase ph = fl_secagg_server_phase(srv);
-        if (ph == FL_SECAGG_PHASE_DONE)
-            break;
-        for (uint32_t i = 0; i < N; i++) {
-            const uint8_t *m, *r;
-            size_t ml, rl;
-            if (fl_secagg_server_outgoing(srv, i, &m, &ml) != FL_OK ||
-                (i == N - 1 && ph == FL_SECAGG_PHASE_MASKED_INPUT))
-                continue;
-            assert_int_equal(RETRY(cnt, nomem, fl_secagg_client_handle(cl[i], m, ml, &r, &rl)),
-                             FL_OK);
-            assert_int_equal(RETRY(cnt, nomem, fl_secagg_server_receive(srv, i, r, rl)), FL_OK);
-        }
-    }
-    const uint32_t *sum;
-    uint32_t count;
-    assert_int_equal(fl_secagg_server_result(srv, &sum, NULL, &count), FL_OK);
-    assert_int_equal(count, N - 1);
-    assert_memory_equal(sum, expect, sizeof(expect));
-    uint64_t sec, agree, masks;
-    fl__sa_server_unmask_work(srv, &sec, &agree, &masks);
-    assert_int_equal(agree, 0);
-    for (uint32_t i = 0; i < N; i++)
-        fl_secagg_client_destroy(cl[i]);
-    fl_secagg_server_destroy(srv);
-    assert_int_equal(cnt->live, 0);
-    assert_int_equal(cnt->live_bytes, 0);
-    return nomem;
-}
-
-static void test_oom(void **state) {
-    (void)state;
-    const int victims[] = {-1, 0};
-    for (size_t v = 0; v < 2; v++) {
-        struct fl_test_counting cnt;
-        oom_round(victims[v], 0, &cnt);
-        long total = cnt.calls;
-        assert_true(total > 3);
-        for (long i = 1; i <= total; i++)
-            if (oom_round(victims[v], i, &cnt) == 0)
-                fail_msg("victim %d: failing allocation %ld of %ld gave no FL_ERR_NOMEM",
-                         victims[v], i, total);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sums_and_work),   cmocka_unit_test(test_backends_and_jobs),
         cmocka_unit_test(test_active_mode),     cmocka_unit_test(test_config),
-        cmocka_unit_test(test_disagreement),
-        cmocka_unit_test(test_server_checks),   cmocka_unit_test(test_unchecked_seed),
-        cmocka_unit_test(test_client_answer),   cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_disagreement),    cmocka_unit_test(test_server_checks),
+        cmocka_unit_test(test_unchecked_seed),  cmocka_unit_test(test_client_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
