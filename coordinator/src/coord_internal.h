@@ -23,6 +23,7 @@ struct fl__coord_auth_cache;
 #define FL__COORD_CLIENT_ID_CHARS 16  /* hex client ids */
 #define FL__COORD_PID_CHARS 32        /* hex participation ids */
 #define FL__COORD_SECRET_CHARS 43     /* base64url of 32 random bytes */
+#define FL__COORD_BODY_TAG_BYTES 16   /* fl__coord_body_tag */
 
 /* ---- metrics ---- */
 
@@ -143,7 +144,8 @@ struct fl__coord_participant {
     uint32_t index;                    /* secagg index 0..n-1 */
     uint8_t posted;                    /* bit k: a message of phase k was accepted */
     int8_t dropped_at;                 /* phase it missed (-1 = alive) */
-    uint8_t hash[FL__PH_COUNT][32];    /* SHA-256 of the accepted message per phase */
+    uint8_t hash[FL__PH_COUNT][FL__COORD_BODY_TAG_BYTES]; /* tag of the accepted message
+                                          per phase (fl__coord_body_tag) */
     uint8_t *result[FL__PH_COUNT];     /* server message for it after phase k closed */
     uint32_t result_len[FL__PH_COUNT];
     int64_t sel_rid;                   /* round id the device was given at selection (a
@@ -388,7 +390,8 @@ struct fl_coord {
     struct fl__coord_waiter *waiters;  /* parked long polls (lock held) */
     size_t n_waiters;
     struct fl__coord_auth_cache *auth; /* client token cache (own lock) */
-    struct evp_md_st *sha256_md;       /* OpenSSL SHA-256 (SHA-NI/AVX2): big bodies */
+    struct evp_mac_st *body_mac;       /* OpenSSL Poly1305 (NULL: libsodium's) */
+    uint8_t body_mac_key[32];          /* random per process: tags of posted bodies */
     fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
     void *debug_user;
     fl__coord_debug_task_model_fn debug_task_model; /* test hook: equivocation */
@@ -502,9 +505,9 @@ struct fl__coord_req {
     char path_buf[512];
     const uint8_t *body;
     size_t body_len;
-    bool body_hashed;              /* body_sha256 holds SHA-256(body), computed while it
-                                      arrived (update and secagg posts) */
-    uint8_t body_sha256[32];
+    bool body_tagged;              /* body_tag holds fl__coord_body_tag(body), computed while
+                                      it arrived (update and secagg posts) */
+    uint8_t body_tag[FL__COORD_BODY_TAG_BYTES];
     bool park;                     /* set by a handler that suspended the connection */
     int64_t wait_until;            /* monotonic ms end of a long poll; 0 = first call */
     struct fl__coord_waiter waiter;/* linked into co->waiters while parked */
@@ -773,9 +776,16 @@ void fl__coord_sha256(uint8_t out[32], const void *data, size_t len);
  * or NULL (out untouched) when pid is NULL or not FL__COORD_PID_CHARS long (a tombstone's
  * empty id, a malformed key): a NULL hash is stored as none, and matches no stored one. */
 const uint8_t *fl__coord_pid_hash(uint8_t out[32], const char *pid);
-/* SHA-256 of large buffers (models, updates) through OpenSSL's hardware-accelerated
- * implementation (several times libsodium's portable one); falls back to libsodium. */
-void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len);
+/* Tag of a posted body (update or secagg message) for idempotent retries: Poly1305 under
+ * the process's random key co->body_mac_key, through OpenSSL (mac; its AVX-512 code is ~7x
+ * SHA-256 with SHA-NI here) or libsodium (mac NULL), which give the same tag. Equal tags
+ * mean equal bodies except with probability ~2^-85 for 4 MB bodies, as long as the tags
+ * stay in the process (they are never sent or stored: a universal hash, not a MAC the
+ * device could test its guesses against). */
+void fl__coord_poly1305(const struct evp_mac_st *mac, const uint8_t key[32],
+                        uint8_t out[FL__COORD_BODY_TAG_BYTES], const void *data, size_t len);
+void fl__coord_body_tag(const fl_coord *co, uint8_t out[FL__COORD_BODY_TAG_BYTES],
+                        const void *data, size_t len);
 void fl__coord_hex(char *out, const uint8_t *in, size_t n);          /* out: 2n+1 */
 bool fl__coord_unhex(uint8_t *out, size_t n, const char *hex);        /* exactly 2n chars */
 void fl__coord_b64url(char *out, const uint8_t *in, size_t n);        /* unpadded */

@@ -168,9 +168,10 @@ fl_status fl_coord_create(fl_coord **out, const fl_coord_config *cfg, char *errm
         memcpy(seed, cfg->signing_seed, 32);
     else
         randombytes_buf(seed, 32);
-    /* Large bodies (updates, models) are hashed with OpenSSL, which uses the CPU's SHA
-     * extensions; NULL (no provider) falls back to libsodium. */
-    co->sha256_md = EVP_MD_fetch(NULL, "SHA2-256", NULL);
+    /* Posted bodies are told apart by a Poly1305 tag (fl__coord_body_tag); a NULL MAC (no
+     * provider offers it) falls back to libsodium's. */
+    co->body_mac = EVP_MAC_fetch(NULL, "POLY1305", NULL);
+    randombytes_buf(co->body_mac_key, sizeof(co->body_mac_key));
     crypto_sign_seed_keypair(co->sign_pk, co->sign_sk, seed);
     uint8_t h[32];
     fl__coord_sha256(h, co->sign_pk, 32);
@@ -311,7 +312,8 @@ void fl_coord_destroy(fl_coord *co) {
         fl__free(&co->alloc, co->tls_cert, strlen(co->tls_cert) + 1);
     fl_memzero(co->sign_sk, sizeof(co->sign_sk));
     fl_memzero(co->pseudonym_key, sizeof(co->pseudonym_key));
-    EVP_MD_free(co->sha256_md);
+    fl_memzero(co->body_mac_key, sizeof(co->body_mac_key));
+    EVP_MAC_free(co->body_mac);
     pthread_mutex_destroy(&co->lock);
     fl_allocator alloc = co->alloc;
     fl__free(&alloc, co, sizeof(*co));

@@ -312,8 +312,8 @@ struct req_ctx {
     bool close;        /* close the connection after the reply (framing errors: what
                           follows on it cannot be trusted) */
     struct conn_watch *watch; /* the connection's deadline record, or NULL */
-    EVP_MD_CTX *md;    /* SHA-256 of the body as it arrives (update and secagg posts), so
-                          the handler, under the coordinator lock, does not hash it */
+    EVP_MAC_CTX *mac;  /* the body's tag as it arrives (update and secagg posts), so the
+                          handler, under the coordinator lock, does not compute it */
     struct fl__coord_req rq;
 };
 
@@ -830,11 +830,11 @@ static bool early_checks(fl_coord *co, struct req_ctx *ctx, struct MHD_Connectio
             fl__coord_error(rep, 503, "unavailable", NULL, "out of memory for the body");
             return true;
         }
-        if ((ctx->route == FL__R_UPDATE || ctx->route == FL__R_SECAGG_POST) && co->sha256_md) {
-            ctx->md = EVP_MD_CTX_new();
-            if (ctx->md && EVP_DigestInit_ex(ctx->md, co->sha256_md, NULL) != 1) {
-                EVP_MD_CTX_free(ctx->md);
-                ctx->md = NULL; /* the handler hashes the body itself */
+        if ((ctx->route == FL__R_UPDATE || ctx->route == FL__R_SECAGG_POST) && co->body_mac) {
+            ctx->mac = EVP_MAC_CTX_new(co->body_mac);
+            if (ctx->mac && EVP_MAC_init(ctx->mac, co->body_mac_key, 32, NULL) != 1) {
+                EVP_MAC_CTX_free(ctx->mac);
+                ctx->mac = NULL; /* the handler tags the body itself */
             }
         }
     }
@@ -936,9 +936,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return r;
         }
         memcpy(ctx->body + ctx->body_got, upload_data, n);
-        if (ctx->md && EVP_DigestUpdate(ctx->md, upload_data, n) != 1) {
-            EVP_MD_CTX_free(ctx->md);
-            ctx->md = NULL;
+        if (ctx->mac && EVP_MAC_update(ctx->mac, (const unsigned char *)upload_data, n) != 1) {
+            EVP_MAC_CTX_free(ctx->mac);
+            ctx->mac = NULL;
         }
         ctx->body_got += n;
         atomic_fetch_add(&co->metrics.bytes_in, n);
@@ -951,13 +951,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_NO; /* cut by the watchdog (408 and/or shut) just before */
     ctx->rq.body = ctx->body;
     ctx->rq.body_len = ctx->body_got;
-    if (ctx->md) {
-        unsigned int hl = 0;
-        ctx->rq.body_hashed = ctx->body_got == ctx->body_len &&
-                              EVP_DigestFinal_ex(ctx->md, ctx->rq.body_sha256, &hl) == 1 &&
-                              hl == 32;
-        EVP_MD_CTX_free(ctx->md);
-        ctx->md = NULL;
+    if (ctx->mac) {
+        size_t tl = 0;
+        ctx->rq.body_tagged = ctx->body_got == ctx->body_len &&
+                              EVP_MAC_final(ctx->mac, ctx->rq.body_tag, &tl,
+                                            sizeof(ctx->rq.body_tag)) == 1 &&
+                              tl == sizeof(ctx->rq.body_tag);
+        EVP_MAC_CTX_free(ctx->mac);
+        ctx->mac = NULL;
     }
 run_handler:
     if (atomic_load(&co->stopped) && ctx->route != FL__R_HEALTHZ) {
@@ -1016,7 +1017,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         fl__coord_unlock(co);
     }
-    EVP_MD_CTX_free(ctx->md);
+    EVP_MAC_CTX_free(ctx->mac);
     fl_coord *co = ctx->rq.co;
     fl__free(fl__coord_alloc(co), ctx->body, ctx->body_len);
     fl__free(fl__coord_alloc(co), ctx, sizeof(*ctx));

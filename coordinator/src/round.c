@@ -1129,13 +1129,13 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         return fl__coord_error(rep, 425, "phase_not_open", NULL,
                                "round %lld is still forming", (long long)r->id);
     }
-    uint8_t h[32];
-    if (rq->body_hashed)
-        memcpy(h, rq->body_sha256, 32);
+    uint8_t h[FL__COORD_BODY_TAG_BYTES];
+    if (rq->body_tagged)
+        memcpy(h, rq->body_tag, sizeof(h));
     else
-        fl__coord_sha256_big(co, h, rq->body, rq->body_len);
+        fl__coord_body_tag(co, h, rq->body, rq->body_len);
     if (pt->posted & (1u << k)) {
-        if (fl_memeq_ct(h, pt->hash[k], 32) == 0)
+        if (fl_memeq_ct(h, pt->hash[k], sizeof(h)) == 0)
             return reply_accepted(rep, r, k, 200);
         if (r->rp.buffered)
             return fl__coord_error(rep, 409, "already_submitted", NULL,
@@ -1160,7 +1160,7 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
             return fl__coord_error(rep, 400, "invalid_message", NULL, "empty body");
         if (!plain_header_ok(rep, rq->body, rq->body_len, pt->sel_rid))
             return rep->status;
-        memcpy(pt->hash[k], h, 32); /* kept only if accepted (posted bit) */
+        memcpy(pt->hash[k], h, sizeof(h)); /* kept only if accepted (posted bit) */
         /* The answer first: the K-th update applies the buffer, and when the next buffer
          * then fails to open, retiring it frees this one (r, pt). A refusal replaces it. */
         reply_accepted(rep, r, k, 202);
@@ -1248,7 +1248,7 @@ static int post_message(fl_coord *co, struct fl__coord_req *rq, struct fl__coord
         if (status != 202)
             return status;
     }
-    memcpy(pt->hash[k], h, 32);
+    memcpy(pt->hash[k], h, sizeof(h));
     pt->posted |= (uint8_t)(1u << k);
     if (k == FL__PH_MASKED) {
         atomic_fetch_add(&co->metrics.updates_accepted, 1);

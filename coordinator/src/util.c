@@ -29,12 +29,23 @@ const uint8_t *fl__coord_pid_hash(uint8_t out[32], const char *pid) {
     return out;
 }
 
-void fl__coord_sha256_big(const fl_coord *co, uint8_t out[32], const void *data, size_t len) {
-    unsigned int n = 0;
-    if (co && co->sha256_md && EVP_Digest(data, len, out, &n, co->sha256_md, NULL) == 1 &&
-        n == 32)
-        return;
-    crypto_hash_sha256(out, data, len);
+void fl__coord_poly1305(const struct evp_mac_st *mac, const uint8_t key[32],
+                        uint8_t out[FL__COORD_BODY_TAG_BYTES], const void *data, size_t len) {
+    _Static_assert(FL__COORD_BODY_TAG_BYTES == crypto_onetimeauth_BYTES, "tag size");
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new((EVP_MAC *)mac) : NULL;
+    size_t n = 0;
+    int ok = ctx && EVP_MAC_init(ctx, key, 32, NULL) == 1 &&
+             (len == 0 || EVP_MAC_update(ctx, data, len) == 1) &&
+             EVP_MAC_final(ctx, out, &n, FL__COORD_BODY_TAG_BYTES) == 1 &&
+             n == FL__COORD_BODY_TAG_BYTES;
+    EVP_MAC_CTX_free(ctx); /* wipes its key */
+    if (!ok)
+        crypto_onetimeauth(out, data, len, key);
+}
+
+void fl__coord_body_tag(const fl_coord *co, uint8_t out[FL__COORD_BODY_TAG_BYTES],
+                        const void *data, size_t len) {
+    fl__coord_poly1305(co->body_mac, co->body_mac_key, out, data, len);
 }
 
 /* ---- shared bodies ---- */
