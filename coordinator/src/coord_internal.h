@@ -321,6 +321,10 @@ typedef void (*fl__coord_debug_sum_fn)(void *user, int64_t round_id, const uint6
                                        size_t vec_len, uint32_t count, const float *delta,
                                        size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *user);
+/* Test-only hook (never set in production): called when a secure round's last advance (the
+ * unmasking) is about to run, with the coordinator lock released. */
+typedef void (*fl__coord_debug_unmask_fn)(void *user, int64_t round_id);
+void fl__coord_debug_unmask_hook_set(fl_coord *co, fl__coord_debug_unmask_fn fn, void *user);
 /* Test-only: how many secure rounds began their unmasking on more than one thread. */
 uint64_t fl__coord_debug_unmask_threaded(fl_coord *co);
 /* Test-only: participant slots of the kept finished rounds (p->last, p->older) whose
@@ -394,6 +398,8 @@ struct fl_coord {
     uint8_t body_mac_key[32];          /* random per process: tags of posted bodies */
     fl__coord_debug_sum_fn debug_sum;  /* test hook: the round's unmasked sum */
     void *debug_user;
+    fl__coord_debug_unmask_fn debug_unmask; /* test hook: the unlocked unmasking */
+    void *debug_unmask_user;
     fl__coord_debug_task_model_fn debug_task_model; /* test hook: equivocation */
     void *debug_task_model_user;
 

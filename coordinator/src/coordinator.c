@@ -357,6 +357,13 @@ void fl__coord_debug_hook_set(fl_coord *co, fl__coord_debug_sum_fn fn, void *use
     fl__coord_unlock(co);
 }
 
+void fl__coord_debug_unmask_hook_set(fl_coord *co, fl__coord_debug_unmask_fn fn, void *user) {
+    fl__coord_lock(co);
+    co->debug_unmask = fn;
+    co->debug_unmask_user = user;
+    fl__coord_unlock(co);
+}
+
 uint64_t fl__coord_debug_unmask_threaded(fl_coord *co) {
     fl__coord_lock(co);
     uint64_t n = co->unmask_threaded;

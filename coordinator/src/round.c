@@ -673,15 +673,16 @@ static void *unmask_worker(void *arg) {
  * co->unmask_threads threads: this one plus workers started for each batch and joined
  * before the batch ends, so no thread outlives the call. A worker that cannot be started
  * leaves its jobs to the others. Returns what advance would; FL_ERR_NOMEM changes nothing.
- * Lock held. */
-static fl_status secagg_advance(fl_coord *co, fl_secagg_server *sa) {
+ * *threaded: the jobs were spread over threads. Touches sa and the constant
+ * co->unmask_threads only: the last advance runs without the lock (close_phase). */
+static fl_status secagg_advance(fl_coord *co, fl_secagg_server *sa, bool *threaded) {
     unsigned nt = co->unmask_threads;
+    *threaded = false;
     if (nt <= 1 || fl_secagg_server_phase(sa) != FL_SECAGG_PHASE_UNMASK)
         return fl_secagg_server_advance(sa);
     size_t nj;
     fl_status st = fl_secagg_server_unmask_begin(sa, nt, &nj);
-    if (st == FL_OK)
-        co->unmask_threaded++;
+    *threaded = st == FL_OK;
     while (st == FL_OK && nj > 0) {
         pthread_t th[64];
         struct unmask_batch b = {.sa = sa, .njobs = nj};
@@ -724,7 +725,31 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
         fl__coord_round_aggregate(co, p, r->acc, r->received);
         return;
     }
-    fl_status rc = secagg_advance(co, r->sa);
+    fl_status rc;
+    bool threaded;
+    if (fl_secagg_server_phase(r->sa) == FL_SECAGG_PHASE_UNMASK) {
+        /* The last advance rebuilds the secrets and removes the masks, a secure round's
+         * costliest step (O(n d), more with dropouts). It runs without the lock, as the
+         * aggregation after it does: nothing else uses r->sa once the phase is over (a late
+         * unmask post finds the round DONE: 410, or 200 for a replay), the round reads
+         * "aggregating" and cannot be abandoned meanwhile, and p->round stays r. */
+        fl__coord_debug_unmask_fn hook = co->debug_unmask;
+        void *hook_user = co->debug_unmask_user;
+        r->phase = FL__PH_DONE;
+        r->aggregating = true;
+        fl__coord_unlock(co);
+        if (hook)
+            hook(hook_user, r->id);
+        rc = secagg_advance(co, r->sa, &threaded);
+        fl__coord_lock(co);
+        r->aggregating = false;
+        if (rc == FL_ERR_NOMEM)
+            r->phase = k; /* retried from the ticker, as below */
+    } else {
+        rc = secagg_advance(co, r->sa, &threaded);
+    }
+    if (threaded)
+        co->unmask_threaded++;
     if (rc == FL_ERR_NOMEM) {
         fl__log(&co->logger, FL_LOG_WARN, "round %lld: out of memory closing phase %s; retrying",
                 (long long)r->id, fl__coord_phase_names[k]);

@@ -136,6 +136,10 @@ json_t *audit_round_find(struct fx *f, const char *pop, int64_t rid, const char 
 typedef void (*debug_sum_fn)(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                              uint32_t count, const float *delta, size_t dim);
 void fl__coord_debug_hook_set(fl_coord *co, debug_sum_fn fn, void *user);
+/* Test-only hook: fn runs when a secure round's unmasking is about to start, with the
+ * coordinator lock released. NULL fn removes it. */
+typedef void (*debug_unmask_fn)(void *user, int64_t round_id);
+void fl__coord_debug_unmask_hook_set(fl_coord *co, debug_unmask_fn fn, void *user);
 
 /* What sum_hook_capture keeps of the last aggregate. */
 struct sum_hook {

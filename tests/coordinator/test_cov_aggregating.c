@@ -1,6 +1,7 @@
 /* Requests that arrive while a synchronous round aggregates. The model step (decode,
- * strategy, serialisation) runs without the coordinator lock; the coordinator's debug hook
- * is called in that window, and this test issues requests from inside it:
+ * strategy, serialisation) and a secure round's unmasking run without the coordinator lock;
+ * the coordinator's debug hooks are called in those windows, and this test issues requests
+ * from inside them:
  *
  * - the round's status reads "aggregating";
  * - a secure round's unmask result poll (wait=0) answers 204: the phase is over but the
@@ -13,12 +14,14 @@
 struct probe {
     struct fx *f;
     struct tc *dev;        /* a participant */
+    struct tc *late;       /* one that missed the unmask phase (unmask hook) */
     const char *pop;
     bool secagg;
     int calls;
     char state[32];        /* status "state" seen inside */
     long unmask_status;    /* unmask result poll status seen inside (secagg) */
     long stop_status;      /* POST .../stop status seen inside */
+    long late_status;      /* its late unmask post, seen inside (unmask hook) */
 };
 
 static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
@@ -130,10 +133,64 @@ static void test_secagg_round_aggregating(void **state) {
     clients_free(c, N);
 }
 
+/* The unmasking itself (the secure round's last advance) runs without the lock too: from
+ * the unmask hook, the round reads "aggregating", the unmask result poll answers 204, the
+ * device that missed the unmask phase is refused 410 (without reaching the secagg server),
+ * and the population can be stopped; the round then completes with all five inputs. */
+static void on_unmask(void *user, int64_t round_id) {
+    struct probe *pr = user;
+    pr->calls++;
+    json_t *st = round_status(pr->f, pr->dev, round_id);
+    snprintf(pr->state, sizeof(pr->state), "%s",
+             json_string_value(json_object_get(st, "state")));
+    json_decref(st);
+    struct resp r = get_result(pr->f, pr->dev, round_id, "unmask", 0);
+    pr->unmask_status = r.status;
+    resp_free(&r);
+    r = post_phase(pr->f, pr->late, round_id, "unmask", (const uint8_t *)"x", 1);
+    pr->late_status = r.status;
+    resp_free(&r);
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pr->pop);
+    r = http_json(pr->f, "POST", path, ADMIN_TOKEN, NULL);
+    pr->stop_status = r.status;
+    resp_free(&r);
+}
+
+static void test_secagg_unmask_unlocked(void **state) {
+    struct fx *f = *state;
+    enum { N = 5 };
+    struct popcfg pc = {.name = "su", .target = N, .min = 3, .secagg = true, .neighbors = 4,
+                        .mode = "none"};
+    struct tc c[N];
+    setup_devices(f, &pc, c, N);
+    c[N - 1].drop = DROP_UNMASK;
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    struct probe pr = {.f = f, .dev = &c[0], .late = &c[N - 1], .pop = "su", .secagg = true};
+    fl__coord_debug_unmask_hook_set(f->co, on_unmask, &pr);
+    json_t *o = run_secagg(f, c, N, rid);
+    fl__coord_debug_unmask_hook_set(f->co, NULL, NULL);
+    assert_int_equal(pr.calls, 1);
+    assert_string_equal(pr.state, "aggregating");
+    assert_int_equal(pr.unmask_status, 204);
+    assert_int_equal(pr.late_status, 410);
+    assert_int_equal(pr.stop_status, 200);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
+    /* Its masked input is in the sum: the unmask phase needs no input of its own. */
+    assert_int_equal(json_integer_value(json_object_get(o, "participants")), N);
+    json_decref(o);
+    check_after(f, "su", rid);
+    clients_free(c, N);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plain_round_aggregating, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_secagg_round_aggregating, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secagg_unmask_unlocked, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
