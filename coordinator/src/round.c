@@ -1020,21 +1020,36 @@ int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint
  * accumulator 8 MB, well beyond the caches, so each extra pass was a trip to memory. The
  * caller takes the update out again (plain_unfold) in the rare cases where it is refused or
  * clipped. */
+/* The 4-byte-word case of plain_fold over the first dim words, with the squares' halves
+ * summed in *hi and *lo: ~40% of the coordinator's CPU at d = 1e6 with the baseline 4-word
+ * SSE2 loop, so it is built wider where the CPU allows (FL__SIMD_CLONES). */
+FL__SIMD_CLONES
+static uint32_t plain_fold_words32(uint64_t *restrict acc, const uint8_t *restrict b,
+                                   size_t dim, uint64_t mask, uint32_t half, uint32_t mod32,
+                                   uint64_t *hi_out, uint64_t *lo_out) {
+    uint32_t m32 = (uint32_t)mask, bad = 0;
+    uint64_t hi = 0, lo = 0;
+    for (size_t i = 0; i < dim; i++) {
+        uint32_t x = fl__get_u32le(b + i * 4), a = centred_mag32(x, half, mod32);
+        uint64_t sq = (uint64_t)a * a;
+        bad |= x & ~m32;
+        acc[i] = (acc[i] + x) & mask;
+        lo += sq & 0xffffffffu;
+        hi += sq >> 32;
+    }
+    *hi_out = hi;
+    *lo_out = lo;
+    return bad;
+}
+
 static uint64_t plain_fold(uint64_t *acc, const struct fl__coord_round_params *rp,
                            const uint8_t *b, double *n2) {
     size_t n = rp->vec_len, dim = rp->dim;
     uint64_t mod = (uint64_t)1 << rp->bits, mask = mod - 1;
     if (rp->bits <= 32) {
-        uint32_t m32 = (uint32_t)mask, bad = 0, half = (uint32_t)(mod >> 1), mod32 = (uint32_t)mod;
-        uint64_t hi = 0, lo = 0;
-        for (size_t i = 0; i < dim; i++) {
-            uint32_t x = fl__get_u32le(b + i * 4), a = centred_mag32(x, half, mod32);
-            uint64_t sq = (uint64_t)a * a;
-            bad |= x & ~m32;
-            acc[i] = (acc[i] + x) & mask;
-            lo += sq & 0xffffffffu;
-            hi += sq >> 32;
-        }
+        uint32_t m32 = (uint32_t)mask, half = (uint32_t)(mod >> 1), mod32 = (uint32_t)mod;
+        uint64_t hi, lo;
+        uint32_t bad = plain_fold_words32(acc, b, dim, mask, half, mod32, &hi, &lo);
         for (size_t i = dim; i < n; i++) {
             uint32_t x = fl__get_u32le(b + i * 4);
             bad |= x & ~m32;

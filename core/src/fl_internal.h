@@ -55,6 +55,22 @@ void fl__log(const fl_logger *lg, fl_log_level level, const char *fmt, ...)
 #define FL_NEVER(x) ((x) ? (assert(0 && #x), 1) : 0)
 #endif
 
+/* ---- wider vector loops on CPUs that have them ----
+ * FL__SIMD_CLONES on a hot loop's function compiles it for AVX-512, AVX2 and the baseline
+ * x86-64 (SSE2) and picks one clone at load time from the CPU. GCC only: clang 14 makes the
+ * ifunc resolver of a static function global with default visibility, so a shared library
+ * would export "<name>.resolver" (the meta_exports tests); clang builds keep the baseline
+ * loop, and -DFL_NO_SIMD_CLONES keeps it everywhere. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(FL_NO_SIMD_CLONES) &&  \
+    !defined(__clang__)
+#if __has_attribute(target_clones)
+#define FL__SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef FL__SIMD_CLONES
+#define FL__SIMD_CLONES
+#endif
+
 /* ---- little-endian helpers for wire formats ---- */
 static inline void fl__put_u32le(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v;

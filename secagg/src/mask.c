@@ -129,19 +129,8 @@ out:
 
 /* The fused add is a quarter to a sixth of the mask work once the keystream is VAES-fast;
  * the baseline x86-64 build vectorizes it 4 words wide, AVX-512 16 (0.30 -> 0.27 ns per
- * word and mask with the keystream, docs/secagg.md "Wider adds"). The clone is picked once
- * at load time from the CPU. GCC only: clang 14 gives the ifunc resolver of a static function
- * global, default visibility, so the shared library would export "fuse_apply.resolver"
- * (meta_exports_secagg); clang builds keep the baseline loop. */
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(FL_SECAGG_NO_SIMD_CLONES) &&  \
-    !defined(__clang__)
-#if __has_attribute(target_clones)
-#define FL__SA_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef FL__SA_SIMD_CLONES
-#define FL__SA_SIMD_CLONES
-#endif
+ * word and mask with the keystream, docs/secagg.md "Wider adds"): FL__SIMD_CLONES
+ * (fl_internal.h). */
 
 /* acc[i] += sum_j sign_j src_j[i] for m (1..FL__SA_MASK_FUSE) sources src_j = src + j *
  * stride, with neg[j] = 0 (add) or 0xFFFFFFFF (subtract): (v ^ neg) - neg is v or -v, so
@@ -157,7 +146,7 @@ out:
         acc[i] += sum;                                                                        \
     }
 
-FL__SA_SIMD_CLONES
+FL__SIMD_CLONES
 static void fuse_apply(uint32_t *restrict acc, const uint8_t *restrict src, size_t stride,
                        const uint32_t neg[FL__SA_MASK_FUSE], size_t m, size_t n) {
     _Static_assert(FL__SA_MASK_FUSE == 4, "fuse_apply has cases for 1..4 sources");
