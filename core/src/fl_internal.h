@@ -60,9 +60,11 @@ void fl__log(const fl_logger *lg, fl_log_level level, const char *fmt, ...)
  * x86-64 (SSE2) and picks one clone at load time from the CPU. GCC only: clang 14 makes the
  * ifunc resolver of a static function global with default visibility, so a shared library
  * would export "<name>.resolver" (the meta_exports tests); clang builds keep the baseline
- * loop, and -DFL_NO_SIMD_CLONES keeps it everywhere. */
+ * loop, and -DFL_NO_SIMD_CLONES keeps it everywhere. So do ThreadSanitizer builds: TSan
+ * instruments the resolver, which the dynamic linker runs before TSan is set up (a crash
+ * at start-up). */
 #if defined(__x86_64__) && defined(__has_attribute) && !defined(FL_NO_SIMD_CLONES) &&  \
-    !defined(__clang__)
+    !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define FL__SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
