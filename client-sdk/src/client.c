@@ -1874,8 +1874,9 @@ static void *worker_main(void *arg) {
 fl_status fl_client_worker_start(fl_client *c) {
     if (!c)
         return FL_ERR_MISUSE;
+    /* The running worker owns c->err (it may be writing it now): answer without a message. */
     if (c->worker_running)
-        return fl__err_set(&c->err, FL_ERR_STATE, "the worker is already running");
+        return FL_ERR_STATE;
     atomic_store(&c->worker_stop, 0);
     if (pthread_create(&c->worker, NULL, worker_main, c) != 0)
         return fl__err_set(&c->err, FL_ERR_NOMEM, "could not start the worker thread");

@@ -658,9 +658,10 @@ FL_API fl_status fl_client_token(const fl_client *c, char *buf, size_t len);
 
 /* Optional worker thread: runs fl_client_run in a loop until fl_client_worker_stop (or a
  * sticky failure; FL_ERR_TIMEOUT does not stop it: see stats retry_timeouts). While it
- * runs, only fl_client_interrupt, fl_client_worker_stop and fl_client_stats_get (which takes
- * a snapshot under a lock) may be called on c. Returns FL_OK, FL_ERR_STATE (already
- * running), FL_ERR_UNSUPPORTED (no threads in this build), FL_ERR_NOMEM. */
+ * runs, only fl_client_interrupt, fl_client_worker_stop, fl_client_stats_get (which takes
+ * a snapshot under a lock) and this function may be called on c. Returns FL_OK,
+ * FL_ERR_STATE (already running; the handle's error message is the worker's and is left
+ * alone), FL_ERR_UNSUPPORTED (no threads in this build), FL_ERR_NOMEM. */
 FL_API fl_status fl_client_worker_start(fl_client *c);
 
 /* Stops and joins the worker (interrupting it). No-op when none runs. */
