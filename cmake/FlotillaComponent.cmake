@@ -90,6 +90,18 @@ function(fl_add_test name)
     ENVIRONMENT "CMOCKA_MESSAGE_OUTPUT=stdout")
 endfunction()
 
+# fl_thread_tests(<test>...): tests that run several threads of the project's own (the
+# coordinator's HTTP workers and its rounds' unlocked steps, the SDK's worker, secagg's
+# parallel unmask). Each gets the label "threads" and its executable joins the target
+# fl_thread_tests, which the tsan preset builds and runs under ThreadSanitizer. Call it in
+# the directory that added the tests (a test's properties belong to that directory).
+function(fl_thread_tests)
+  foreach(t IN LISTS ARGN)
+    set_property(TEST ${t} APPEND PROPERTY LABELS threads)
+    set_property(GLOBAL APPEND PROPERTY FL_THREAD_TEST_TARGETS ${t})
+  endforeach()
+endfunction()
+
 # fl_add_embedded_objects(<comp> SOURCES ... [DEPS ...])
 #
 # The client SDK's embedded profile (mbedTLS for every primitive, no libsodium, OpenSSL or
