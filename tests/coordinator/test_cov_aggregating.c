@@ -24,6 +24,31 @@ struct probe {
     long late_status;      /* its late unmask post, seen inside (unmask hook) */
 };
 
+/* The requests made from inside a window: status, the unmask result poll (secure rounds),
+ * the late device's unmask post (when there is one) and stopping the population. */
+static void probe_inside(struct probe *pr, int64_t round_id) {
+    json_t *st = round_status(pr->f, pr->dev, round_id);
+    snprintf(pr->state, sizeof(pr->state), "%s",
+             json_string_value(json_object_get(st, "state")));
+    json_decref(st);
+    struct resp r;
+    if (pr->secagg) {
+        r = get_result(pr->f, pr->dev, round_id, "unmask", 0);
+        pr->unmask_status = r.status;
+        resp_free(&r);
+    }
+    if (pr->late) {
+        r = post_phase(pr->f, pr->late, round_id, "unmask", (const uint8_t *)"x", 1);
+        pr->late_status = r.status;
+        resp_free(&r);
+    }
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pr->pop);
+    r = http_json(pr->f, "POST", path, ADMIN_TOKEN, NULL);
+    pr->stop_status = r.status;
+    resp_free(&r);
+}
+
 static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec_len,
                    uint32_t count, const float *delta, size_t dim) {
     struct probe *pr = user;
@@ -32,23 +57,15 @@ static void on_sum(void *user, int64_t round_id, const uint64_t *sum, size_t vec
     (void)count;
     (void)delta;
     (void)dim;
-    pr->calls++;
-    if (pr->calls > 1)
-        return;
-    json_t *st = round_status(pr->f, pr->dev, round_id);
-    snprintf(pr->state, sizeof(pr->state), "%s",
-             json_string_value(json_object_get(st, "state")));
-    json_decref(st);
-    if (pr->secagg) {
-        struct resp r = get_result(pr->f, pr->dev, round_id, "unmask", 0);
-        pr->unmask_status = r.status;
-        resp_free(&r);
-    }
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pr->pop);
-    struct resp r = http_json(pr->f, "POST", path, ADMIN_TOKEN, NULL);
-    pr->stop_status = r.status;
-    resp_free(&r);
+    if (++pr->calls == 1)
+        probe_inside(pr, round_id);
+}
+
+/* The unmasking itself (the secure round's last advance) runs without the lock too. */
+static void on_unmask(void *user, int64_t round_id) {
+    struct probe *pr = user;
+    if (++pr->calls == 1)
+        probe_inside(pr, round_id);
 }
 
 static void check_after(struct fx *f, const char *pop, int64_t rid) {
@@ -107,83 +124,49 @@ static void test_plain_round_aggregating(void **state) {
     clients_free(c, N);
 }
 
-static void test_secagg_round_aggregating(void **state) {
-    struct fx *f = *state;
+/* A secure round of five devices with the probe in one window: the model step (on_sum) or
+ * the unmasking (on_unmask, with the last device missing the unmask phase: its late post is
+ * refused 410 without reaching the secagg server, and its masked input still counts). */
+static void secagg_window(struct fx *f, const char *pop, bool unmask) {
     enum { N = 5 };
-    struct popcfg pc = {.name = "sa", .target = N, .min = 3, .secagg = true, .neighbors = 4,
+    struct popcfg pc = {.name = pop, .target = N, .min = 3, .secagg = true, .neighbors = 4,
                         .mode = "none"};
     struct tc c[N];
     setup_devices(f, &pc, c, N);
+    if (unmask)
+        c[N - 1].drop = DROP_UNMASK;
     int64_t rid;
     checkin_all(f, c, N, &rid);
     fetch_tasks(f, c, N, rid);
-    struct probe pr = {.f = f, .dev = &c[0], .pop = "sa", .secagg = true};
-    fl__coord_debug_hook_set(f->co, on_sum, &pr);
+    struct probe pr = {.f = f, .dev = &c[0], .late = unmask ? &c[N - 1] : NULL, .pop = pop,
+                       .secagg = true};
+    if (unmask)
+        fl__coord_debug_unmask_hook_set(f->co, on_unmask, &pr);
+    else
+        fl__coord_debug_hook_set(f->co, on_sum, &pr);
     json_t *o = run_secagg(f, c, N, rid);
+    fl__coord_debug_unmask_hook_set(f->co, NULL, NULL);
     fl__coord_debug_hook_set(f->co, NULL, NULL);
     assert_int_equal(pr.calls, 1);
     assert_string_equal(pr.state, "aggregating");
     assert_int_equal(pr.unmask_status, 204);
+    if (unmask)
+        assert_int_equal(pr.late_status, 410);
     assert_int_equal(pr.stop_status, 200);
     assert_non_null(o);
     assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
     assert_int_equal(json_integer_value(json_object_get(o, "participants")), N);
     json_decref(o);
-    check_after(f, "sa", rid);
+    check_after(f, pop, rid);
     clients_free(c, N);
 }
 
-/* The unmasking itself (the secure round's last advance) runs without the lock too: from
- * the unmask hook, the round reads "aggregating", the unmask result poll answers 204, the
- * device that missed the unmask phase is refused 410 (without reaching the secagg server),
- * and the population can be stopped; the round then completes with all five inputs. */
-static void on_unmask(void *user, int64_t round_id) {
-    struct probe *pr = user;
-    pr->calls++;
-    json_t *st = round_status(pr->f, pr->dev, round_id);
-    snprintf(pr->state, sizeof(pr->state), "%s",
-             json_string_value(json_object_get(st, "state")));
-    json_decref(st);
-    struct resp r = get_result(pr->f, pr->dev, round_id, "unmask", 0);
-    pr->unmask_status = r.status;
-    resp_free(&r);
-    r = post_phase(pr->f, pr->late, round_id, "unmask", (const uint8_t *)"x", 1);
-    pr->late_status = r.status;
-    resp_free(&r);
-    char path[128];
-    snprintf(path, sizeof(path), "/v1/admin/populations/%s/stop", pr->pop);
-    r = http_json(pr->f, "POST", path, ADMIN_TOKEN, NULL);
-    pr->stop_status = r.status;
-    resp_free(&r);
+static void test_secagg_round_aggregating(void **state) {
+    secagg_window(*state, "sa", false);
 }
 
 static void test_secagg_unmask_unlocked(void **state) {
-    struct fx *f = *state;
-    enum { N = 5 };
-    struct popcfg pc = {.name = "su", .target = N, .min = 3, .secagg = true, .neighbors = 4,
-                        .mode = "none"};
-    struct tc c[N];
-    setup_devices(f, &pc, c, N);
-    c[N - 1].drop = DROP_UNMASK;
-    int64_t rid;
-    checkin_all(f, c, N, &rid);
-    fetch_tasks(f, c, N, rid);
-    struct probe pr = {.f = f, .dev = &c[0], .late = &c[N - 1], .pop = "su", .secagg = true};
-    fl__coord_debug_unmask_hook_set(f->co, on_unmask, &pr);
-    json_t *o = run_secagg(f, c, N, rid);
-    fl__coord_debug_unmask_hook_set(f->co, NULL, NULL);
-    assert_int_equal(pr.calls, 1);
-    assert_string_equal(pr.state, "aggregating");
-    assert_int_equal(pr.unmask_status, 204);
-    assert_int_equal(pr.late_status, 410);
-    assert_int_equal(pr.stop_status, 200);
-    assert_non_null(o);
-    assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
-    /* Its masked input is in the sum: the unmask phase needs no input of its own. */
-    assert_int_equal(json_integer_value(json_object_get(o, "participants")), N);
-    json_decref(o);
-    check_after(f, "su", rid);
-    clients_free(c, N);
+    secagg_window(*state, "su", true);
 }
 
 int main(void) {
