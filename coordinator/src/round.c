@@ -1012,14 +1012,6 @@ int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint
     return 202;
 }
 
-/* One pass over a plain update that passed plain_shape: adds every word into acc (mod 2^b),
- * and returns the OR of the words' bits above 2^b (as words_over) with ||z||^2 of the first
- * dim words in *n2 (the same value plain_norm2 computes: exact with 4-byte words, the same
- * adds in the same order with 8-byte words). Validation and fold used to be three passes
- * (range, norm, fold) under the coordinator lock; at d = 1e6 a body is 4 MB and the
- * accumulator 8 MB, well beyond the caches, so each extra pass was a trip to memory. The
- * caller takes the update out again (plain_unfold) in the rare cases where it is refused or
- * clipped. */
 /* The 4-byte-word case of plain_fold over the first dim words, with the squares' halves
  * summed in *hi and *lo: ~40% of the coordinator's CPU at d = 1e6 with the baseline 4-word
  * SSE2 loop, so it is built wider where the CPU allows (FL__SIMD_CLONES). */
@@ -1042,6 +1034,14 @@ static uint32_t plain_fold_words32(uint64_t *restrict acc, const uint8_t *restri
     return bad;
 }
 
+/* One pass over a plain update that passed plain_shape: adds every word into acc (mod 2^b),
+ * and returns the OR of the words' bits above 2^b (as words_over) with ||z||^2 of the first
+ * dim words in *n2 (the same value plain_norm2 computes: exact with 4-byte words, the same
+ * adds in the same order with 8-byte words). Validation and fold used to be three passes
+ * (range, norm, fold) under the coordinator lock; at d = 1e6 a body is 4 MB and the
+ * accumulator 8 MB, well beyond the caches, so each extra pass was a trip to memory. The
+ * caller takes the update out again (plain_unfold) in the rare cases where it is refused or
+ * clipped. */
 static uint64_t plain_fold(uint64_t *acc, const struct fl__coord_round_params *rp,
                            const uint8_t *b, double *n2) {
     size_t n = rp->vec_len, dim = rp->dim;
