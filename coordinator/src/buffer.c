@@ -169,21 +169,13 @@ int fl__coord_buffer_fold(fl_coord *co, struct fl__coord_pop *p, struct fl__coor
     }
     double f = 1.0 / pow(1.0 + (double)s, rp->staleness_alpha);
     /* Over the norm bound: folded clipped, as in synchronous plain rounds. */
-    if (rp->dp == FL__DP_CENTRAL) {
-        /* Central DP: f = 1/(1+s)^alpha <= 1 (s >= 0, alpha >= 0), so a weighted update is
-         * no longer than the clipped one and cannot raise the sensitivity above B. The
-         * weight goes on the clipped integer update before any noise, rounded toward zero
-         * (|trunc(f x)| <= |x|, so the norm stays <= f B <= B) so that the buffer sum stays
-         * on the integer lattice the discrete Gaussian needs; the cost is a bias toward zero
-         * below one lattice step per coordinate of a stale update (none when f = 1). */
-        for (size_t i = 0; i < rp->dim; i++) {
-            int64_t v = fl__coord_plain_value(rp, b, i, scale);
-            r->bnum[i] += f < 1.0 ? trunc(f * (double)v) : (double)v;
-        }
-    } else {
-        for (size_t i = 0; i < rp->dim; i++)
-            r->bnum[i] += f * (double)fl__coord_plain_value(rp, b, i, scale);
-    }
+    /* Central DP: f = 1/(1+s)^alpha <= 1 (s >= 0, alpha >= 0), so a weighted update is no
+     * longer than the clipped one and cannot raise the sensitivity above B. The weight goes
+     * on the clipped integer update before any noise, rounded toward zero (|trunc(f x)| <=
+     * |x|, so the norm stays <= f B <= B) so that the buffer sum stays on the integer
+     * lattice the discrete Gaussian needs; the cost is a bias toward zero below one lattice
+     * step per coordinate of a stale update (none when f = 1). */
+    fl__coord_plain_accumulate(rp, b, scale, f, rp->dp == FL__DP_CENTRAL, r->bnum);
     if (scale < 1.0)
         atomic_fetch_add(&co->metrics.updates_clipped, 1);
     r->bwsum += (double)w;

@@ -626,6 +626,11 @@ int fl__coord_plain_validate(const struct fl__coord_round_params *rp, const uint
 /* Centred value of coordinate i (< dim) of a validated plain update, clipped by scale. */
 int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uint8_t *b,
                               size_t i, double scale);
+/* FedBuff: sum[i] += the weighted value of coordinate i of a validated plain update, for
+ * i < dim: v = fl__coord_plain_value(.., scale), then f v, or with trunc_weighted (central
+ * DP) trunc(f v) when f < 1 (v when f = 1). */
+void fl__coord_plain_accumulate(const struct fl__coord_round_params *rp, const uint8_t *b,
+                                double scale, double f, bool trunc_weighted, double *sum);
 /* Buffered: drops participations whose update deadline passed (lock held). */
 void fl__coord_buffer_tick(fl_coord *co, struct fl__coord_pop *p, int64_t now);
 /* Buffered: removes dropped participations that sent nothing, freeing their slots. */

@@ -858,6 +858,7 @@ static int reply_accepted(struct fl__coord_reply *rep, const struct fl__coord_ro
 /* OR of every word of an update body (vec_len words of wb bytes, little-endian) with the
  * bits above 2^b: zero when every word is in range. Written as one branch-free pass the
  * compiler vectorises. */
+FL__SIMD_CLONES
 static uint64_t words_over(const uint8_t *b, size_t vec_len, size_t wb, uint64_t mask) {
     uint64_t bad = 0;
     if (wb == 4) {
@@ -905,6 +906,7 @@ int64_t fl__coord_plain_value(const struct fl__coord_round_params *rp, const uin
     return scale < 1.0 ? (int64_t)((double)z * scale) : z;
 }
 
+
 /* ---- the squared norm of a plain update ----
  * With 4-byte words (b <= 32) every centred value has |z| <= 2^31, so z^2 < 2^62 and the sum
  * over d < 2^32 coordinates is kept exactly in two 64-bit halves (the low and high 32 bits
@@ -931,7 +933,35 @@ static double norm2_of(uint64_t hi, uint64_t lo) {
     return (double)top * 18446744073709551616.0 + (double)low;
 }
 
+/* sum[i] += the centred value of 4-byte word i, for i < dim: the common FedBuff case (an
+ * unclipped update of staleness 0, weight f = 1), in which every expression of
+ * fl__coord_plain_accumulate's general loop reduces to this one exactly (+-|z| is exact in
+ * a double for |z| <= 2^31). Vectorised, and wider where the CPU allows. */
+FL__SIMD_CLONES
+static void plain_accumulate32(double *restrict sum, const uint8_t *restrict b, size_t dim,
+                               uint32_t half, uint32_t mod32) {
+    for (size_t i = 0; i < dim; i++) {
+        uint32_t x = fl__get_u32le(b + i * 4);
+        double a = (double)centred_mag32(x, half, mod32);
+        sum[i] += x >= half ? -a : a;
+    }
+}
+
+void fl__coord_plain_accumulate(const struct fl__coord_round_params *rp, const uint8_t *b,
+                                double scale, double f, bool trunc_weighted, double *sum) {
+    if (rp->bits <= 32 && scale >= 1.0 && f == 1.0) {
+        uint64_t mod = (uint64_t)1 << rp->bits;
+        plain_accumulate32(sum, b, rp->dim, (uint32_t)(mod >> 1), (uint32_t)mod);
+        return;
+    }
+    for (size_t i = 0; i < rp->dim; i++) {
+        double v = (double)fl__coord_plain_value(rp, b, i, scale);
+        sum[i] += trunc_weighted ? (f < 1.0 ? trunc(f * v) : v) : f * v;
+    }
+}
+
 /* ||z||^2 over the first dim words of a body whose words are all below 2^b. */
+FL__SIMD_CLONES
 static double plain_norm2(const struct fl__coord_round_params *rp, const uint8_t *b) {
     size_t wb = rp->bits <= 32 ? 4 : 8;
     uint64_t mod = (uint64_t)1 << rp->bits;

@@ -2,12 +2,15 @@
  * flotilla-coordinator executable (a child process on an ephemeral 127.0.0.1 port with a
  * temporary database).
  *
- *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--rounds R] [--threads T]
- *                     [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR]
- *                     [--same-session] [--json]
+ *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--fedbuff 0|1] [--rounds R]
+ *                     [--threads T] [--concurrency C] [--distinct M] [--exe PATH]
+ *                     [--dir DIR] [--same-session] [--json]
  *
  * N stand-in devices run R rounds each: check-in, signed task, then the plain update
- * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine). All
+ * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine).
+ * --fedbuff 1 (with secagg 0) makes the population asynchronous (FedBuff, buffer size K = N,
+ * docs/protocol.md 5.4): the same steps, and a "round" is one buffer, applied when its N-th
+ * update arrives (the status wait is left out: that upload's answer comes after it). All
  * devices live in this one thread; their requests go over C keep-alive libcurl connections
  * (the multi interface): C = 1 sends one request at a time (the default, as in the earlier
  * figures); C > 1 keeps up to C requests in flight, as concurrent devices would. Every step
@@ -694,7 +697,7 @@ static void print_array(const char *name, const double *v, unsigned n) {
 int main(int argc, char **argv) {
     unsigned n = 100, threads = 4, rounds = 1, conc = 1;
     size_t d = 10000;
-    int secagg = 0, as_json = 0;
+    int secagg = 0, fedbuff = 0, as_json = 0;
     const char *exe = FL_COORD_EXE, *base = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
@@ -703,6 +706,8 @@ int main(int argc, char **argv) {
             d = parse_uint("--d", argv[++i], 1, 100000000);
         else if (strcmp(argv[i], "--secagg") == 0 && i + 1 < argc)
             secagg = (int)parse_uint("--secagg", argv[++i], 0, 1);
+        else if (strcmp(argv[i], "--fedbuff") == 0 && i + 1 < argc)
+            fedbuff = (int)parse_uint("--fedbuff", argv[++i], 0, 1);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             rounds = parse_uint("--rounds", argv[++i], 1, 100000);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
@@ -721,7 +726,7 @@ int main(int argc, char **argv) {
             g_same_session = true;
         else {
             fprintf(stderr,
-                    "usage: %s [--n N] [--d D] [--secagg 0|1] [--rounds R] "
+                    "usage: %s [--n N] [--d D] [--secagg 0|1] [--fedbuff 0|1] [--rounds R] "
                     "[--threads T] [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] "
                     "[--same-session] [--json]\n",
                     argv[0]);
@@ -732,6 +737,11 @@ int main(int argc, char **argv) {
         /* The coordinator refuses a secure population below 3 (a sum of 2 reveals each). */
         fprintf(stderr, "--secagg 1 needs --n 3 or more (secure aggregation needs 3 "
                         "participants)\n");
+        return 2;
+    }
+    if (secagg && fedbuff) {
+        fprintf(stderr, "--fedbuff 1 needs --secagg 0 (FedBuff with secure aggregation runs "
+                        "synchronous rounds)\n");
         return 2;
     }
     if (conc > n)
@@ -755,16 +765,21 @@ int main(int argc, char **argv) {
      * passes them unclipped. (With the default clip of 1.0 every update here was clipped,
      * which measured the rare over-the-bound path instead of a normal round.) */
     double clip = 2000.0 * sqrt((double)d) / 1024.0 * 1.001 + 1.0;
-    char body[2048];
+    char body[2048], strategy[128] = "";
+    if (fedbuff)
+        snprintf(strategy, sizeof(strategy),
+                 "\"strategy\":{\"name\":\"fedbuff\",\"buffer_size\":%u,"
+                 "\"max_concurrency\":%u},",
+                 n, n);
     snprintf(body, sizeof(body),
-             "{\"name\":\"bench\",\"allowed_regions\":[\"*\"],"
+             "{\"name\":\"bench\",\"allowed_regions\":[\"*\"],%s"
              "\"selection\":{\"target\":%u,\"over_selection\":1.0,\"min_participants\":%u,"
              "\"require\":[],\"forming_s\":3600,\"jitter_s\":0,\"min_retry_s\":1},"
              "\"deadlines_s\":{\"advertise\":3600,\"share\":3600,\"masked\":3600,"
              "\"unmask\":3600},\"update\":{\"tensors\":[\"w\"]},"
              "\"secagg\":{\"enabled\":%s},\"privacy\":{\"mode\":\"none\",\"modulus_bits\":32,"
              "\"granularity\":0.0009765625,\"clip_norm\":%.6f}}",
-             n, n, secagg ? "true" : "false", clip);
+             strategy, n, n, secagg ? "true" : "false", clip);
     json_t *j = req_json(201, "POST", "/v1/admin/populations", ADMIN, body, NULL);
     char etok[128];
     snprintf(etok, sizeof(etok), "%s", json_string_value(json_object_get(j, "enrollment_token")));
@@ -835,14 +850,17 @@ int main(int argc, char **argv) {
             batch_run(n, prep_update, done_accepted, &rc);
             phase_wall[3] += bench_wall_s() - tp;
             tp = bench_wall_s();
-            char path[160];
-            snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=60", (long long)dv[0].rid);
-            j = req_json(200, "GET", path, dv[0].tok, NULL, dv[0].pid);
-            const char *state = json_string_value(json_object_get(j, "state"));
-            if (!state || strcmp(state, "completed") != 0)
-                bench_die("round did not complete", NULL);
-            json_decref(j);
-            phase_wall[5] += bench_wall_s() - tp;
+            if (!fedbuff) { /* a buffer is applied by its last upload's request */
+                char path[160];
+                snprintf(path, sizeof(path), "/v1/rounds/%lld/status?wait=60",
+                         (long long)dv[0].rid);
+                j = req_json(200, "GET", path, dv[0].tok, NULL, dv[0].pid);
+                const char *state = json_string_value(json_object_get(j, "state"));
+                if (!state || strcmp(state, "completed") != 0)
+                    bench_die("round did not complete", NULL);
+                json_decref(j);
+                phase_wall[5] += bench_wall_s() - tp;
+            }
         } else {
             for (unsigned i = 0; i < n; i++) {
                 double c0 = bench_wall_s();
@@ -891,7 +909,8 @@ int main(int argc, char **argv) {
     double wall = total_wall / rounds, cli = total_client / rounds, coord = wall - cli;
     double med = median(coord_r, rounds);
     if (as_json) {
-        printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,\"rounds\":%u,"
+        printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,"
+               "\"fedbuff\":%s,\"rounds\":%u,"
                "\"threads\":%u,\"concurrency\":%u,\"distinct_updates\":%u,"
                "\"coordinator_session\":\"%s\","
                "\"secagg_k\":%u,\"secagg_t\":%u,"
@@ -905,7 +924,8 @@ int main(int argc, char **argv) {
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}",
-               n, d, secagg ? "true" : "false", rounds, threads, conc, g_distinct,
+               n, d, secagg ? "true" : "false", fedbuff ? "true" : "false", rounds, threads, conc,
+               g_distinct,
                g_same_session ? "same" : "own", dv[0].k,
                dv[0].t, wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu,
                median(wall_r, rounds), med, median(cpu_r, rounds), median(flt_r, rounds),
