@@ -904,6 +904,13 @@ int main(int argc, char **argv) {
         total_wall += wall_r[round];
         total_client += rc.client_s;
     }
+    if (fedbuff) { /* every buffer was applied: one model version per round */
+        j = req_json(200, "GET", "/v1/admin/populations/bench", ADMIN, NULL, NULL);
+        json_int_t v = json_integer_value(json_object_get(j, "model_version"));
+        json_decref(j);
+        if (v != 1 + (json_int_t)rounds)
+            bench_die("FedBuff buffers were not all applied", NULL);
+    }
     long hwm = rss_kb("VmHWM");
     double coord_cpu = (cpu_s() - cpu0) / rounds;
     double wall = total_wall / rounds, cli = total_client / rounds, coord = wall - cli;
