@@ -69,6 +69,13 @@ static const fl_store_audit_round_info *apply_edit(fl_store_audit_round_info *in
     return ed->copy;
 }
 
+/* A fixture with n_clients clients whose rounds' entries apply_edit rewrites as *ed says. */
+static void edit_fx_setup(struct audit_fx *f, int n_clients, struct edit *ed) {
+    audit_fx_setup(f, n_clients);
+    f->edit = apply_edit;
+    f->edit_user = ed;
+}
+
 static const size_t size_v03 = offsetof(fl_store_audit_round_info, secagg_active);
 
 static char *entry_text(struct audit_fx *f, int64_t seq) {
@@ -105,9 +112,7 @@ static void test_entries_written(void **state) {
     (void)state;
     struct audit_fx f;
     struct edit ed = {1, 0, NULL, 0, 0, 0, NULL};
-    audit_fx_setup(&f, 4);
-    f.edit = apply_edit;
-    f.edit_user = &ed;
+    edit_fx_setup(&f, 4, &ed);
     int64_t seq[6];
     /* 2: semi-honest; 3: active; 4: active with norm proofs */
     STORE_OK(f.st, audit_fx_round(&f, 0, 0.5, &seq[0]));
@@ -159,9 +164,7 @@ static void test_append_refused(void **state) {
     (void)state;
     struct audit_fx f;
     struct edit ed;
-    audit_fx_setup(&f, 3);
-    f.edit = apply_edit;
-    f.edit_user = &ed;
+    edit_fx_setup(&f, 3, &ed);
     const size_t full = sizeof(fl_store_audit_round_info);
     struct {
         struct edit ed;
@@ -213,9 +216,7 @@ enum { V_PLAIN = 2, V_ACTIVE = 3, V_NOSECAGG = 4 };
 static void vlog_make(struct vlog *l) {
     memset(l, 0, sizeof(*l));
     struct edit ed = {1, 0, NULL, 0, 0, 0, NULL};
-    audit_fx_setup(&l->f, 4);
-    l->f.edit = apply_edit;
-    l->f.edit_user = &ed;
+    edit_fx_setup(&l->f, 4, &ed);
     STORE_OK(l->f.st, audit_fx_round(&l->f, 0, 0.5, NULL));
     ed = (struct edit){1, 1, fp_bin, 0, 0, 0, NULL};
     STORE_OK(l->f.st, audit_fx_round(&l->f, 0, 0.5, NULL));
@@ -429,9 +430,7 @@ static void test_revealed_seeds(void **state) {
     (void)state;
     struct audit_fx f;
     struct edit ed = {1, 0, NULL, 0, 0, 0, NULL};
-    audit_fx_setup(&f, 4);
-    f.edit = apply_edit;
-    f.edit_user = &ed;
+    edit_fx_setup(&f, 4, &ed);
     int64_t seq[4];
     /* written: semi-honest and active rounds with the flag, a 0.4 caller's struct (its
      * bytes past the old size hold a flag the store must not read), and a round without */
