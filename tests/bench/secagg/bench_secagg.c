@@ -64,7 +64,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,10 +206,14 @@ static double thread_cpu(void) {
     return bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
+/* Jobs are dealt out in advance (worker i runs jobs i, i + threads, ...), not taken from a
+ * shared counter: a worker that the scheduler starts late would otherwise find every job
+ * taken by this thread, and the span would measure that delay instead of the split that
+ * idle cores give. */
 struct batch {
     fl_secagg_server *srv;
     size_t njobs;
-    atomic_size_t next;      /* next job to take */
+    unsigned threads;        /* workers in this batch (this thread is worker 0) */
     double cpu[MAX_THREADS]; /* CPU seconds of each worker in this batch */
 };
 
@@ -223,8 +226,7 @@ static void *batch_worker(void *arg) {
     struct worker *w = arg;
     struct batch *b = w->b;
     double t0 = thread_cpu();
-    size_t j;
-    while ((j = atomic_fetch_add(&b->next, 1)) < b->njobs)
+    for (size_t j = w->idx; j < b->njobs; j += b->threads)
         (void)fl_secagg_server_unmask_run(b->srv, j); /* failures surface at next */
     b->cpu[w->idx] = thread_cpu() - t0;
     return NULL;
@@ -242,14 +244,15 @@ static fl_status unmask_threaded(fl_secagg_server *srv, unsigned threads, double
     while (st == FL_OK && nj > 0) {
         pthread_t th[MAX_THREADS];
         struct worker w[MAX_THREADS];
-        struct batch b = {.srv = srv, .njobs = nj};
-        atomic_init(&b.next, 0);
-        unsigned started = 1;
-        for (unsigned i = 0; i < threads; i++)
+        unsigned use = nj < threads ? (unsigned)nj : threads, started = 1;
+        struct batch b = {.srv = srv, .njobs = nj, .threads = use};
+        for (unsigned i = 0; i < use; i++)
             w[i] = (struct worker){&b, i};
-        for (; started < threads && started < nj; started++)
+        for (; started < use; started++)
             if (pthread_create(&th[started], NULL, batch_worker, &w[started]) != 0)
-                break; /* fewer threads: the jobs still all run */
+                break;
+        for (unsigned i = started; i < use; i++)
+            batch_worker(&w[i]); /* a worker that could not start: its jobs run here */
         batch_worker(&w[0]);
         double most = 0;
         for (unsigned i = 1; i < started; i++) {
