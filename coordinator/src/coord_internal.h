@@ -410,6 +410,8 @@ struct fl_coord {
     int64_t next_sweep_at;             /* Unix ms of the next sweep */
 };
 
+/* Default of fl_coord_config.secagg_unmask_threads: online CPUs, 1..8. */
+unsigned fl__coord_default_unmask_threads(void);
 int64_t fl__coord_now(const fl_coord *co);
 /* The configured allocator for public library calls (NULL = libc: the internal copy of
  * "no allocator" is all zero, which public APIs reject). */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 #include <sodium.h>
@@ -14,6 +15,13 @@ size_t fl_coord_sha256_bytes(void) { return FL_COORD_SHA256_BYTES; }
 size_t fl_coord_seed_bytes(void) { return FL_COORD_SEED_BYTES; }
 size_t fl_coord_public_key_bytes(void) { return FL_COORD_PUBLIC_KEY_BYTES; }
 size_t fl_coord_key_id_bytes(void) { return FL_COORD_KEY_ID_BYTES; }
+
+/* The unmasking is memory-bound past a few threads, and it runs without the coordinator's
+ * lock, so it may take every core for its short span: up to 8, one per online CPU. */
+unsigned fl__coord_default_unmask_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1u : n > 8 ? 8u : (unsigned)n;
+}
 
 void fl_coord_config_init(fl_coord_config *cfg) {
     if (!cfg)
@@ -34,7 +42,7 @@ void fl_coord_config_init(fl_coord_config *cfg) {
     cfg->max_long_poll_s = 30;
     cfg->request_deadline_s = 10;
     cfg->request_min_body_rate = 16384;
-    cfg->secagg_unmask_threads = 1;
+    cfg->secagg_unmask_threads = fl__coord_default_unmask_threads();
     cfg->shutdown_drain_s = 5;
     cfg->db_busy_timeout_ms = 5000;
     cfg->logger.min_level = FL_LOG_INFO;

@@ -195,14 +195,17 @@ static void test_request_deadline_config(void **state) {
     }
 }
 
-/* "secagg": {"unmask_threads": N}: default 1, 1..64 in the file and at create. */
+/* "secagg": {"unmask_threads": N}: default one per online CPU, at most 8; 1..64 in the
+ * file and at create. */
 static void test_secagg_unmask_threads_config(void **state) {
     (void)state;
     fl_coord_config cfg;
     fl_coord_config_doc *doc = NULL;
     char err[256];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned want = cpus < 1 ? 1u : cpus > 8 ? 8u : (unsigned)cpus;
     fl_coord_config_init(&cfg);
-    assert_int_equal(cfg.secagg_unmask_threads, 1);
+    assert_int_equal(cfg.secagg_unmask_threads, want);
     assert_int_equal(load("{\"database\":\"x.db\",\"secagg\":{\"unmask_threads\":4}}", &cfg,
                           &doc, err, sizeof(err)),
                      FL_OK);
@@ -213,7 +216,7 @@ static void test_secagg_unmask_threads_config(void **state) {
     fl_coord_config_init(&cfg);
     assert_int_equal(load("{\"database\":\"x.db\",\"secagg\":{}}", &cfg, &doc, err, sizeof(err)),
                      FL_OK);
-    assert_int_equal(cfg.secagg_unmask_threads, 1);
+    assert_int_equal(cfg.secagg_unmask_threads, want);
     fl_coord_config_doc_free(doc);
     doc = NULL;
     static const char *const bad[] = {

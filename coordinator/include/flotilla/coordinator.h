@@ -100,8 +100,9 @@ typedef struct fl_coord_config {
     /* secure aggregation ("secagg" in the config file) */
     unsigned secagg_unmask_threads;/* threads that finish a secure round's unmasking
                                       (fl_secagg_server_unmask_*: started for it and joined
-                                      before the round is aggregated); 1 (default) = on the
-                                      thread that closes the phase; 1..64 */
+                                      before the round is aggregated); 1 = on the thread
+                                      that closes the phase; 1..64, default the number of
+                                      online CPUs, at most 8 */
     /* graceful stop (fl_coord_stop) */
     unsigned shutdown_drain_s;     /* seconds that requests already being received when the
                                       coordinator stops are given to finish (each is answered
