@@ -4,7 +4,7 @@
  *
  *   bench_coord_round [--n N] [--d D] [--secagg 0|1] [--fedbuff 0|1] [--rounds R]
  *                     [--threads T] [--concurrency C] [--distinct M] [--exe PATH]
- *                     [--dir DIR] [--same-session] [--json]
+ *                     [--dir DIR] [--same-session] [--unmask-threads U] [--json]
  *
  * N stand-in devices run R rounds each: check-in, signed task, then the plain update
  * (secagg 0) or the four SecAgg+ phases (secagg 1, the secagg client state machine).
@@ -42,7 +42,8 @@
  * round). --same-session keeps the old arrangement, to show that. Per round the JSON also
  * has the coordinator's minor page faults, context switches and run-queue wait, and the
  * stand-in devices' CPU and run-queue wait (this process), so a slow round says whether the
- * coordinator worked, waited for a lock or waited for a CPU. */
+ * coordinator worked, waited for a lock or waited for a CPU. --unmask-threads U sets the
+ * coordinator's secagg.unmask_threads (0, the default: leave the coordinator's own). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -286,7 +287,8 @@ static void cleanup(void) {
     }
 }
 
-static void start_coordinator(const char *exe, unsigned threads, const char *base) {
+static void start_coordinator(const char *exe, unsigned threads, unsigned unmask_threads,
+                              const char *base) {
     if ((size_t)snprintf(g_dir, sizeof(g_dir), "%s/fl-bench-round-XXXXXX", base) >=
         sizeof(g_dir) - 20)
         bench_die("--dir: path too long", NULL);
@@ -304,8 +306,11 @@ static void start_coordinator(const char *exe, unsigned threads, const char *bas
     fprintf(f,
             "{\"database\":\"%s/coord.db\",\"port\":0,\"threads\":%u,"
             "\"admin_token_sha256\":\"%s\",\"log_level\":\"info\","
-            "\"limits\":{\"per_ip_connections\":0,\"model_bytes\":1000000000}}\n",
+            "\"limits\":{\"per_ip_connections\":0,\"model_bytes\":1000000000}",
             g_dir, threads, hex);
+    if (unmask_threads)
+        fprintf(f, ",\"secagg\":{\"unmask_threads\":%u}", unmask_threads);
+    fprintf(f, "}\n");
     fclose(f);
     char *argv[] = {(char *)exe, "serve", "--config", conf, NULL};
     if (access(exe, X_OK) != 0)
@@ -695,7 +700,7 @@ static void print_array(const char *name, const double *v, unsigned n) {
 }
 
 int main(int argc, char **argv) {
-    unsigned n = 100, threads = 4, rounds = 1, conc = 1;
+    unsigned n = 100, threads = 4, rounds = 1, conc = 1, unmask_threads = 0;
     size_t d = 10000;
     int secagg = 0, fedbuff = 0, as_json = 0;
     const char *exe = FL_COORD_EXE, *base = "/tmp";
@@ -712,6 +717,8 @@ int main(int argc, char **argv) {
             rounds = parse_uint("--rounds", argv[++i], 1, 100000);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = parse_uint("--threads", argv[++i], 1, 256);
+        else if (strcmp(argv[i], "--unmask-threads") == 0 && i + 1 < argc)
+            unmask_threads = parse_uint("--unmask-threads", argv[++i], 0, 64);
         else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc)
             conc = parse_uint("--concurrency", argv[++i], 1, 10000);
         else if (strcmp(argv[i], "--distinct") == 0 && i + 1 < argc)
@@ -728,7 +735,7 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: %s [--n N] [--d D] [--secagg 0|1] [--fedbuff 0|1] [--rounds R] "
                     "[--threads T] [--concurrency C] [--distinct M] [--exe PATH] [--dir DIR] "
-                    "[--same-session] [--json]\n",
+                    "[--same-session] [--unmask-threads U] [--json]\n",
                     argv[0]);
             return 2;
         }
@@ -757,7 +764,7 @@ int main(int argc, char **argv) {
     curl_easy_setopt(g_curl, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(g_curl, CURLOPT_TIMEOUT, 600L);
     atexit(cleanup); /* also stops the child when start_coordinator gives up */
-    start_coordinator(exe, threads, base);
+    start_coordinator(exe, threads, unmask_threads, base);
 
     /* Population, model (d zeros in "w"), n enrolled devices: not timed. The clip norm (in
      * units of the granularity 2^-10) is above the updates' norm (words below 2001, so at
@@ -918,7 +925,8 @@ int main(int argc, char **argv) {
     if (as_json) {
         printf("{\"bench\":\"coordinator_round\",\"n\":%u,\"d\":%zu,\"secagg\":%s,"
                "\"fedbuff\":%s,\"rounds\":%u,"
-               "\"threads\":%u,\"concurrency\":%u,\"distinct_updates\":%u,"
+               "\"threads\":%u,\"unmask_threads\":%u,\"concurrency\":%u,"
+               "\"distinct_updates\":%u,"
                "\"coordinator_session\":\"%s\","
                "\"secagg_k\":%u,\"secagg_t\":%u,"
                "\"round_wall_s\":%.4f,\"device_compute_s\":%.4f,"
@@ -931,7 +939,8 @@ int main(int argc, char **argv) {
                "\"coordinator_peak_rss_kb\":%ld,\"phase_wall_s\":{\"select_task\":%.4f,"
                "\"advertise\":%.4f,\"share\":%.4f,\"masked_or_update\":%.4f,\"unmask\":%.4f,"
                "\"status\":%.4f}",
-               n, d, secagg ? "true" : "false", fedbuff ? "true" : "false", rounds, threads, conc,
+               n, d, secagg ? "true" : "false", fedbuff ? "true" : "false", rounds, threads,
+               unmask_threads, conc,
                g_distinct,
                g_same_session ? "same" : "own", dv[0].k,
                dv[0].t, wall, cli, coord, coord > 0 ? 1.0 / coord : 0.0, coord_cpu,
