@@ -31,7 +31,6 @@ struct fl__sa_srv_client {
     uint8_t c_pk[32];                   /* encryption public key */
     uint8_t s_pk[32];                   /* masking public key */
     uint8_t commit[FL__SA_COMMIT_BYTES];/* commitment to b_u */
-    uint8_t *ct;                        /* (k, CT) shares it sent, by its receiver slot */
     uint8_t *sh;                        /* (k + 1, SH_SLOT) shares of its secrets received at
                                            unmasking, by holder slot (self = k) */
     uint8_t *ps;                        /* reveal_pair_seeds, a client that dropped before
@@ -61,6 +60,11 @@ struct fl_secagg_server {
     uint8_t *u3_stmt;                   /* signed survivor statement (active mode) */
     size_t u3_stmt_len;                 /* bytes of u3_stmt */
     struct fl__sa_buf *outq;            /* (n) outgoing messages of the current phase */
+    struct fl__sa_buf *ctq;             /* (n) share phase: each recipient's CIPHERTEXTS
+                                           message, filled in place as SHARES arrive
+                                           (header | count | k entries in the recipient's
+                                           slot order, CTQ_NONE = not sent); compacted and
+                                           swapped into outq by the phase's advance */
     uint32_t pending;                   /* expected messages not yet received */
     uint32_t *acc;                      /* (d + limbs) accumulator mod 2^32, reduced at the
                                            end */
@@ -87,7 +91,11 @@ static size_t adv_active_bytes(const fl_secagg_server *s) {
     return fl__sa_adv_bytes(&s->cfg) - FL__SA_ADV_BASE_BYTES;
 }
 
-static size_t ct_bytes(const fl_secagg_server *s) { return (size_t)s->k * FL__SA_SHARE_CT_BYTES; }
+#define CT_ENTRY (4 + FL__SA_SHARE_CT_BYTES) /* sender index + share ciphertext */
+#define CTQ_NONE UINT32_MAX                   /* ctq entry whose sender has not sent */
+static size_t ctq_bytes(const fl_secagg_server *s) {
+    return FL_SECAGG_HEADER_BYTES + 4 + (size_t)s->k * CT_ENTRY;
+}
 static size_t sh_bytes(const fl_secagg_server *s) { return ((size_t)s->k + 1) * SH_SLOT; }
 static size_t ps_bytes(const fl_secagg_server *s) { return (size_t)s->k * PS_SLOT; }
 static size_t bm_bytes(const fl_secagg_server *s) { return fl__sa_bitmap_bytes(s->n); }
@@ -105,12 +113,29 @@ static void reset_outq(fl_secagg_server *s) {
         s->outq[i].len = 0;
 }
 
-static void free_ct(fl_secagg_server *s) {
-    for (uint32_t i = 0; i < s->n; i++)
-        if (s->cl[i].ct) {
-            fl__free(&s->alloc, s->cl[i].ct, ct_bytes(s));
-            s->cl[i].ct = NULL;
+/* Frees the share phase's message buffers. They hold public bytes (ciphertexts, or the
+ * KEYS messages swapped out of outq), so they are not wiped. */
+static void free_ctq(fl_secagg_server *s) {
+    for (uint32_t i = 0; s->ctq && i < s->n; i++)
+        if (s->ctq[i].p) {
+            fl__free(&s->alloc, s->ctq[i].p, s->ctq[i].cap);
+            s->ctq[i] = (struct fl__sa_buf){0};
         }
+}
+
+/* Gives recipient w its ctq buffer with every entry marked CTQ_NONE (once per round: len
+ * != 0 marks it ready). 0, or -1 (out of memory; nothing else changed). */
+static int ctq_ready(fl_secagg_server *s, uint32_t w) {
+    struct fl__sa_buf *b = &s->ctq[w];
+    if (b->len)
+        return 0;
+    if (fl__sa_buf_reserve(b, &s->alloc, ctq_bytes(s)) != 0)
+        return -1;
+    uint8_t *e = b->p + FL_SECAGG_HEADER_BYTES + 4;
+    for (uint32_t j = 0; j < s->k; j++, e += CT_ENTRY)
+        fl__put_u32le(e, CTQ_NONE);
+    b->len = ctq_bytes(s);
+    return 0;
 }
 
 static void free_sh(fl_secagg_server *s) {
@@ -174,8 +199,9 @@ fl_status fl_secagg_server_create(fl_secagg_server **out, const fl_secagg_config
     s->cl = fl__calloc(&a, s->n, sizeof(*s->cl));
     s->flags = fl__calloc(&a, s->n, 1);
     s->outq = fl__calloc(&a, s->n, sizeof(*s->outq));
+    s->ctq = fl__calloc(&a, s->n, sizeof(*s->ctq));
     s->acc = fl__calloc(&a, fl__sa_vec_len(&c), sizeof(uint32_t));
-    if (!s->cl || !s->flags || !s->outq || !s->acc)
+    if (!s->cl || !s->flags || !s->outq || !s->ctq || !s->acc)
         goto out_fail;
     if (c.active) {
         s->adv_active = fl__calloc(&a, s->n, adv_active_bytes(s));
@@ -198,7 +224,6 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
         return;
     fl_allocator a = s->alloc;
     if (s->cl) {
-        free_ct(s);
         free_sh(s);
         fl__free(&a, s->cl, (size_t)s->n * sizeof(*s->cl));
     }
@@ -206,6 +231,10 @@ void fl_secagg_server_destroy(fl_secagg_server *s) {
     if (s->outq) {
         free_outq(s);
         fl__free(&a, s->outq, (size_t)s->n * sizeof(*s->outq));
+    }
+    if (s->ctq) {
+        free_ctq(s);
+        fl__free(&a, s->ctq, (size_t)s->n * sizeof(*s->ctq));
     }
     if (s->adv_active)
         fl__free(&a, s->adv_active, (size_t)s->n * adv_active_bytes(s));
@@ -335,10 +364,9 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
         return fl__err_set(&s->err, FL_ERR_FORMAT, "SHARES: %u entries, expected %u", count,
                            expect);
     /* The body's length is checked above: walk its fixed-size entries directly. */
-    const size_t es = 4 + FL__SA_SHARE_CT_BYTES;
     const uint8_t *e = r->p;
     int32_t prev = -1;
-    for (uint32_t i = 0; i < count; i++, e += es) {
+    for (uint32_t i = 0; i < count; i++, e += CT_ENTRY) {
         uint32_t to = fl__get_u32le(e);
         int32_t slot = fl__sa_graph_slot(&s->graph, from, to);
         if (slot <= prev || !(s->flags[to] & C_U1))
@@ -346,19 +374,24 @@ static fl_status recv_shares(fl_secagg_server *s, uint32_t from, struct fl__sa_r
                                "SHARES: receiver list is not the sender's neighbours in U1");
         prev = slot;
     }
-    uint8_t *store = fl__alloc(&s->alloc, ct_bytes(s));
-    if (!store)
-        return fl__err_set(&s->err, FL_ERR_NOMEM, "SHARES: out of memory");
-    memset(store, 0, ct_bytes(s));
+    /* Every receiver's buffer first, so that running out of memory writes no entry. */
     e = r->p;
-    for (uint32_t i = 0; i < count; i++, e += es)
-        memcpy(store + (size_t)fl__sa_graph_slot(&s->graph, from, fl__get_u32le(e)) *
-                           FL__SA_SHARE_CT_BYTES,
-               e + 4, FL__SA_SHARE_CT_BYTES);
+    for (uint32_t i = 0; i < count; i++, e += CT_ENTRY)
+        if (ctq_ready(s, fl__get_u32le(e)) != 0)
+            return fl__err_set(&s->err, FL_ERR_NOMEM, "SHARES: out of memory");
+    /* Each ciphertext goes straight to its place in the receiver's message. */
+    e = r->p;
+    for (uint32_t i = 0; i < count; i++, e += CT_ENTRY) {
+        uint32_t to = fl__get_u32le(e);
+        uint32_t j = (uint32_t)fl__sa_graph_slot(&s->graph, from, to);
+        uint8_t *dst = s->ctq[to].p + FL_SECAGG_HEADER_BYTES + 4 +
+                       (size_t)fl__sa_graph_mirror_slot(&s->graph, from, j, to) * CT_ENTRY;
+        fl__put_u32le(dst, from);
+        memcpy(dst + 4, e + 4, FL__SA_SHARE_CT_BYTES);
+    }
     r->p = e;
     r->left = 0;
     memcpy(s->cl[from].commit, commit, FL__SA_COMMIT_BYTES);
-    s->cl[from].ct = store;
     s->flags[from] |= C_SHARES;
     return FL_OK;
 }
@@ -701,31 +734,36 @@ static fl_status build_keys(fl_secagg_server *s) {
     return FL_OK;
 }
 
+/* Turns each U2 recipient's ctq buffer into its CIPHERTEXTS message: the entries of U2
+ * senders, in slot order, moved to the front (nothing moves when no neighbour dropped),
+ * then swaps it into outq. Buffers are readied first, so nothing fails once the
+ * compaction begins. */
 static fl_status build_ciphertexts(fl_secagg_server *s) {
+    for (uint32_t w = 0; w < s->n; w++)
+        if ((s->flags[w] & C_U2) && ctq_ready(s, w) != 0)
+            return FL_ERR_NOMEM;
     for (uint32_t w = 0; w < s->n; w++) {
         if (!(s->flags[w] & C_U2))
             continue;
-        uint32_t cnt = count_nbrs(s, w, C_U2);
-        size_t body = 4 + (size_t)cnt * (4 + FL__SA_SHARE_CT_BYTES);
-        struct fl__sa_buf *b = &s->outq[w];
-        if (fl__sa_buf_reserve(b, &s->alloc, FL_SECAGG_HEADER_BYTES + body) != 0)
-            return FL_ERR_NOMEM;
-        uint8_t *p = b->p;
-        fl__sa_put_header(p, FL_SECAGG_MSG_CIPHERTEXTS, s->round_id, w, (uint32_t)body);
-        p += FL_SECAGG_HEADER_BYTES;
-        fl__put_u32le(p, cnt);
-        p += 4;
-        for (uint32_t j = 0; j < s->k; j++) {
-            uint32_t u = fl__sa_graph_neighbor(&s->graph, w, j);
-            if (!(s->flags[u] & C_U2))
+        struct fl__sa_buf *b = &s->ctq[w];
+        uint8_t *base = b->p + FL_SECAGG_HEADER_BYTES + 4, *out = base;
+        const uint8_t *e = base;
+        for (uint32_t j = 0; j < s->k; j++, e += CT_ENTRY) {
+            uint32_t u = fl__get_u32le(e);
+            if (u == CTQ_NONE || !(s->flags[u] & C_U2))
                 continue;
-            uint32_t slot = fl__sa_graph_mirror_slot(&s->graph, w, j, u); /* w in u's list */
-            fl__put_u32le(p, u);
-            memcpy(p + 4, s->cl[u].ct + (size_t)slot * FL__SA_SHARE_CT_BYTES,
-                   FL__SA_SHARE_CT_BYTES);
-            p += 4 + FL__SA_SHARE_CT_BYTES;
+            if (out != e)
+                memmove(out, e, CT_ENTRY);
+            out += CT_ENTRY;
         }
+        uint32_t cnt = (uint32_t)((size_t)(out - base) / CT_ENTRY);
+        size_t body = 4 + (size_t)cnt * CT_ENTRY;
+        fl__sa_put_header(b->p, FL_SECAGG_MSG_CIPHERTEXTS, s->round_id, w, (uint32_t)body);
+        fl__put_u32le(b->p + FL_SECAGG_HEADER_BYTES, cnt);
         b->len = FL_SECAGG_HEADER_BYTES + body;
+        struct fl__sa_buf keys = s->outq[w];
+        s->outq[w] = *b;
+        *b = keys;
     }
     return FL_OK;
 }
@@ -1339,7 +1377,7 @@ fl_status fl_secagg_server_advance(fl_secagg_server *s) {
             return abort_few(s, "after share keys", m, s->t);
         if ((st = build_ciphertexts(s)) != FL_OK)
             goto out_nomem;
-        free_ct(s);
+        free_ctq(s); /* the senders' entries for recipients not in U2, and the KEYS buffers */
         next = FL_SECAGG_PHASE_MASKED_INPUT;
         break;
     case FL_SECAGG_PHASE_MASKED_INPUT: {
