@@ -153,13 +153,19 @@ static void free_sh(fl_secagg_server *s) {
         }
 }
 
-/* Neighbours of u whose flags contain all bits of `want`. */
-static uint32_t count_nbrs(const fl_secagg_server *s, uint32_t u, uint8_t want) {
+/* Neighbours of u whose flags (in `flags`: the server's, or a trial copy) contain all
+ * bits of `want`. */
+static uint32_t count_nbrs_in(const fl_secagg_server *s, const uint8_t *flags, uint32_t u,
+                              uint8_t want) {
     uint32_t c = 0;
     for (uint32_t j = 0; j < s->k; j++)
-        if ((s->flags[fl__sa_graph_neighbor(&s->graph, u, j)] & want) == want)
+        if ((flags[fl__sa_graph_neighbor(&s->graph, u, j)] & want) == want)
             c++;
     return c;
+}
+
+static uint32_t count_nbrs(const fl_secagg_server *s, uint32_t u, uint8_t want) {
+    return count_nbrs_in(s, s->flags, u, want);
 }
 
 /* ---- lifecycle ---- */
@@ -670,22 +676,26 @@ fl_status fl_secagg_server_receive_checked(fl_secagg_server *s, uint32_t from,
 
 /* Removes from `have` (setting clear) every client with fewer than t - 1 neighbours in the
  * set, until none is left: such a client could not split its secrets t ways. */
-static uint32_t prune(fl_secagg_server *s, uint8_t have) {
+/* Clears `have` from every client with fewer than t - 1 neighbours that have it, until
+ * none is left; returns how many keep it. */
+static uint32_t prune_in(const fl_secagg_server *s, uint8_t *flags, uint8_t have) {
     int changed = 1;
     while (changed) {
         changed = 0;
         for (uint32_t u = 0; u < s->n; u++)
-            if ((s->flags[u] & have) && count_nbrs(s, u, have) + 1 < s->t) {
-                s->flags[u] &= (uint8_t)~have;
+            if ((flags[u] & have) && count_nbrs_in(s, flags, u, have) + 1 < s->t) {
+                flags[u] &= (uint8_t)~have;
                 changed = 1;
             }
     }
     uint32_t m = 0;
     for (uint32_t u = 0; u < s->n; u++)
-        if (s->flags[u] & have)
+        if (flags[u] & have)
             m++;
     return m;
 }
+
+static uint32_t prune(fl_secagg_server *s, uint8_t have) { return prune_in(s, s->flags, have); }
 
 static fl_status abort_few(fl_secagg_server *s, const char *what, uint32_t have, uint32_t need) {
     char m[160];
@@ -808,21 +818,28 @@ static fl_status build_bitmap_msgs(fl_secagg_server *s, fl_secagg_msg_type type,
 /* Checks that every secret the server must rebuild has >= t potential holders among the
  * clients flagged `holder`: b_v of each v in U3 (neighbours + v itself), s_v of each v in
  * U2 \ U3 that has a neighbour in U3 (neighbours only). */
-static fl_status check_reconstructible(fl_secagg_server *s, uint8_t holder, const char *when) {
+static int reconstructible_in(const fl_secagg_server *s, const uint8_t *flags, uint8_t holder,
+                              uint32_t *have) {
     for (uint32_t v = 0; v < s->n; v++) {
-        uint8_t f = s->flags[v];
+        uint8_t f = flags[v];
         if (!(f & C_U2))
             continue;
-        uint32_t h = count_nbrs(s, v, holder);
+        uint32_t h = count_nbrs_in(s, flags, v, holder);
         if (f & C_U3) {
             h += (f & holder) ? 1 : 0;
             if (h < s->t)
-                return abort_few(s, when, h, s->t);
-        } else if (count_nbrs(s, v, C_U3) > 0 && h < s->t) {
-            return abort_few(s, when, h, s->t);
+                return *have = h, -1;
+        } else if (count_nbrs_in(s, flags, v, C_U3) > 0 && h < s->t) {
+            return *have = h, -1;
         }
     }
-    return FL_OK;
+    return 0;
+}
+
+static fl_status check_reconstructible(fl_secagg_server *s, uint8_t holder, const char *when) {
+    uint32_t h;
+    return reconstructible_in(s, s->flags, holder, &h) != 0 ? abort_few(s, when, h, s->t)
+                                                             : FL_OK;
 }
 
 /* Allocates the unmask share tables of every client whose secret will be rebuilt. */
@@ -1334,6 +1351,63 @@ static fl_status unmask_serial(fl_secagg_server *s) {
         st = fl_secagg_server_unmask_next(s, &nj);
     }
     return st;
+}
+
+/* The survivor checks of fl_secagg_server_advance on a copy of the flags. */
+fl_status fl_secagg_server_would_advance(const fl_secagg_server *s) {
+    if (!s)
+        return FL_ERR_MISUSE;
+    if (s->phase == FL_SECAGG_PHASE_FAILED || s->phase == FL_SECAGG_PHASE_DONE || s->um)
+        return FL_ERR_STATE;
+    if (s->phase == FL_SECAGG_PHASE_UNMASK) {
+        for (uint32_t v = 0; v < s->n; v++) {
+            if (!s->cl[v].sh || (!(s->flags[v] & C_U3) && um_missing(s, v) == 0))
+                continue;
+            uint32_t have = 0;
+            for (uint32_t j = 0; j <= s->k; j++)
+                have += s->cl[v].sh[(size_t)j * SH_SLOT];
+            if (have < s->t)
+                return FL_ERR_ABORTED;
+        }
+        return FL_OK;
+    }
+    uint8_t *f = fl__alloc(&s->alloc, s->n);
+    if (!f)
+        return FL_ERR_NOMEM;
+    memcpy(f, s->flags, s->n);
+    uint32_t m = 0, h;
+    int ok = 1;
+    switch (s->phase) {
+    case FL_SECAGG_PHASE_ADVERTISE:
+        for (uint32_t u = 0; u < s->n; u++)
+            f[u] = (f[u] & C_ADV) ? (uint8_t)(f[u] | C_U1) : f[u];
+        m = prune_in(s, f, C_U1);
+        break;
+    case FL_SECAGG_PHASE_SHARE_KEYS:
+        for (uint32_t u = 0; u < s->n; u++)
+            f[u] = (f[u] & (C_U1 | C_SHARES)) == (C_U1 | C_SHARES) ? (uint8_t)(f[u] | C_U2)
+                                                                 : (uint8_t)(f[u] & ~C_U2);
+        m = prune_in(s, f, C_U2);
+        break;
+    case FL_SECAGG_PHASE_MASKED_INPUT:
+        for (uint32_t u = 0; u < s->n; u++)
+            m += (f[u] & C_U3) != 0;
+        ok = reconstructible_in(s, f, C_U3, &h) == 0;
+        break;
+    case FL_SECAGG_PHASE_CONSISTENCY:
+        for (uint32_t u = 0; u < s->n; u++) {
+            int ask = (f[u] & C_SIGNED) && count_nbrs_in(s, s->flags, u, C_SIGNED) + 1 >= s->t;
+            f[u] = ask ? (uint8_t)(f[u] | C_ASKED) : (uint8_t)(f[u] & ~C_ASKED);
+            m += ask != 0;
+        }
+        ok = reconstructible_in(s, f, C_ASKED, &h) == 0;
+        break;
+    default:
+        ok = 0;
+        break;
+    }
+    fl__free(&s->alloc, f, s->n);
+    return ok && m >= s->t ? FL_OK : FL_ERR_ABORTED;
 }
 
 fl_status fl_secagg_server_advance(fl_secagg_server *s) {

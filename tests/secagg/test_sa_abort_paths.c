@@ -347,6 +347,77 @@ static void test_small_order_keys_relayed(void **state) {
                 relayed_small_key(backends[b], key_off, e);
 }
 
+/* fl_secagg_server_would_advance foresees each advance of a ring round (n = 10, k = 2,
+ * t = 2) without changing anything: the phase, the error message and the advance that
+ * follows are as without it. */
+static fl_status foresee(struct rig *R) {
+    fl_secagg_phase ph = fl_secagg_server_phase(R->srv);
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", fl_secagg_server_errmsg(R->srv));
+    fl_status w = fl_secagg_server_would_advance(R->srv);
+    assert_int_equal(fl_secagg_server_would_advance(R->srv), w);
+    assert_int_equal(fl_secagg_server_phase(R->srv), ph);
+    assert_string_equal(fl_secagg_server_errmsg(R->srv), msg);
+    fl_status a = fl_secagg_server_advance(R->srv);
+    assert_int_equal(a, w);
+    return w;
+}
+
+static void test_would_advance(void **state) {
+    (void)state;
+    struct rig R;
+    assert_int_equal(fl_secagg_server_would_advance(NULL), FL_ERR_MISUSE);
+    /* A whole round: every answer FL_OK, then FL_ERR_STATE once done. */
+    rig_init(&R, 10, 5, 2, 2, 32, 0);
+    rig_start(&R);
+    for (int k = 0; k < 4; k++) {
+        rig_send_all(&R, 0);
+        assert_int_equal(foresee(&R), FL_OK);
+        rig_clients_handle(&R, RIG_ALL);
+    }
+    rig_check_sum(&R, 0x3FF);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_ERR_STATE);
+    rig_free(&R);
+    /* Advertise: two clients that are not neighbours are not enough (each needs one of
+     * its two neighbours); adding one's neighbour makes the phase closable. */
+    rig_init(&R, 10, 5, 2, 2, 32, 0);
+    uint32_t a = at_pos(&R, 0), b = at_pos(&R, 5), c = at_pos(&R, 1);
+    rig_start(&R);
+    assert_int_equal(rig_send(&R, a), FL_OK);
+    assert_int_equal(rig_send(&R, b), FL_OK);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_ERR_ABORTED);
+    assert_int_equal(rig_send(&R, c), FL_OK);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_OK);
+    rig_free(&R);
+    /* Masked input: both neighbours of the client at position 3 silent, as in
+     * test_sparse_survivor_isolated: foreseen, and the advance aborts. */
+    rig_init(&R, 10, 5, 2, 2, 32, 0);
+    uint32_t both = 1u << at_pos(&R, 2) | 1u << at_pos(&R, 4);
+    rig_start(&R);
+    rig_send_all(&R, 0);
+    rig_step(&R, RIG_ALL);
+    rig_send_all(&R, 0);
+    rig_step(&R, RIG_ALL);
+    rig_send_all(&R, both);
+    assert_int_equal(foresee(&R), FL_ERR_ABORTED);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_ERR_STATE); /* failed */
+    rig_free(&R);
+    /* Unmask: a single answer leaves secrets with one share of t = 2; all answers do. */
+    rig_init(&R, 10, 5, 2, 2, 32, 0);
+    rig_start(&R);
+    for (int k = 0; k < 3; k++) {
+        rig_send_all(&R, 0);
+        rig_step(&R, RIG_ALL);
+    }
+    assert_int_equal(rig_send(&R, a), FL_OK);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_ERR_ABORTED);
+    rig_set_reply(&R, a, NULL, 0);
+    rig_send_all(&R, 0);
+    assert_int_equal(foresee(&R), FL_OK);
+    rig_check_sum(&R, 0x3FF);
+    rig_free(&R);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sparse_survivor_isolated),
@@ -356,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_forged_unmask_shares),
         cmocka_unit_test(test_small_order_keys_refused),
         cmocka_unit_test(test_small_order_keys_relayed),
+        cmocka_unit_test(test_would_advance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

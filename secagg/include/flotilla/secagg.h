@@ -338,6 +338,17 @@ FL_API uint32_t fl_secagg_server_pending(const fl_secagg_server *srv);
  * threads. FL_ERR_MISUSE (nothing changes) while such an unmask is in progress. */
 FL_API fl_status fl_secagg_server_advance(fl_secagg_server *srv);
 
+/* Whether fl_secagg_server_advance, called now, would go on to the next phase rather than
+ * abort for too few survivors (or too few shares at unmasking), judged on the messages
+ * received so far: FL_OK, FL_ERR_ABORTED (it would abort), FL_ERR_STATE (round done or
+ * failed, or unmasking begun), FL_ERR_NOMEM, FL_ERR_MISUSE (NULL). Changes nothing, the
+ * error message included. A caller may close a phase before its deadline when this says
+ * it can (the coordinator's selection.target_grace_s). Ask again right before: a later
+ * message can turn the answer (rarely to FL_ERR_ABORTED: a masked input from the first
+ * surviving neighbour of a client that dropped makes its key needed). A primitive failing
+ * during the advance is not foreseen. */
+FL_API fl_status fl_secagg_server_would_advance(const fl_secagg_server *srv);
+
 /* ---- server: the final advance on the caller's threads ----
  * The last advance (phase UNMASK -> DONE) is the expensive one: it rebuilds the secrets of
  * the survivors and of the dropped clients, derives one pairwise seed per (dropped client,
