@@ -1364,7 +1364,7 @@ static int admin_patch(fl_coord *co, struct fl__coord_req *rq, struct fl__coord_
     static const char *const sel_keys[] = {
         "target",   "over_selection", "min_participants", "min_examples",     "forming_s",
         "jitter_s", "min_retry_s",    "max_retry_s",      "round_interval_s", "require",
-        NULL};
+        "target_grace_s", NULL};
     json_t *body = fl__coord_parse_body(rq, rep);
     if (!body)
         return rep->status;

@@ -78,6 +78,7 @@ struct fl__coord_metrics {
     atomic_uint_fast64_t rounds_started;
     atomic_uint_fast64_t rounds_completed;
     atomic_uint_fast64_t rounds_abandoned;
+    atomic_uint_fast64_t phases_closed[3]; /* by reason: all posted, deadline, target */
     atomic_uint_fast64_t bytes_in;
     atomic_uint_fast64_t rate_limited;     /* check-ins answered 429 */
     atomic_uint_fast64_t auth_cache_hits;  /* client auths served from memory */
@@ -122,6 +123,7 @@ struct fl__coord_selection {
     unsigned require;          /* FL__ELIG_* mask */
     int64_t min_examples;      /* eligibility floor */
     int64_t forming_s, jitter_s, min_retry_s, max_retry_s, round_interval_s;
+    int64_t target_grace_s;    /* a phase closes this long after target posts; -1 = off */
 };
 
 /* Protocol phases of a round (docs/protocol.md section 5). Plain rounds use only
@@ -223,6 +225,10 @@ struct fl__coord_round {
     int64_t started_at;         /* Unix ms, once RUNNING */
     int64_t run_deadline;       /* Unix ms, once RUNNING: the unmask deadline */
     int64_t phase_deadline[FL__PH_COUNT]; /* Unix ms, once RUNNING */
+    int64_t goal;               /* selection.target when the round started */
+    int64_t goal_grace_ms;      /* selection.target_grace_s then, in ms; -1 = off */
+    int64_t goal_close_at[FL__PH_COUNT]; /* Unix ms: the phase may close at this time
+                                   (its goal met, plus the grace); 0 = goal not met yet */
     int phase;                  /* enum fl__coord_phase open now (FL__PH_DONE at the end) */
     size_t cap;                 /* ceil(target * over_selection) */
     size_t n;                   /* participants so far */

@@ -121,6 +121,15 @@ char *fl__coord_metrics_render(fl_coord *co, size_t *size) {
               (unsigned long long)atomic_load(&m->rounds_started),
               (unsigned long long)atomic_load(&m->rounds_completed),
               (unsigned long long)atomic_load(&m->rounds_abandoned));
+    sb_printf(&b, "# HELP flotilla_phases_closed_total Round phases closed, by what closed "
+                  "them.\n"
+                  "# TYPE flotilla_phases_closed_total counter\n"
+                  "flotilla_phases_closed_total{reason=\"all_posted\"} %llu\n"
+                  "flotilla_phases_closed_total{reason=\"deadline\"} %llu\n"
+                  "flotilla_phases_closed_total{reason=\"target\"} %llu\n",
+              (unsigned long long)atomic_load(&m->phases_closed[0]),
+              (unsigned long long)atomic_load(&m->phases_closed[1]),
+              (unsigned long long)atomic_load(&m->phases_closed[2]));
     sb_printf(&b, "# HELP flotilla_request_body_bytes_total Request body bytes received.\n"
                   "# TYPE flotilla_request_body_bytes_total counter\n"
                   "flotilla_request_body_bytes_total %llu\n",

@@ -244,6 +244,19 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     if (s->min_retry_s > s->max_retry_s)
         return fl__coord_error(rep, 400, "invalid_field", "selection.min_retry_s",
                                "'selection.min_retry_s' must not exceed max_retry_s"), false;
+    /* Optional and off unless given: absent or null is not written back, so a stored
+     * config reads the same as before the field existed. */
+    json_t *tg = json_object_get(sel, "target_grace_s");
+    s->target_grace_s = -1;
+    if (tg && !json_is_null(tg)) {
+        if (!json_is_integer(tg) || json_integer_value(tg) < 0 ||
+            json_integer_value(tg) > 86400)
+            return fl__coord_error(rep, 400, "invalid_field", "selection.target_grace_s",
+                                   "'selection.target_grace_s' must be null or an integer in "
+                                   "0..86400"),
+                   false;
+        s->target_grace_s = json_integer_value(tg);
+    }
     s->require = 0;
     json_t *req = json_object_get(sel, "require");
     if (!req) {

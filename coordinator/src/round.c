@@ -544,8 +544,11 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
         if (used)
             t += p->deadlines_s[k] * 1000;
         r->phase_deadline[k] = t;
+        r->goal_close_at[k] = 0;
     }
     r->run_deadline = t;
+    r->goal = p->sel.target;
+    r->goal_grace_ms = p->sel.target_grace_s < 0 ? -1 : p->sel.target_grace_s * 1000;
     if (r->rp.secagg) {
         /* fl_secagg_config_resolve refuses n < 3; population validation and the forming
          * deadline (pop.c, SECAGG_MIN_CLIENTS) keep such a round from getting here. */
@@ -815,7 +818,26 @@ static void close_phase(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     fl__coord_waiters_wake(co, r->id, k);
 }
 
-/* Closes the open phase if every live participant posted or its deadline passed. */
+/* With selection.target_grace_s: whether phase k, short of every live participant, may
+ * close now. Once `target` participants have posted in it the grace starts; when it ends
+ * the phase closes, provided the secagg server foresees that its advance goes on with the
+ * posts it has (else the phase waits, as without the setting). */
+static bool goal_close(struct fl__coord_round *r, int k, int64_t now) {
+    if (r->goal_grace_ms < 0)
+        return false;
+    if (!r->goal_close_at[k]) {
+        int64_t posted = r->rp.secagg ? (int64_t)alive_posted(r, k) : (int64_t)r->received;
+        if (posted < r->goal)
+            return false;
+        r->goal_close_at[k] = now + r->goal_grace_ms;
+    }
+    if (now < r->goal_close_at[k])
+        return false;
+    return !r->rp.secagg || fl_secagg_server_would_advance(r->sa) == FL_OK;
+}
+
+/* Closes the open phase if every live participant posted, its deadline passed, or its
+ * goal was met (goal_close). */
 static void maybe_close(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
     for (int guard = 0; guard < FL__PH_COUNT; guard++) {
         struct fl__coord_round *r = p->round;
@@ -832,11 +854,13 @@ static void maybe_close(fl_coord *co, struct fl__coord_pop *p, int64_t now) {
                 alive += r->parts[i].dropped_at < 0;
             all = r->received >= alive;
         }
-        if (!all && now < r->phase_deadline[k])
+        int why = all ? 0 : now >= r->phase_deadline[k] ? 1 : 2;
+        if (why == 2 && !goal_close(r, k, now))
             return;
         close_phase(co, p, now);
         if (p->round == r && r->phase == k)
             return; /* not advanced (retry later) */
+        atomic_fetch_add(&co->metrics.phases_closed[why], 1);
     }
 }
 

@@ -86,6 +86,7 @@ struct opts {
     int deadline_s, masked_s, forming_s;
     double rest_s;             /* a device rests up to this long after each round */
     int max_retry_s;           /* pace steering: the longest retry the server hands out */
+    int target_grace_s;        /* selection.target_grace_s; -1 = not set (off) */
     double min_accuracy;       /* exit 1 if the final accuracy is lower (CI) */
     int timeout_s;             /* give up after this long */
     int coord_threads;
@@ -122,6 +123,8 @@ static void usage(void) {
             "  --deadline-s S phase deadlines (10); --masked-s S (60); --forming-s S (3)\n"
             "  --rest-s S          after a round a device is away for uniform [0, S) s (10)\n"
             "  --max-retry-s S     pace steering: longest retry_after_s (5)\n"
+            "  --target-grace-s S  close a phase S s after --per-round devices posted in it\n"
+            "                      (selection.target_grace_s; off: wait for all or the deadline)\n"
             "  --seed S (1); --summary-json FILE; --min-accuracy A (exit 1 below)\n"
             "  --db PATH           in-process coordinator's database, kept (temporary)\n"
             "  --audit-bundle FILE export the audit log of the run's database (see docs/audit.md)\n"
@@ -136,7 +139,8 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
                        .momentum = 0.9, .local_momentum = 0.9, .slow_ms = 3000,
                        .data = "/usr/share/datasets/fashion-mnist", .population = "sim",
                        .admin_token = ADMIN_TOKEN_DEFAULT, .deadline_s = 10, .masked_s = 60,
-                       .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .timeout_s = 3600,
+                       .forming_s = 3, .rest_s = 10, .max_retry_s = 5, .target_grace_s = -1,
+                       .timeout_s = 3600,
                        .coord_threads = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -177,6 +181,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
         else if (OPT("--forming-s")) o->forming_s = (int)strtol(v, NULL, 10);
         else if (OPT("--rest-s")) o->rest_s = strtod(v, NULL);
         else if (OPT("--max-retry-s")) o->max_retry_s = (int)strtol(v, NULL, 10);
+        else if (OPT("--target-grace-s")) o->target_grace_s = (int)strtol(v, NULL, 10);
         else if (OPT("--summary-json")) o->summary = v;
         else if (OPT("--db")) o->db = v;
         else if (OPT("--audit-bundle")) o->audit_bundle = v;
@@ -194,6 +199,7 @@ static bool parse_opts(struct opts *o, int argc, char **argv) {
     }
     if (o->clients < 2 || o->per_round < 2 || o->per_round > o->clients || o->rounds < 1 ||
         o->alpha < 0 || o->dropout < 0 || o->dropout >= 1 || o->slow < 0 || o->slow > 1 ||
+        o->target_grace_s < -1 || o->target_grace_s > 86400 ||
         (strcmp(o->dp, "none") && strcmp(o->dp, "central") && strcmp(o->dp, "distributed"))) {
         fprintf(stderr, "bad option values\n");
         return false;
@@ -953,12 +959,15 @@ int main(int argc, char **argv) {
     char mom[64] = "";
     if (strcmp(o->strategy, "fedavgm") == 0)
         snprintf(mom, sizeof(mom), ",\"momentum\":%g", o->momentum);
+    char grace[48] = "";
+    if (o->target_grace_s >= 0)
+        snprintf(grace, sizeof(grace), ",\"target_grace_s\":%d", o->target_grace_s);
     char pop[4096];
     snprintf(pop, sizeof(pop),
              "{\"name\":\"%s\",\"allowed_regions\":[\"*\"],"
              "\"selection\":{\"target\":%d,\"over_selection\":%g,\"min_participants\":%d,"
              "\"require\":[],\"forming_s\":%d,\"jitter_s\":1,\"min_retry_s\":1,"
-             "\"max_retry_s\":%d},"
+             "\"max_retry_s\":%d%s},"
              "\"deadlines_s\":{\"advertise\":%d,\"share\":%d,\"masked\":%d,\"unmask\":%d%s},"
              "\"training\":{\"epochs\":%d,\"batch_size\":%d,\"learning_rate\":%g,"
              "\"max_examples\":100000},"
@@ -967,7 +976,7 @@ int main(int argc, char **argv) {
              "\"secagg\":{\"enabled\":%s%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
-             o->max_retry_s, o->deadline_s,
+             o->max_retry_s, grace, o->deadline_s,
              o->deadline_s, o->masked_s, o->deadline_s, consistency_dl, o->epochs, o->batch,
              o->lr, o->weighting, o->strategy,
              o->server_lr, mom,
