@@ -957,25 +957,53 @@ static double norm2_of(uint64_t hi, uint64_t lo) {
     return (double)top * 18446744073709551616.0 + (double)low;
 }
 
-/* sum[i] += the centred value of 4-byte word i, for i < dim: the common FedBuff case (an
- * unclipped update of staleness 0, weight f = 1), in which every expression of
- * fl__coord_plain_accumulate's general loop reduces to this one exactly (+-|z| is exact in
- * a double for |z| <= 2^31). Vectorised, and wider where the CPU allows. */
-FL__SIMD_CLONES
-static void plain_accumulate32(double *restrict sum, const uint8_t *restrict b, size_t dim,
-                               uint32_t half, uint32_t mod32) {
+/* FedBuff's fold of 4-byte words: sum[i] += what fl__coord_plain_accumulate's general loop
+ * adds for word i, in one vectorised pass. With |z| <= 2^31 every step is exact or rounds
+ * as there: (double)(int64_t)(z s) is trunc(z s) (|z s| < 2^53), and f v, trunc(f v) are the
+ * same operations. `clip` (scale < 1) and `kind` (0: v; 1: f v; 2: trunc(f v)) are
+ * constants in each caller below, so each gets a loop of its own. */
+static inline __attribute__((always_inline)) void
+plain_accumulate32_body(double *restrict sum, const uint8_t *restrict b, size_t dim,
+                        uint32_t half, uint32_t mod32, double scale, double f, bool clip,
+                        int kind) {
     for (size_t i = 0; i < dim; i++) {
         uint32_t x = fl__get_u32le(b + i * 4);
         double a = (double)centred_mag32(x, half, mod32);
-        sum[i] += x >= half ? -a : a;
+        double v = x >= half ? -a : a;
+        if (clip)
+            v = trunc(v * scale);
+        sum[i] += kind == 0 ? v : kind == 1 ? f * v : trunc(f * v);
+    }
+}
+
+FL__SIMD_CLONES
+static void plain_accumulate32(double *restrict sum, const uint8_t *restrict b, size_t dim,
+                               uint32_t half, uint32_t mod32, double scale, double f, bool clip,
+                               int kind) {
+    if (clip) {
+        if (kind == 0)
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 0);
+        else if (kind == 1)
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 1);
+        else
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 2);
+    } else {
+        if (kind == 0)
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 0);
+        else if (kind == 1)
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 1);
+        else
+            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 2);
     }
 }
 
 void fl__coord_plain_accumulate(const struct fl__coord_round_params *rp, const uint8_t *b,
                                 double scale, double f, bool trunc_weighted, double *sum) {
-    if (rp->bits <= 32 && scale >= 1.0 && f == 1.0) {
+    if (rp->bits <= 32) {
         uint64_t mod = (uint64_t)1 << rp->bits;
-        plain_accumulate32(sum, b, rp->dim, (uint32_t)(mod >> 1), (uint32_t)mod);
+        int kind = trunc_weighted ? (f < 1.0 ? 2 : 0) : (f == 1.0 ? 0 : 1);
+        plain_accumulate32(sum, b, rp->dim, (uint32_t)(mod >> 1), (uint32_t)mod, scale, f,
+                           scale < 1.0, kind);
         return;
     }
     for (size_t i = 0; i < rp->dim; i++) {

@@ -1,9 +1,9 @@
 /* FedBuff's fold of a plain update into its buffer sum (coordinator/src/round.c,
- * fl__coord_plain_accumulate): the vectorised loop of the common case (4-byte words, an
- * unclipped update of weight 1) must add exactly what the general per-coordinate loop adds,
- * for every modulus width and at the centring edges (0, 2^(b-1) - 1, 2^(b-1), 2^b - 1); the
- * general loop is checked against its definition with a clip scale and a stale weight, with
- * and without central DP's truncation. */
+ * fl__coord_plain_accumulate): the vectorised loops for 4-byte words must add exactly what
+ * the definition (the general per-coordinate loop) adds, for every modulus width, at the
+ * centring edges (0, 2^(b-1) - 1, 2^(b-1), 2^b - 1), unclipped and clipped, fresh and
+ * stale, with and without central DP's truncation; the general loop (8-byte words) is
+ * checked the same way. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,6 +17,7 @@ enum { DIM = 4099 };
 
 static void fill(uint8_t *b, const struct fl__coord_round_params *rp, uint32_t seed) {
     uint64_t mod = (uint64_t)1 << rp->bits;
+    size_t wb = rp->bits <= 32 ? 4 : 8;
     uint32_t s = seed;
     for (size_t i = 0; i < rp->vec_len; i++) {
         s = s * 1103515245u + 12345u;
@@ -26,7 +27,10 @@ static void fill(uint8_t *b, const struct fl__coord_round_params *rp, uint32_t s
             uint64_t half = mod >> 1;
             x = i == 0 ? 0 : i == 1 ? half - 1 : i == 2 ? half : mod - 1;
         }
-        fl__put_u32le(b + 4 * i, (uint32_t)x);
+        if (wb == 4)
+            fl__put_u32le(b + 4 * i, (uint32_t)x);
+        else
+            fl__put_u64le(b + 8 * i, x);
     }
 }
 
@@ -53,12 +57,16 @@ static void test_fast_path_exact(void **state) {
         rp.vec_len = DIM + 1;
         for (size_t i = 0; i < DIM; i++)
             got[i] = want[i] = (double)i - 7.5; /* a running sum already there */
+        static const double scales[] = {1.0, 0.37, 1e-3};
+        static const double fs[] = {1.0, 0.5, 1.0 / 3.0};
         for (uint32_t u = 0; u < 3; u++) {
             fill(b, &rp, 1000u * (uint32_t)w + u);
-            for (int central = 0; central < 2; central++) {
-                fl__coord_plain_accumulate(&rp, b, 1.0, 1.0, central, got);
-                reference(want, &rp, b, 1.0, 1.0, central);
-            }
+            for (size_t sc = 0; sc < 3; sc++)
+                for (size_t k = 0; k < 3; k++)
+                    for (int central = 0; central < 2; central++) {
+                        fl__coord_plain_accumulate(&rp, b, scales[sc], fs[k], central, got);
+                        reference(want, &rp, b, scales[sc], fs[k], central);
+                    }
         }
         assert_memory_equal(got, want, DIM * sizeof(double));
     }
@@ -71,10 +79,10 @@ static void test_general_path(void **state) {
     (void)state;
     struct fl__coord_round_params rp;
     memset(&rp, 0, sizeof(rp));
-    rp.bits = 24;
+    rp.bits = 40; /* 8-byte words: the general loop */
     rp.dim = DIM;
     rp.vec_len = DIM + 1;
-    uint8_t *b = malloc(4 * (DIM + 1));
+    uint8_t *b = malloc(8 * (DIM + 1));
     double *got = calloc(DIM, sizeof(double)), *want = calloc(DIM, sizeof(double));
     assert_true(b && got && want);
     fill(b, &rp, 77);
