@@ -35,6 +35,21 @@ static char *state_after(struct fx *f, struct tc *c, int64_t rid, const char *fr
     return s;
 }
 
+/* A plain population (target, min) with the selection change `sel` PATCHed in, its n
+ * devices checked in (all selected) with their tasks; returns the round. */
+static int64_t plain_round(struct fx *f, const char *name, int target, int min,
+                           const char *sel, struct tc *c, int n) {
+    struct popcfg pc = {.name = name, .target = target, .min = min, .mode = "none"};
+    setup_devices(f, &pc, c, n);
+    char body[160];
+    snprintf(body, sizeof(body), "{\"selection\":%s}", sel);
+    patch(f, name, body, 200);
+    int64_t rid;
+    checkin_all(f, c, n, &rid);
+    fetch_tasks(f, c, n, rid);
+    return rid;
+}
+
 static double closed(struct fx *f, const char *why) {
     char series[96];
     snprintf(series, sizeof(series), "flotilla_phases_closed_total{reason=\"%s\"}", why);
@@ -46,13 +61,10 @@ static double closed(struct fx *f, const char *why) {
 static void test_plain_round_closes_after_target(void **state) {
     struct fx *f = *state;
     enum { N = 6 };
-    struct popcfg pc = {.name = "tg", .target = 4, .min = 3, .mode = "none"};
     struct tc c[N];
-    setup_devices(f, &pc, c, N);
-    patch(f, "tg", "{\"selection\":{\"over_selection\":1.5,\"target_grace_s\":2}}", 200);
-    int64_t rid;
-    checkin_all(f, c, N, &rid); /* ceil(4 x 1.5) = 6 selected */
-    fetch_tasks(f, c, N, rid);
+    /* ceil(4 x 1.5) = 6 selected */
+    int64_t rid = plain_round(f, "tg", 4, 3, "{\"over_selection\":1.5,\"target_grace_s\":2}", c,
+                              N);
     double by_target = closed(f, "target"), by_deadline = closed(f, "deadline");
     post_updates(f, c, 3, rid);
     fx_advance(f, 20000);
@@ -159,13 +171,8 @@ static void test_secure_round_closes_after_target(void **state) {
 static void test_target_grace_config(void **state) {
     struct fx *f = *state;
     enum { N = 3 };
-    struct popcfg pc = {.name = "tgc", .target = 2, .min = 2, .mode = "none"};
     struct tc c[N];
-    setup_devices(f, &pc, c, N);
-    patch(f, "tgc", "{\"selection\":{\"over_selection\":1.5}}", 200);
-    int64_t rid;
-    checkin_all(f, c, N, &rid);
-    fetch_tasks(f, c, N, rid);
+    int64_t rid = plain_round(f, "tgc", 2, 2, "{\"over_selection\":1.5}", c, N);
     post_updates(f, c, 2, rid);
     fx_advance(f, 59000); /* the masked deadline is 60 s */
     json_t *st = round_status(f, &c[0], rid);
