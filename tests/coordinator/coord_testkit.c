@@ -810,6 +810,20 @@ void secagg_phase_all(struct fx *f, struct tc *c, int n, int64_t rid, const char
     }
 }
 
+json_t *secagg_unmask_all(struct fx *f, struct tc *c, int n, int64_t rid, const uint8_t **out,
+                          size_t *out_len) {
+    for (int i = 0; i < n; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "unmask", out[i], out_len[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    struct resp r = get_result(f, &c[0], rid, "unmask", 10);
+    assert_int_equal(r.status, 200);
+    json_t *o = body_json(&r);
+    resp_free(&r);
+    return o;
+}
+
 void secagg_clients_free(struct tc *c, int n) {
     for (int i = 0; i < n; i++) {
         fl_secagg_client_destroy(c[i].sa);

@@ -264,6 +264,10 @@ void secagg_clients_start(struct tc *c, int n, int64_t rid, const uint8_t **out,
 /* Posts phase `phase` for every device, then fetches and handles every result. */
 void secagg_phase_all(struct fx *f, struct tc *c, int n, int64_t rid, const char *phase,
                       const uint8_t **out, size_t *out_len);
+/* Posts the unmask message of each of c[0..n) (asserting 202) and returns the round's
+ * outcome as device 0 reads it (asserting 200; the caller frees it). */
+json_t *secagg_unmask_all(struct fx *f, struct tc *c, int n, int64_t rid, const uint8_t **out,
+                          size_t *out_len);
 void secagg_clients_free(struct tc *c, int n);
 /* Runs the secagg phases for c[0..n) with their drop points. Returns the round's outcome
  * JSON (caller frees) as read by the first device that finishes, or NULL. */

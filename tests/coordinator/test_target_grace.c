@@ -137,15 +137,7 @@ static void test_secure_round_closes_after_target(void **state) {
     }
     secagg_phase_all(f, c, M, rid, "share", out, out_len);
     secagg_phase_all(f, c, M, rid, "masked", out, out_len);
-    for (int i = 0; i < M; i++) {
-        struct resp r = post_phase(f, &c[i], rid, "unmask", out[i], out_len[i]);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
-    struct resp r = get_result(f, &c[0], rid, "unmask", 10);
-    assert_int_equal(r.status, 200);
-    json_t *o = body_json(&r);
-    resp_free(&r);
+    json_t *o = secagg_unmask_all(f, c, M, rid, out, out_len);
     assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
     assert_int_equal(json_integer_value(json_object_get(o, "participants")), M);
     json_decref(o);

@@ -151,17 +151,9 @@ static void secagg_round_captured(struct fx *f, struct tc *c, int64_t rid, struc
             secagg_phase_all(f, c, N, rid, phase_names[ph], out, out_len);
             continue;
         }
-        for (int i = 0; i < N; i++) {
-            struct resp r = post_phase(f, &c[i], rid, "unmask", out[i], out_len[i]);
-            assert_int_equal(r.status, 202);
-            resp_free(&r);
-        }
-        struct resp r = get_result(f, &c[0], rid, "unmask", 10);
-        assert_int_equal(r.status, 200);
-        json_t *o = body_json(&r);
+        json_t *o = secagg_unmask_all(f, c, N, rid, out, out_len);
         assert_string_equal(json_string_value(json_object_get(o, "state")), "completed");
         json_decref(o);
-        resp_free(&r);
     }
     secagg_clients_free(c, N);
 }
