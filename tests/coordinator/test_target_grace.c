@@ -158,6 +158,50 @@ static void test_secure_round_closes_after_target(void **state) {
     clients_free(c, N);
 }
 
+/* A secure round whose close would abort is not closed early. Complete graph of 9 (k = 8,
+ * threshold 4): three advertisements meet the target of 3, but each of the three would
+ * have 2 neighbours in U1 and needs 3, so fl_secagg_server_would_advance says the advance
+ * aborts and the phase stays open past its grace. A fourth advertisement makes it viable,
+ * and the phase closes at the next tick. */
+static void test_secure_round_waits_when_close_would_abort(void **state) {
+    struct fx *f = *state;
+    enum { N = 9 };
+    struct popcfg pc = {.name = "tgw", .target = 3, .min = 3, .secagg = true, .neighbors = 8,
+                        .mode = "none"};
+    struct tc c[N];
+    setup_devices(f, &pc, c, N);
+    patch(f, "tgw", "{\"selection\":{\"over_selection\":3.0,\"target_grace_s\":1}}", 200);
+    int64_t rid;
+    checkin_all(f, c, N, &rid);
+    fetch_tasks(f, c, N, rid);
+    assert_int_equal(c[0].task.k, 8);
+    assert_int_equal(c[0].task.t, 4);
+    const uint8_t *out[N];
+    size_t out_len[N];
+    secagg_clients_start(c, N, rid, out, out_len);
+    double by_target = closed(f, "target");
+    for (int i = 0; i < 3; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
+    fx_advance(f, 5000);
+    json_t *st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "advertise");
+    json_decref(st);
+    assert_true(closed(f, "target") == by_target);
+    struct resp r = post_phase(f, &c[3], rid, "advertise", out[3], out_len[3]);
+    assert_int_equal(r.status, 202);
+    resp_free(&r);
+    fx_advance(f, 100);
+    st = round_status(f, &c[0], rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "share");
+    json_decref(st);
+    assert_true(closed(f, "target") == by_target + 1);
+    secagg_clients_free(c, N);
+    clients_free(c, N);
+}
+
 /* Off by default (the phase waits for its deadline); null turns it off again; bad values
  * are refused naming the field. */
 static void test_target_grace_config(void **state) {
@@ -196,6 +240,8 @@ int main(void) {
                                         fx_teardown),
         cmocka_unit_test_setup_teardown(test_secure_round_closes_after_target, fx_setup,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_secure_round_waits_when_close_would_abort,
+                                        fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_target_grace_config, fx_setup, fx_teardown),
     };
     curl_global_init(CURL_GLOBAL_DEFAULT);
