@@ -416,6 +416,23 @@ static void test_would_advance(void **state) {
     assert_int_equal(foresee(&R), FL_OK);
     rig_check_sum(&R, 0x3FF);
     rig_free(&R);
+    /* Active mode (the consistency phase too): every step foreseen; at unmasking one
+     * answer is too few, all answers do. */
+    rig_init(&R, 10, 5, 2, 2, 32, 1);
+    rig_start(&R);
+    for (int k = 0; k < 4; k++) {
+        rig_send_all(&R, 0);
+        assert_int_equal(foresee(&R), FL_OK);
+        rig_clients_handle(&R, RIG_ALL);
+    }
+    assert_int_equal(fl_secagg_server_phase(R.srv), FL_SECAGG_PHASE_UNMASK);
+    assert_int_equal(rig_send(&R, a), FL_OK);
+    assert_int_equal(fl_secagg_server_would_advance(R.srv), FL_ERR_ABORTED);
+    rig_set_reply(&R, a, NULL, 0);
+    rig_send_all(&R, 0);
+    assert_int_equal(foresee(&R), FL_OK);
+    rig_check_sum(&R, 0x3FF);
+    rig_free(&R);
 }
 
 int main(void) {
