@@ -376,6 +376,21 @@ bool fl__coord_pop_parse(fl_coord *co, struct fl__coord_pop *p, json_t *cfg,
     bool secagg_on = json_is_true(json_object_get(sa, "enabled"));
     if (!active_parse(p, sa, b, secagg_on, sname, rep))
         return false;
+    /* The expected dropout and collusion rates that size a derived graph (neighbors 0):
+     * optional, 0.05 each (the secagg library's defaults) when absent, and not written back,
+     * so a stored config reads the same as before the fields existed. */
+    static const char *const rates[] = {"dropout_rate", "adversarial_rate"};
+    for (int ri = 0; ri < 2; ri++) {
+        json_t *v = json_object_get(sa, rates[ri]);
+        if (v && (!json_is_number(v) || !(json_number_value(v) >= 0.0) ||
+                  !(json_number_value(v) <= 0.5))) {
+            char field[48];
+            snprintf(field, sizeof(field), "secagg.%s", rates[ri]);
+            return fl__coord_error(rep, 400, "invalid_field", field,
+                                   "'%s' must be a number in 0..0.5", field),
+                   false;
+        }
+    }
     /* Revealed seeds cannot be checked: only where a device's input is not bounded anyway
      * (docs/secagg.md "Revealed pairwise seeds"). */
     if (reveal && (!secagg_on || norm_proof))

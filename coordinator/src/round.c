@@ -571,6 +571,13 @@ fl_status fl__coord_round_run(fl_coord *co, struct fl__coord_pop *p, int64_t now
             cfg.norm_bound2 = r->rp.norm_bound2;
             cfg.norm_tail_max = r->rp.norm_weight_max;
         }
+        /* The rates that size a derived graph (pop.c validated them). */
+        json_t *dr = json_object_get(sa, "dropout_rate");
+        json_t *ar = json_object_get(sa, "adversarial_rate");
+        if (dr)
+            cfg.dropout_rate = json_number_value(dr);
+        if (ar)
+            cfg.adversarial_rate = json_number_value(ar);
         if (kcfg > 0) {
             uint32_t k = (uint32_t)kcfg;
             if (k % 2)

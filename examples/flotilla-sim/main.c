@@ -959,6 +959,13 @@ int main(int argc, char **argv) {
     char mom[64] = "";
     if (strcmp(o->strategy, "fedavgm") == 0)
         snprintf(mom, sizeof(mom), ",\"momentum\":%g", o->momentum);
+    /* A device vanishes before each of its (up to) four posts with probability --dropout:
+     * the population's expected dropout rate over a round sizes the secagg graph. */
+    char drop[48] = "";
+    if (o->dropout > 0) {
+        double lost = 1.0 - pow(1.0 - o->dropout, 4);
+        snprintf(drop, sizeof(drop), ",\"dropout_rate\":%.4f", lost < 0.5 ? lost : 0.5);
+    }
     char grace[48] = "";
     if (o->target_grace_s >= 0)
         snprintf(grace, sizeof(grace), ",\"target_grace_s\":%d", o->target_grace_s);
@@ -973,7 +980,7 @@ int main(int argc, char **argv) {
              "\"max_examples\":100000},"
              "\"update\":{\"weighting\":\"%s\"},"
              "\"strategy\":{\"name\":\"%s\",\"server_lr\":%g%s},"
-             "\"secagg\":{\"enabled\":%s%s%s},"
+             "\"secagg\":{\"enabled\":%s%s%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%g%s}}",
              o->population, o->per_round, o->over_selection, minp, o->forming_s,
              o->max_retry_s, grace, o->deadline_s,
@@ -981,7 +988,8 @@ int main(int argc, char **argv) {
              o->lr, o->weighting, o->strategy,
              o->server_lr, mom,
              o->secagg ? "true" : "false", active,
-             o->secagg_reveal ? ",\"reveal_pair_seeds\":true" : "", o->dp, o->clip, priv);
+             o->secagg_reveal ? ",\"reveal_pair_seeds\":true" : "", drop, o->dp, o->clip,
+             priv);
     long code = http(s->base, "POST", "/v1/admin/populations", o->admin_token,
                      "application/json", pop, strlen(pop), &b);
     doc = code == 201 ? json_loads(b.p, 0, NULL) : NULL;

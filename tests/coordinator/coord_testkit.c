@@ -553,8 +553,10 @@ void pop_model_start(struct fx *f, const char *name, const uint8_t *model, size_
 
 void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct popsel *sel,
                           char **tokens, int n) {
-    char body[2048], priv[256] = "", gran[64] = "";
+    char body[2048], priv[256] = "", gran[64] = "", drop[64] = "";
     int min_retry = sel && sel->min_retry_s ? sel->min_retry_s : 1;
+    if (sel && sel->dropout_rate > 0)
+        snprintf(drop, sizeof(drop), ",\"dropout_rate\":%.17g", sel->dropout_rate);
     double clip = sel && sel->clip_norm > 0 ? sel->clip_norm : 1.0;
     if (sel && sel->granularity > 0)
         snprintf(gran, sizeof(gran), ",\"granularity\":%.17g", sel->granularity);
@@ -572,14 +574,14 @@ void setup_population_sel(struct fx *f, const struct popcfg *pc, const struct po
              "\"deadlines_s\":{\"advertise\":30,\"share\":30,\"masked\":60,\"unmask\":30},"
              "\"update\":{\"tensors\":[\"w\"],\"weighting\":\"%s\",\"weight_cap\":50},"
              "\"strategy\":{\"name\":\"%s\"%s%s},"
-             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s%s},"
+             "\"secagg\":{\"enabled\":%s,\"neighbors\":%d,\"threshold_fraction\":0.5%s%s%s},"
              "\"privacy\":{\"mode\":\"%s\",\"clip_norm\":%.17g%s,\"modulus_bits\":%d%s}}",
              pc->name, pc->target, pc->min, min_retry, max_retry,
              pc->weighting ? pc->weighting : "uniform",
              pc->strategy ? pc->strategy : "fedavg", pc->strategy_extra ? "," : "",
              pc->strategy_extra ? pc->strategy_extra : "", pc->secagg ? "true" : "false",
              pc->neighbors, sel && sel->norm_proof ? ",\"norm_proof\":true" : "",
-             sel && sel->reveal_seeds ? ",\"reveal_pair_seeds\":true" : "", pc->mode,
+             sel && sel->reveal_seeds ? ",\"reveal_pair_seeds\":true" : "", drop, pc->mode,
              clip, gran, pc->bits ? pc->bits : 32, priv);
     struct resp r = http_json(f, "POST", "/v1/admin/populations", ADMIN_TOKEN, body);
     if (r.status != 201)

@@ -197,6 +197,7 @@ struct popsel {
     bool reveal_seeds;       /* secagg.reveal_pair_seeds (default false) */
     double clip_norm;        /* privacy.clip_norm (0: 1.0) */
     double granularity;      /* privacy.granularity (0: the coordinator's default) */
+    double dropout_rate;     /* secagg.dropout_rate (0: not sent) */
 };
 
 /* setup_population with the selection fields of sel (NULL: all defaults, the same request
