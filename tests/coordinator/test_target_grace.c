@@ -35,19 +35,41 @@ static char *state_after(struct fx *f, struct tc *c, int64_t rid, const char *fr
     return s;
 }
 
-/* A plain population (target, min) with the selection change `sel` PATCHed in, its n
- * devices checked in (all selected) with their tasks; returns the round. */
-static int64_t plain_round(struct fx *f, const char *name, int target, int min,
-                           const char *sel, struct tc *c, int n) {
-    struct popcfg pc = {.name = name, .target = target, .min = min, .mode = "none"};
-    setup_devices(f, &pc, c, n);
+/* Population pc with the selection change `sel` PATCHed in, its n devices checked in (all
+ * selected) with their tasks; returns the round. */
+static int64_t start_round(struct fx *f, const struct popcfg *pc, const char *sel,
+                           struct tc *c, int n) {
+    setup_devices(f, pc, c, n);
     char body[160];
     snprintf(body, sizeof(body), "{\"selection\":%s}", sel);
-    patch(f, name, body, 200);
+    patch(f, pc->name, body, 200);
     int64_t rid;
     checkin_all(f, c, n, &rid);
     fetch_tasks(f, c, n, rid);
     return rid;
+}
+
+static int64_t plain_round(struct fx *f, const char *name, int target, int min,
+                           const char *sel, struct tc *c, int n) {
+    struct popcfg pc = {.name = name, .target = target, .min = min, .mode = "none"};
+    return start_round(f, &pc, sel, c, n);
+}
+
+/* Asserts the round's state as device c sees it. */
+static void assert_state(struct fx *f, struct tc *c, int64_t rid, const char *want) {
+    json_t *st = round_status(f, c, rid);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), want);
+    json_decref(st);
+}
+
+/* Posts the advertisements of devices lo..hi-1. */
+static void advertise(struct fx *f, struct tc *c, int lo, int hi, int64_t rid,
+                      const uint8_t **out, const size_t *out_len) {
+    for (int i = lo; i < hi; i++) {
+        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
+        assert_int_equal(r.status, 202);
+        resp_free(&r);
+    }
 }
 
 static double closed(struct fx *f, const char *why) {
@@ -68,14 +90,10 @@ static void test_plain_round_closes_after_target(void **state) {
     double by_target = closed(f, "target"), by_deadline = closed(f, "deadline");
     post_updates(f, c, 3, rid);
     fx_advance(f, 20000);
-    json_t *st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "masked");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "masked");
     post_updates(f, &c[3], 1, rid);
     fx_advance(f, 1999);
-    st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "masked");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "masked");
     fx_advance(f, 1);
     char *s = state_after(f, &c[0], rid, "masked");
     assert_string_equal(s, "completed");
@@ -108,25 +126,15 @@ static void test_secure_round_closes_after_target(void **state) {
     struct popcfg pc = {.name = "tgs", .target = 4, .min = 3, .secagg = true, .neighbors = 5,
                         .mode = "none"};
     struct tc c[N];
-    setup_devices(f, &pc, c, N);
-    patch(f, "tgs", "{\"selection\":{\"over_selection\":1.5,\"target_grace_s\":1}}", 200);
-    int64_t rid;
-    checkin_all(f, c, N, &rid);
-    fetch_tasks(f, c, N, rid);
+    int64_t rid = start_round(f, &pc, "{\"over_selection\":1.5,\"target_grace_s\":1}", c, N);
     c[M].drop = DROP_ADVERTISE;
     const uint8_t *out[N];
     size_t out_len[N];
     secagg_clients_start(c, N, rid, out, out_len);
     double by_target = closed(f, "target"), by_all = closed(f, "all_posted");
-    for (int i = 0; i < M; i++) {
-        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
+    advertise(f, c, 0, M, rid, out, out_len);
     fx_advance(f, 999);
-    json_t *st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "advertise");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "advertise");
     fx_advance(f, 1);
     for (int i = 0; i < M; i++) {
         struct resp r = get_result(f, &c[i], rid, "advertise", 0);
@@ -169,34 +177,20 @@ static void test_secure_round_waits_when_close_would_abort(void **state) {
     struct popcfg pc = {.name = "tgw", .target = 3, .min = 3, .secagg = true, .neighbors = 8,
                         .mode = "none"};
     struct tc c[N];
-    setup_devices(f, &pc, c, N);
-    patch(f, "tgw", "{\"selection\":{\"over_selection\":3.0,\"target_grace_s\":1}}", 200);
-    int64_t rid;
-    checkin_all(f, c, N, &rid);
-    fetch_tasks(f, c, N, rid);
+    int64_t rid = start_round(f, &pc, "{\"over_selection\":3.0,\"target_grace_s\":1}", c, N);
     assert_int_equal(c[0].task.k, 8);
     assert_int_equal(c[0].task.t, 4);
     const uint8_t *out[N];
     size_t out_len[N];
     secagg_clients_start(c, N, rid, out, out_len);
     double by_target = closed(f, "target");
-    for (int i = 0; i < 3; i++) {
-        struct resp r = post_phase(f, &c[i], rid, "advertise", out[i], out_len[i]);
-        assert_int_equal(r.status, 202);
-        resp_free(&r);
-    }
+    advertise(f, c, 0, 3, rid, out, out_len);
     fx_advance(f, 5000);
-    json_t *st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "advertise");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "advertise");
     assert_true(closed(f, "target") == by_target);
-    struct resp r = post_phase(f, &c[3], rid, "advertise", out[3], out_len[3]);
-    assert_int_equal(r.status, 202);
-    resp_free(&r);
+    advertise(f, c, 3, 4, rid, out, out_len);
     fx_advance(f, 100);
-    st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "share");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "share");
     assert_true(closed(f, "target") == by_target + 1);
     secagg_clients_free(c, N);
     clients_free(c, N);
@@ -211,9 +205,7 @@ static void test_target_grace_config(void **state) {
     int64_t rid = plain_round(f, "tgc", 2, 2, "{\"over_selection\":1.5}", c, N);
     post_updates(f, c, 2, rid);
     fx_advance(f, 59000); /* the masked deadline is 60 s */
-    json_t *st = round_status(f, &c[0], rid);
-    assert_string_equal(json_string_value(json_object_get(st, "state")), "masked");
-    json_decref(st);
+    assert_state(f, &c[0], rid, "masked");
     patch(f, "tgc", "{\"selection\":{\"target_grace_s\":0}}", 200);
     patch(f, "tgc", "{\"selection\":{\"target_grace_s\":null}}", 200);
     static const char *const bad[] = {"-1", "86401", "1.5", "\"2\"", "true"};
