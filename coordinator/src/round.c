@@ -983,25 +983,27 @@ plain_accumulate32_body(double *restrict sum, const uint8_t *restrict b, size_t 
     }
 }
 
+/* plain_accumulate32_body with `kind` as a constant in each branch. */
+static inline __attribute__((always_inline)) void
+plain_accumulate32_kind(double *restrict sum, const uint8_t *restrict b, size_t dim,
+                        uint32_t half, uint32_t mod32, double scale, double f, bool clip,
+                        int kind) {
+    if (kind == 0)
+        plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, clip, 0);
+    else if (kind == 1)
+        plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, clip, 1);
+    else
+        plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, clip, 2);
+}
+
 FL__SIMD_CLONES
 static void plain_accumulate32(double *restrict sum, const uint8_t *restrict b, size_t dim,
                                uint32_t half, uint32_t mod32, double scale, double f, bool clip,
                                int kind) {
-    if (clip) {
-        if (kind == 0)
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 0);
-        else if (kind == 1)
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 1);
-        else
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, true, 2);
-    } else {
-        if (kind == 0)
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 0);
-        else if (kind == 1)
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 1);
-        else
-            plain_accumulate32_body(sum, b, dim, half, mod32, scale, f, false, 2);
-    }
+    if (clip)
+        plain_accumulate32_kind(sum, b, dim, half, mod32, scale, f, true, kind);
+    else
+        plain_accumulate32_kind(sum, b, dim, half, mod32, scale, f, false, kind);
 }
 
 void fl__coord_plain_accumulate(const struct fl__coord_round_params *rp, const uint8_t *b,
