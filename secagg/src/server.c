@@ -970,6 +970,14 @@ static int um_check(const fl_secagg_server *s, uint32_t v, int kind, const uint8
     return -1;
 }
 
+/* Unmask shares of v's secret received so far (v's share table allocated). */
+static uint32_t shares_held(const fl_secagg_server *s, uint32_t v) {
+    uint32_t have = 0;
+    for (uint32_t j = 0; j <= s->k; j++)
+        have += s->cl[v].sh[(size_t)j * SH_SLOT];
+    return have;
+}
+
 /* Pairwise seeds of dropped v that no surviving neighbour revealed: the agreements a
  * rebuilt s_v must make (all of them without reveal_pair_seeds). */
 static uint32_t um_missing(const fl_secagg_server *s, uint32_t v) {
@@ -1125,9 +1133,7 @@ static fl_status um_begin(fl_secagg_server *s, uint32_t max_jobs) {
             ndirect += count_nbrs(s, v, C_U3);
             continue;
         }
-        uint32_t have = 0;
-        for (uint32_t j = 0; j <= s->k; j++)
-            have += s->cl[v].sh[(size_t)j * SH_SLOT];
+        uint32_t have = shares_held(s, v);
         if (have < s->t)
             return abort_few(s, "at unmasking (shares for one client)", have, s->t);
         ntodo++;
@@ -1363,10 +1369,7 @@ fl_status fl_secagg_server_would_advance(const fl_secagg_server *s) {
         for (uint32_t v = 0; v < s->n; v++) {
             if (!s->cl[v].sh || (!(s->flags[v] & C_U3) && um_missing(s, v) == 0))
                 continue;
-            uint32_t have = 0;
-            for (uint32_t j = 0; j <= s->k; j++)
-                have += s->cl[v].sh[(size_t)j * SH_SLOT];
-            if (have < s->t)
+            if (shares_held(s, v) < s->t)
                 return FL_ERR_ABORTED;
         }
         return FL_OK;
